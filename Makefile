@@ -1,0 +1,61 @@
+# unstick — the two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all venv tools lint test test-fast demo bench bench-quick manifests proto clean help
+
+help:
+	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
+	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
+	@echo "make lint         ruff, mypy (strict on the core), import contract"
+	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager into bin/"
+	@echo "make manifests    render manifests/ from the Helm chart"
+	@echo "make bench        scale benchmark against peer approaches (long)"
+	@echo "make bench-quick  the same, small (under 5 minutes)"
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+tools:
+	bash hack/build-tools.sh
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff format --check operator tests bench hack
+	$(VENV)/bin/mypy operator/unstick
+	$(VENV)/bin/lint-imports
+
+test: venv tools lint
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind' $(PYTEST_ARGS)
+
+demo: venv tools
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/unstick demo
+
+bench: venv tools
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/python -m bench.run --name full
+
+bench-quick: venv tools
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/python -m bench.run --name quick
+
+manifests: venv tools
+	bash hack/render-manifests.sh
+
+proto: venv
+	bash hack/gen-proto.sh
+
+clean:
+	rm -rf $(VENV) bin .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the control-plane binaries unstick is tested against from pinned Go modules
+# (there is no release download here) into a cache keyed by tool and version, and
+# links them into bin/. A second run finds everything cached and only relinks.
+#
+# KUBEBUILDER_ASSETS: if set and it holds etcd, kube-apiserver and kubectl, those are
+# linked instead of building them (the envtest convention).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${UNSTICK_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unstick/tools}
+bin="$root/bin"
+mkdir -p "$bin" "$cache"
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
+
+# version of a module as pinned in tools/<dir>/go.mod
+pinned() { awk -v m="$2" '$1==m && $2 ~ /^v/ {print $2; exit} $1=="require" && $2==m {print $3; exit}' "$root/tools/$1/go.mod"; }
+
+link() { ln -sf "$1" "$bin/$(basename "$1")"; }
+
+# build DIR OUTDIR NAME=PKG... [-- LDFLAGS]
+build() {
+  local dir=$1 out=$2; shift 2
+  local ldflags=""
+  local pkgs=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = "--" ]; then shift; ldflags="$*"; break; fi
+    pkgs+=("$1"); shift
+  done
+  local missing=0 p
+  for p in "${pkgs[@]}"; do [ -x "$out/${p%%=*}" ] || missing=1; done
+  if [ $missing = 1 ]; then
+    mkdir -p "$out.tmp"
+    for p in "${pkgs[@]}"; do
+      echo "building ${p%%=*} (${p#*=}) into $out" >&2
+      (cd "$root/tools/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/${p%%=*}" "${p#*=}")
+    done
+    mkdir -p "$out"
+    mv "$out.tmp"/* "$out"/ && rmdir "$out.tmp"
+  fi
+  for p in "${pkgs[@]}"; do link "$out/${p%%=*}"; done
+}
+
+k8s=$(pinned kubernetes k8s.io/kubernetes)
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] && [ -x "$KUBEBUILDER_ASSETS/kubectl" ]; then
+  echo "using etcd, kube-apiserver, kubectl from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
+  for b in etcd kube-apiserver kubectl; do link "$KUBEBUILDER_ASSETS/$b"; done
+  build kubernetes "$cache/kubernetes-$k8s" kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager -- "$(
+    minor=${k8s#v1.}; minor=${minor%%.*}
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=1970-01-01T00:00:00Z ' "$p" "$k8s" "$p" "$p" "$minor" "$p" "$p"
+    done)"
+else
+  minor=${k8s#v1.}; minor=${minor%%.*}
+  kflags=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kflags+="-X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z "
+  done
+  build kubernetes "$cache/kubernetes-$k8s" \
+    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kubectl=k8s.io/kubernetes/cmd/kubectl \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager -- "$kflags"
+  etcd=$(pinned etcd go.etcd.io/etcd/server/v3)
+  build etcd "$cache/etcd-$etcd" etcd=go.etcd.io/etcd/server/v3
+fi
+
+kwok=$(pinned kwok sigs.k8s.io/kwok)
+build kwok "$cache/kwok-$kwok" kwok=sigs.k8s.io/kwok/cmd/kwok
+helm=$(pinned helm helm.sh/helm/v3)
+build helm "$cache/helm-$helm" helm=helm.sh/helm/v3/cmd/helm -- \
+  "-X helm.sh/helm/v3/internal/version.version=$helm"
+echo "tools ready in $bin" >&2

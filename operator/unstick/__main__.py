@@ -1,0 +1,5 @@
+import sys
+
+from unstick.cli import main
+
+sys.exit(main())

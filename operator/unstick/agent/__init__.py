@@ -1,0 +1,1 @@
+"""unstick.agent"""

@@ -1,0 +1,1 @@
+"""unstick.controller"""

@@ -1,0 +1,1 @@
+"""The pure core: diagnosis, planning, policy and parsing. No I/O, no clock reads."""
