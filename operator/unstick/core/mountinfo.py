@@ -1,0 +1,121 @@
+"""Parse the text of `/proc/<pid>/mountinfo` (see proc(5)).
+
+Each line is::
+
+    id parent major:minor root mount-point options [optional...] - fstype source super-options
+
+Paths escape space, tab, newline and backslash as `\\040 \\011 \\012 \\134`; any
+three-digit octal escape is decoded. Parsing is pure string work: the agent reads the
+file and never `stat`s a mount point (a hung NFS server would block it forever).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+_SEPARATOR = "-"
+_FIELDS_BEFORE_OPTIONAL = 6
+_FIELDS_AFTER_SEPARATOR = 3
+
+
+class MountinfoError(ValueError):
+    """A malformed mountinfo line; `line` is 1-based."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"mountinfo line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One mount as the kernel reports it, with paths unescaped."""
+
+    mount_id: int
+    parent_id: int
+    major: int
+    minor: int
+    root: str
+    mount_point: str
+    options: tuple[str, ...]
+    optional: tuple[str, ...]
+    fstype: str
+    source: str
+    super_options: tuple[str, ...]
+
+
+def unescape(field: str) -> str:
+    """Decode the kernel's octal escapes (`\\040` → space, `\\134` → backslash, ...)."""
+    if "\\" not in field:
+        return field
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def escape(path: str) -> str:
+    """Escape a path the way the kernel writes it in mountinfo (for tests and fixtures)."""
+    return (
+        path.replace("\\", "\\134")
+        .replace(" ", "\\040")
+        .replace("\t", "\\011")
+        .replace("\n", "\\012")
+    )
+
+
+def _int(text: str, name: str, line: int) -> int:
+    if not text.isdigit():
+        raise MountinfoError(line, f"{name} {text!r} is not a non-negative integer")
+    return int(text)
+
+
+def _options(text: str) -> tuple[str, ...]:
+    return tuple(text.split(",")) if text else ()
+
+
+def parse_line(text: str, line: int = 1) -> Mount:
+    """Parse one mountinfo line (without its newline)."""
+    fields = text.split(" ")
+    if len(fields) < _FIELDS_BEFORE_OPTIONAL + 1 + _FIELDS_AFTER_SEPARATOR:
+        raise MountinfoError(line, f"expected at least 10 fields, found {len(fields)}")
+    try:
+        sep = fields.index(_SEPARATOR, _FIELDS_BEFORE_OPTIONAL)
+    except ValueError:
+        raise MountinfoError(line, "no ' - ' separator before the filesystem type") from None
+    after = fields[sep + 1 :]
+    if len(after) != _FIELDS_AFTER_SEPARATOR:
+        raise MountinfoError(
+            line, f"expected fstype, source and super options after ' - ', found {len(after)}"
+        )
+    major_minor = fields[2].split(":")
+    if len(major_minor) != 2:
+        raise MountinfoError(line, f"major:minor {fields[2]!r} is malformed")
+    mount_point = unescape(fields[4])
+    if not mount_point.startswith("/"):
+        raise MountinfoError(line, f"mount point {fields[4]!r} is not an absolute path")
+    return Mount(
+        mount_id=_int(fields[0], "mount id", line),
+        parent_id=_int(fields[1], "parent id", line),
+        major=_int(major_minor[0], "major", line),
+        minor=_int(major_minor[1], "minor", line),
+        root=unescape(fields[3]),
+        mount_point=mount_point,
+        options=_options(fields[5]),
+        optional=tuple(f for f in fields[_FIELDS_BEFORE_OPTIONAL:sep] if f),
+        fstype=unescape(after[0]),
+        source=unescape(after[1]),
+        super_options=_options(after[2]),
+    )
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """Parse a whole mountinfo text; blank lines are skipped.
+
+    Raises MountinfoError naming the 1-based line number and what is wrong.
+    """
+    mounts: list[Mount] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        mounts.append(parse_line(line.rstrip("\r"), number))
+    return mounts
