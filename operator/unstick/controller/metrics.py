@@ -1,0 +1,64 @@
+"""Prometheus metrics of the controller, names and labels exactly as DESIGN §7.
+
+No pod names in labels. Served with prometheus-client's own HTTP server on /metrics,
+together with the default process/platform collectors.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+STUCK_PODS = Gauge(
+    "unstick_stuck_pods",
+    "Pods stuck in Terminating, by namespace and cause",
+    ["namespace", "cause"],
+)
+REMEDIATIONS = Counter(
+    "unstick_remediations_total",
+    "Actions decided on stuck pods, by action, cause and result",
+    ["action", "cause", "result"],
+)
+DETECTION_LAG = Histogram(
+    "unstick_detection_lag_seconds",
+    "From the moment a pod became stuck-eligible (deletionTimestamp + slack) to its diagnosis",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+)
+TIME_TO_RESOLUTION = Histogram(
+    "unstick_time_to_resolution_seconds",
+    "From deletionTimestamp to the pod being gone, for pods seen stuck",
+    buckets=(10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
+
+
+class StuckPods:
+    """Keeps `unstick_stuck_pods` equal to the count of stuck pods per (namespace, cause)."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, tuple[str, str]] = {}
+        self._counts: Tally[tuple[str, str]] = Tally()
+
+    def set(self, uid: str, namespace: str, cause: str) -> None:
+        old = self._by_uid.get(uid)
+        if old == (namespace, cause):
+            return
+        self.forget(uid)
+        self._by_uid[uid] = (namespace, cause)
+        self._counts[(namespace, cause)] += 1
+        STUCK_PODS.labels(namespace, cause).set(self._counts[(namespace, cause)])
+
+    def forget(self, uid: str) -> None:
+        old = self._by_uid.pop(uid, None)
+        if old is None:
+            return
+        self._counts[old] -= 1
+        STUCK_PODS.labels(*old).set(self._counts[old])
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._by_uid
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve /metrics on `port` in a daemon thread."""
+    start_http_server(port, addr=addr)
