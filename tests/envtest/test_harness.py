@@ -1,0 +1,177 @@
+"""The harness itself: real binaries, a real API server, and the behaviour the rest of
+the suite relies on (a pod on a kubelet-less node stays Terminating; kwok finalises)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+
+def _version(control_plane: ControlPlane, *argv: str) -> str:
+    out = subprocess.run(
+        [str(control_plane.bin_dir / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("kube-apiserver", "--version"), "Kubernetes v1.36."),
+        (("kubectl", "version", "--client"), "Client Version: v1.36."),
+        (("kube-controller-manager", "--version"), "Kubernetes v1.36."),
+        (("etcd", "--version"), "etcd Version: 3.6."),
+        (("kwok", "--version"), "kwok version v0.8.0"),
+        (("helm", "version"), 'Version:"v3.'),
+    ],
+)
+def test_binaries_print_real_versions(
+    control_plane: ControlPlane, argv: tuple[str, ...], expected: str
+) -> None:
+    assert expected in _version(control_plane, *argv)
+
+
+def test_api_server_is_real(control_plane: ControlPlane) -> None:
+    version = control_plane.request("GET", "/version")
+    assert version["gitVersion"].startswith("v1.36.")
+    assert control_plane.request("GET", "/readyz") == "ok"
+    # RBAC is on: an unknown user is forbidden, not let through.
+    out = control_plane.kubectl("auth", "can-i", "delete", "pods", "--as=someone", check=False)
+    assert out.stdout.strip() == "no"
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+        },
+    }
+
+
+def _await(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_pod_without_kubelet_stays_terminating_kwok_pod_goes(
+    core_api: client.CoreV1Api, kwok: Any, namespace: str, make_node: Any
+) -> None:
+    lost = make_node(kubelet=False)
+    served = make_node(kubelet=True)
+    core_api.create_namespaced_pod(namespace, _pod("stuck", lost))
+    core_api.create_namespaced_pod(namespace, _pod("fine", served))
+    _await(
+        lambda: core_api.read_namespaced_pod("fine", namespace).status.phase == "Running",
+        60,
+        "kwok to run the pod on its node",
+    )
+
+    core_api.delete_namespaced_pod("stuck", namespace)
+    core_api.delete_namespaced_pod("fine", namespace)
+
+    def fine_gone() -> bool:
+        names = {p.metadata.name for p in core_api.list_namespaced_pod(namespace).items}
+        return "fine" not in names
+
+    _await(fine_gone, 60, "kwok to finalise the pod on its node")
+    # The kwok pod was finalised after its 1 s grace period; the other one is still here.
+    stuck = core_api.read_namespaced_pod("stuck", namespace)
+    assert stuck.metadata.deletion_timestamp is not None
+    assert stuck.metadata.deletion_grace_period_seconds == 1
+    assert stuck.spec.node_name == lost
+
+
+def test_crd_can_be_applied_and_watched(control_plane: ControlPlane, namespace: str) -> None:
+    group = f"g{uuid.uuid4().hex[:6]}.unstick.dev"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer"}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    api_client = control_plane.api_client()
+    try:
+        ext = client.ApiextensionsV1Api(api_client)
+        ext.create_custom_resource_definition(crd)
+
+        def established() -> bool:
+            got = ext.read_custom_resource_definition(f"widgets.{group}")
+            return any(
+                c.type == "Established" and c.status == "True"
+                for c in (got.status.conditions or [])
+            )
+
+        _await(established, 30, "the CRD to be Established")
+        custom = client.CustomObjectsApi(api_client)
+        custom.create_namespaced_custom_object(
+            group,
+            "v1",
+            namespace,
+            "widgets",
+            {
+                "apiVersion": f"{group}/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w1"},
+                "spec": {"size": 3},
+            },
+        )
+        seen = []
+        w = watch.Watch()
+        for event in w.stream(
+            custom.list_namespaced_custom_object,
+            group,
+            "v1",
+            namespace,
+            "widgets",
+            timeout_seconds=10,
+        ):
+            seen.append(
+                (event["type"], event["object"]["metadata"]["name"], event["object"]["spec"])
+            )
+            w.stop()
+        assert seen == [("ADDED", "w1", {"size": 3})]
+        ext.delete_custom_resource_definition(f"widgets.{group}")
+    finally:
+        api_client.close()
