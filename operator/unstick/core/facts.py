@@ -1,0 +1,125 @@
+"""What is known about one pod: the API objects of a snapshot bundle and the node probe.
+
+Only the parts the diagnosis needs, already type-checked by `unstick.core.snapshot`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from unstick.core.mountinfo import Mount
+
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+
+
+@dataclass(frozen=True, slots=True)
+class PodVolume:
+    """One entry of pod.spec.volumes: its name and what backs it."""
+
+    name: str
+    claim_name: str | None = None  # persistentVolumeClaim.claimName
+    csi_driver: str | None = None  # inline CSI volume: csi.driver
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatus:
+    """One entry of pod.status.containerStatuses / initContainerStatuses."""
+
+    name: str
+    state: str  # running | waiting | terminated | unknown (the key of `state`)
+    init: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str | None
+    deletion_timestamp: datetime | None
+    deletion_grace_period_seconds: int | None
+    finalizers: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    volumes: tuple[PodVolume, ...] = ()
+    container_statuses: tuple[ContainerStatus, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCondition:
+    status: str  # "True" | "False" | "Unknown"
+    last_transition: datetime | None
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    name: str
+    created: datetime | None
+    ready: ReadyCondition | None  # None: the node has no Ready condition at all
+    taints: tuple[str, ...] = ()  # taint keys
+
+    @property
+    def fenced(self) -> bool:
+        """Taint `node.kubernetes.io/out-of-service` present: the node is known to be down."""
+        return OUT_OF_SERVICE_TAINT in self.taints
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeDir:
+    path: str
+    empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A process keeping a mount busy."""
+
+    mount_point: str
+    pid: int
+    comm: str
+    via: str  # cwd | root | fd | maps | mountns
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """A container as the node's container runtime reports it."""
+
+    pod_uid: str
+    name: str
+    id: str
+    state: str  # running | exited | created | unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The agent's report from the node (DESIGN §6 `probe`)."""
+
+    node_name: str
+    probed_at: datetime
+    kubelet_root: str
+    kubelet_healthy: bool | None
+    registered_plugins: tuple[str, ...]
+    mounts: tuple[Mount, ...]
+    volume_dirs: tuple[VolumeDir, ...]
+    holders: tuple[Holder, ...]
+    containers: tuple[Container, ...] | None  # None: the runtime could not be asked
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Everything one diagnosis looks at; `now` is the bundle's capturedAt."""
+
+    now: datetime
+    pod: PodFacts
+    node: NodeFacts | None  # None: the Node object does not exist
+    csi_node_drivers: tuple[str, ...] | None  # CSINode.spec.drivers[].name; None: no CSINode
+    claims: Mapping[str, str | None] = field(default_factory=dict)  # PVC name → PV name
+    pv_drivers: Mapping[str, str | None] = field(default_factory=dict)  # PV name → CSI driver
+    probe: Probe | None = None

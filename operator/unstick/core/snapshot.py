@@ -1,0 +1,260 @@
+"""Read a snapshot bundle (DESIGN §6) into Facts; errors name the field.
+
+Unknown fields are ignored. The `node` key must be present (null when the Node does not
+exist): a bundle that merely lacks it must not read as "node gone", which would permit a
+force-delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from unstick.core import fields as f
+from unstick.core.facts import (
+    Container,
+    ContainerStatus,
+    Facts,
+    Holder,
+    NodeFacts,
+    PodFacts,
+    PodVolume,
+    Probe,
+    ReadyCondition,
+    VolumeDir,
+)
+from unstick.core.mountinfo import MountinfoError, parse_mountinfo
+
+CONTAINER_STATES = ("running", "exited", "created", "unknown")
+HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
+
+
+class BundleError(f.FieldError):
+    """The bundle cannot be read; `field` is e.g. `pod.metadata.uid`."""
+
+
+def _volumes(spec: Mapping[str, object]) -> tuple[PodVolume, ...]:
+    out = []
+    for i, raw in enumerate(f.opt_list(spec, "volumes", "pod.spec")):
+        where = f"pod.spec.volumes[{i}]"
+        vol = f.as_object(raw, where)
+        claim = f.opt_object(vol, "persistentVolumeClaim", where)
+        csi = f.opt_object(vol, "csi", where)
+        out.append(
+            PodVolume(
+                name=f.string(vol, "name", where),
+                claim_name=f.opt_string(claim, "claimName", f"{where}.persistentVolumeClaim"),
+                csi_driver=f.opt_string(csi, "driver", f"{where}.csi"),
+            )
+        )
+    return tuple(out)
+
+
+def _statuses(status: Mapping[str, object]) -> tuple[ContainerStatus, ...]:
+    out = []
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for i, raw in enumerate(f.opt_list(status, key, "pod.status")):
+            where = f"pod.status.{key}[{i}]"
+            cs = f.as_object(raw, where)
+            state = f.opt_object(cs, "state", where)
+            known = [k for k in ("running", "waiting", "terminated") if k in state]
+            out.append(
+                ContainerStatus(
+                    name=f.string(cs, "name", where),
+                    state=known[0] if known else "unknown",
+                    init=init,
+                )
+            )
+    return tuple(out)
+
+
+def parse_pod(obj: object) -> PodFacts:
+    pod = f.as_object(obj, "pod")
+    meta = f.as_object(f.get(pod, "metadata", "pod"), "pod.metadata")
+    spec = f.opt_object(pod, "spec", "pod")
+    status = f.opt_object(pod, "status", "pod")
+    annotations = f.opt_object(meta, "annotations", "pod.metadata")
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise BundleError(f"pod.metadata.annotations.{key}", "must be a string")
+    return PodFacts(
+        namespace=f.string(meta, "namespace", "pod.metadata"),
+        name=f.string(meta, "name", "pod.metadata"),
+        uid=f.string(meta, "uid", "pod.metadata"),
+        node_name=f.opt_string(spec, "nodeName", "pod.spec"),
+        deletion_timestamp=f.opt_time(meta, "deletionTimestamp", "pod.metadata"),
+        deletion_grace_period_seconds=f.opt_int(meta, "deletionGracePeriodSeconds", "pod.metadata"),
+        finalizers=f.string_list(meta, "finalizers", "pod.metadata"),
+        annotations={k: str(v) for k, v in annotations.items()},
+        volumes=_volumes(spec),
+        container_statuses=_statuses(status),
+    )
+
+
+def parse_node(obj: object) -> NodeFacts:
+    node = f.as_object(obj, "node")
+    meta = f.as_object(f.get(node, "metadata", "node"), "node.metadata")
+    spec = f.opt_object(node, "spec", "node")
+    status = f.opt_object(node, "status", "node")
+    ready = None
+    for i, raw in enumerate(f.opt_list(status, "conditions", "node.status")):
+        where = f"node.status.conditions[{i}]"
+        cond = f.as_object(raw, where)
+        if f.opt_string(cond, "type", where) == "Ready":
+            ready = ReadyCondition(
+                status=f.string(cond, "status", where),
+                last_transition=f.opt_time(cond, "lastTransitionTime", where),
+                reason=f.opt_string(cond, "reason", where),
+                message=f.opt_string(cond, "message", where),
+            )
+    taints = []
+    for i, raw in enumerate(f.opt_list(spec, "taints", "node.spec")):
+        where = f"node.spec.taints[{i}]"
+        taints.append(f.string(f.as_object(raw, where), "key", where))
+    return NodeFacts(
+        name=f.string(meta, "name", "node.metadata"),
+        created=f.opt_time(meta, "creationTimestamp", "node.metadata"),
+        ready=ready,
+        taints=tuple(taints),
+    )
+
+
+def _csi_node_drivers(obj: object) -> tuple[str, ...] | None:
+    if obj is None:
+        return None
+    csi_node = f.as_object(obj, "csiNode")
+    spec = f.opt_object(csi_node, "spec", "csiNode")
+    names = []
+    for i, raw in enumerate(f.opt_list(spec, "drivers", "csiNode.spec")):
+        where = f"csiNode.spec.drivers[{i}]"
+        names.append(f.string(f.as_object(raw, where), "name", where))
+    return tuple(names)
+
+
+def _claims(bundle: Mapping[str, object], namespace: str) -> dict[str, str | None]:
+    claims: dict[str, str | None] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "persistentVolumeClaims", "")):
+        where = f"persistentVolumeClaims[{i}]"
+        pvc = f.as_object(raw, where)
+        meta = f.as_object(f.get(pvc, "metadata", where), f"{where}.metadata")
+        if (f.opt_string(meta, "namespace", f"{where}.metadata") or namespace) != namespace:
+            continue
+        spec = f.opt_object(pvc, "spec", where)
+        claims[f.string(meta, "name", f"{where}.metadata")] = f.opt_string(
+            spec, "volumeName", f"{where}.spec"
+        )
+    return claims
+
+
+def _pv_drivers(bundle: Mapping[str, object]) -> dict[str, str | None]:
+    drivers: dict[str, str | None] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "persistentVolumes", "")):
+        where = f"persistentVolumes[{i}]"
+        pv = f.as_object(raw, where)
+        meta = f.as_object(f.get(pv, "metadata", where), f"{where}.metadata")
+        spec = f.opt_object(pv, "spec", where)
+        csi = f.opt_object(spec, "csi", f"{where}.spec")
+        drivers[f.string(meta, "name", f"{where}.metadata")] = f.opt_string(
+            csi, "driver", f"{where}.spec.csi"
+        )
+    return drivers
+
+
+def _probe(obj: object) -> Probe:
+    p = f.as_object(obj, "probe")
+    kubelet_root = f.string(p, "kubeletRoot", "probe")
+    if not kubelet_root.startswith("/"):
+        raise f.FieldError("probe.kubeletRoot", f"{kubelet_root!r} must be an absolute path")
+    try:
+        mounts = parse_mountinfo(f.string(p, "mountinfo", "probe", nonempty=False))
+    except MountinfoError as err:
+        raise f.FieldError("probe.mountinfo", str(err)) from None
+    dirs = []
+    for i, raw in enumerate(f.opt_list(p, "volumeDirs", "probe")):
+        where = f"probe.volumeDirs[{i}]"
+        d = f.as_object(raw, where)
+        empty = f.opt_bool(d, "empty", where)
+        if empty is None:
+            raise f.FieldError(f"{where}.empty", "missing")
+        dirs.append(VolumeDir(path=f.string(d, "path", where), empty=empty))
+    holders = []
+    for i, raw in enumerate(f.opt_list(p, "holders", "probe")):
+        where = f"probe.holders[{i}]"
+        h = f.as_object(raw, where)
+        pid = f.opt_int(h, "pid", where)
+        if pid is None:
+            raise f.FieldError(f"{where}.pid", "missing")
+        via = f.string(h, "via", where)
+        if via not in HOLDER_VIA:
+            raise f.FieldError(f"{where}.via", f"{via!r} is not one of {', '.join(HOLDER_VIA)}")
+        holders.append(
+            Holder(
+                mount_point=f.string(h, "mountPoint", where),
+                pid=pid,
+                comm=f.string(h, "comm", where, nonempty=False),
+                via=via,
+            )
+        )
+    containers: list[Container] | None = None
+    if p.get("containers") is not None:
+        containers = []
+        for i, raw in enumerate(f.opt_list(p, "containers", "probe")):
+            where = f"probe.containers[{i}]"
+            c = f.as_object(raw, where)
+            state = f.string(c, "state", where)
+            if state not in CONTAINER_STATES:
+                raise f.FieldError(
+                    f"{where}.state", f"{state!r} is not one of {', '.join(CONTAINER_STATES)}"
+                )
+            containers.append(
+                Container(
+                    pod_uid=f.string(c, "podUID", where),
+                    name=f.string(c, "name", where),
+                    id=f.string(c, "id", where, nonempty=False),
+                    state=state,
+                )
+            )
+    return Probe(
+        node_name=f.string(p, "nodeName", "probe"),
+        probed_at=f.parse_time(f.get(p, "probedAt", "probe"), "probe.probedAt"),
+        kubelet_root=kubelet_root,
+        kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
+        registered_plugins=f.string_list(p, "registeredPlugins", "probe"),
+        mounts=tuple(mounts),
+        volume_dirs=tuple(dirs),
+        holders=tuple(holders),
+        containers=None if containers is None else tuple(containers),
+    )
+
+
+def parse_probe(obj: object) -> Probe:
+    """Read the `probe` object of DESIGN §6 (also what the agent writes to a Remediation)."""
+    try:
+        return _probe(obj)
+    except BundleError:
+        raise
+    except f.FieldError as err:
+        raise BundleError(err.field, err.message) from None
+
+
+def parse_bundle(obj: object) -> Facts:
+    """Read a whole snapshot bundle; raises BundleError naming the field."""
+    try:
+        bundle = f.as_object(obj, "")
+        if "node" not in bundle:
+            raise f.FieldError("node", "missing (use null when the Node does not exist)")
+        pod = parse_pod(f.get(bundle, "pod", ""))
+        node_obj = bundle["node"]
+        probe_obj = bundle.get("probe")
+        return Facts(
+            now=f.parse_time(f.get(bundle, "capturedAt", ""), "capturedAt"),
+            pod=pod,
+            node=None if node_obj is None else parse_node(node_obj),
+            csi_node_drivers=_csi_node_drivers(bundle.get("csiNode")),
+            claims=_claims(bundle, pod.namespace),
+            pv_drivers=_pv_drivers(bundle),
+            probe=None if probe_obj is None else _probe(probe_obj),
+        )
+    except BundleError:
+        raise
+    except f.FieldError as err:
+        raise BundleError(err.field or "bundle", err.message) from None
