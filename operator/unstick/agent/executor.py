@@ -1,0 +1,309 @@
+"""The node actions of DESIGN §3, one function per action, each re-checking its own
+preconditions on the host right before it acts.
+
+Every path is derived by the agent from the pod UID and its own kubelet root; a step's
+`target` from the Remediation only *selects* among those derived paths (it must equal one
+of them, or be empty / the pod directory meaning "all of this pod's"). Right before each
+individual unmount, unpublish or rmdir the executor re-reads the mount table and checks:
+the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
+component, the mount has no holders, and no container of the pod runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from unstick.agent.containers import pod_containers
+from unstick.agent.holders import find_holders
+from unstick.agent.kubelet_restart import restart_kubelet
+from unstick.agent.mounts import MountTable, read_mount_table
+from unstick.agent.plugins import Plugin, registered_plugins
+from unstick.agent.probe import rfc3339
+from unstick.agent.safepath import UnsafePath, check_path, parent_fd
+from unstick.agent.settings import AgentSettings
+from unstick.agent.umount import MNT_DETACH, umount2
+from unstick.agent.volumedirs import volume_dirs
+from unstick.core.kubelet_paths import (
+    CSI_PLUGIN,
+    SUBPATHS,
+    classify,
+    depth,
+    is_pod_volume_path,
+    normalise,
+    pod_dir,
+)
+from unstick.core.mountinfo import Mount
+
+log = logging.getLogger(__name__)
+
+SUCCEEDED, FAILED, REFUSED, DRY_RUN = "succeeded", "failed", "refused", "dry_run"
+VOL_DATA = "vol_data.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one node step did: the `status.nodeActions` entry."""
+
+    action: str
+    target: str
+    result: str
+    message: str
+    time: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "action": self.action,
+            "target": self.target,
+            "result": self.result,
+            "message": self.message,
+            "time": self.time,
+        }
+
+
+class Refused(Exception):
+    """A precondition does not hold: the step is refused and nothing is changed."""
+
+
+@dataclass
+class Executor:
+    """Runs node steps for pods of this node."""
+
+    settings: AgentSettings
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    plugins: Callable[[], dict[str, Plugin]] | None = None
+
+    # --- shared checks -------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        return normalise(self.settings.kubelet_root) or self.settings.kubelet_root
+
+    def _table(self) -> MountTable:
+        return read_mount_table(self.settings.mountinfo)
+
+    def _select(self, uid: str, target: str, derived: list[str], what: str) -> list[str]:
+        """The derived paths the target selects: all for "" or the pod dir, else the one
+        derived path equal to it (plus those below it). Anything else is refused."""
+        wanted = normalise(target) if target else ""
+        if wanted is None:
+            raise Refused(f"target {target!r} is not a normalised absolute path")
+        if wanted in ("", pod_dir(self.root, uid)):
+            return derived
+        if wanted not in derived:
+            raise Refused(
+                f"target {target!r} is not one of the {what} the agent derived for pod {uid}"
+            )
+        return [p for p in derived if p == wanted or p.startswith(wanted + "/")]
+
+    def _check_pod(self, uid: str) -> None:
+        containers, source = pod_containers(
+            self.settings.host_proc, uid, self.settings.cri_socket, self.settings.grpc_timeout_s
+        )
+        if containers is None:
+            raise Refused("cannot tell whether containers of the pod still run")
+        running = [c.id or c.name for c in containers if c.state == "running"]
+        if running:
+            raise Refused(f"containers of the pod still run ({source}): {', '.join(running)}")
+
+    def _check_mount(self, uid: str, mount: Mount) -> None:
+        path = mount.mount_point
+        if not is_pod_volume_path(path, self.root, uid):
+            raise Refused(f"{path} is not under this pod's volumes/ or volume-subpaths/")
+        try:
+            check_path(path, is_mount_point=True)
+        except UnsafePath as exc:
+            raise Refused(f"unsafe path: {exc}") from None
+        holders = find_holders(self.settings.host_proc, [mount])
+        if holders:
+            names = ", ".join(f"pid {h.pid} ({h.comm}) via {h.via}" for h in holders)
+            raise Refused(f"{path} is held: {names}")
+
+    def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
+        log.info("%s %s: %s — %s", action, target or "(pod)", result, message)
+        return StepResult(action, target, result, message, rfc3339(self.clock()))
+
+    # --- entry point ---------------------------------------------------------------
+
+    def run_step(
+        self, uid: str, action: str, target: str = "", *, dry_run: bool, lazy_unmount: bool
+    ) -> StepResult:
+        """Run one node step; never raises for a bad step or a failed precondition."""
+        actions: dict[str, Callable[[str, str, bool], str]] = {
+            "replay-unpublish": self.replay_unpublish,
+            "unmount": lambda u, t, d: self.unmount(u, t, d, lazy=lazy_unmount),
+            "rmdir-stale": self.rmdir_stale,
+            "restart-kubelet": self.restart_kubelet,
+        }
+        fn = actions.get(action)
+        if fn is None:
+            return self._result(action, target, REFUSED, f"{action!r} is not a node action")
+        try:
+            message = fn(uid, target, dry_run)
+        except Refused as exc:
+            return self._result(action, target, REFUSED, str(exc))
+        except Exception as exc:  # the step failed; report, never crash the agent
+            log.exception("%s failed", action)
+            return self._result(action, target, FAILED, f"{type(exc).__name__}: {exc}")
+        return self._result(action, target, DRY_RUN if dry_run else SUCCEEDED, message)
+
+    # --- unmount -------------------------------------------------------------------
+
+    def unmount(self, uid: str, target: str, dry_run: bool, *, lazy: bool = False) -> str:
+        """Unmount the pod's volume/subpath mounts (deepest first); plain umount, lazy
+        (MNT_DETACH) only if `lazy` and the plain one failed with EBUSY; never MNT_FORCE."""
+        mounts = self._table().pod_mounts(self.root, uid)
+        points = list(dict.fromkeys(m.mount_point for m in mounts))
+        selected = self._select(uid, target, points, "mount points")
+        todo = [m for m in mounts if m.mount_point in selected]
+        if not todo:
+            return "nothing of this pod is mounted"
+        self._check_pod(uid)
+        for mount in todo:
+            self._check_mount(uid, mount)
+        if dry_run:
+            return "would unmount " + ", ".join(m.mount_point for m in todo)
+        done = []
+        for mount in todo:
+            fresh = {m.mount_id: m for m in self._table().pod_mounts(self.root, uid)}
+            if mount.mount_id not in fresh:
+                continue  # gone meanwhile
+            self._check_pod(uid)
+            self._check_mount(uid, fresh[mount.mount_id])
+            try:
+                umount2(mount.mount_point)
+                done.append(mount.mount_point)
+            except OSError as exc:
+                if not (lazy and exc.errno == errno.EBUSY):
+                    raise
+                umount2(mount.mount_point, MNT_DETACH)
+                done.append(f"{mount.mount_point} (lazy)")
+        left = {m.mount_id for m in self._table().mounts} & {m.mount_id for m in todo}
+        if left:
+            raise RuntimeError(f"still mounted after unmount: mount ids {sorted(left)}")
+        return "unmounted " + ", ".join(done)
+
+    # --- rmdir-stale ---------------------------------------------------------------
+
+    def rmdir_stale(self, uid: str, target: str, dry_run: bool) -> str:
+        """Remove the pod's empty volume directories, deepest first, never recursively and
+        never through a symlink; also the kubelet's own `vol_data.json` of a CSI volume
+        whose `mount` dir is gone (the kubelet deletes it the same way). `volumes/` itself
+        and everything above it stay."""
+        table = self._table()
+        dirs = [d.path for d in volume_dirs(self.root, uid, table.mount_points())]
+        subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
+        candidates = [*dirs, subpaths] if os.path.isdir(subpaths) else dirs
+        selected = self._select(uid, target, candidates, "volume directories")
+        selected.sort(key=lambda p: -depth(p))
+        if not selected:
+            return "no volume directories left"
+        if dry_run:
+            return "would remove the empty ones of " + ", ".join(selected)
+        removed, kept = [], []
+        for path in selected:
+            if self._rmdir_one(uid, path):
+                removed.append(path)
+            else:
+                kept.append(path)
+        if kept:
+            raise RuntimeError(f"not empty, kept: {', '.join(kept)}; removed: {len(removed)}")
+        return f"removed {len(removed)} empty directories"
+
+    def _rmdir_one(self, uid: str, path: str) -> bool:
+        table = self._table()
+        inside = [m.mount_point for m in table.mounts if m.mount_point.startswith(path + "/")]
+        if path in table.mount_points() or inside:
+            raise Refused(f"{path} is (or contains) a mount point")
+        subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
+        if not (is_pod_volume_path(path, self.root, uid) or path == subpaths):
+            raise Refused(f"{path} is not a volume directory of pod {uid}")
+        try:
+            with parent_fd(path) as (fd, name):
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode):
+                    raise Refused(f"{path} is not a directory (symlinks are never followed)")
+                self._remove_vol_data(uid, path, name, fd)
+                os.rmdir(name, dir_fd=fd)
+        except FileNotFoundError:
+            return True
+        except UnsafePath as exc:
+            raise Refused(f"unsafe path: {exc}") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+        return True
+
+    def _remove_vol_data(self, uid: str, path: str, name: str, parent: int) -> None:
+        info = classify(path, self.root, uid)
+        if info is None or info.plugin != CSI_PLUGIN or info.rest or info.kind != "volume":
+            return
+        dfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=parent)
+        try:
+            entries = set(os.listdir(f"/proc/self/fd/{dfd}"))
+            if entries != {VOL_DATA}:
+                return  # `mount` (or anything else) still there: leave it all
+            st = os.stat(VOL_DATA, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(VOL_DATA, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    # --- replay-unpublish ----------------------------------------------------------
+
+    def replay_unpublish(self, uid: str, target: str, dry_run: bool) -> str:
+        """NodeUnpublishVolume for the pod's mounted CSI volumes (then NodeUnstageVolume
+        where the staging mount is used by no other pod), as the kubelet would."""
+        from unstick.agent.replay import replay_volume
+
+        table = self._table()
+        csi = [
+            m
+            for m in table.pod_mounts(self.root, uid)
+            if (c := classify(m.mount_point, self.root, uid)) and c.csi_volume and c.rest == "mount"
+        ]
+        points = list(dict.fromkeys(m.mount_point for m in csi))
+        selected = self._select(uid, target, points, "CSI target paths")
+        if not selected:
+            return "no CSI volume of this pod is mounted"
+        self._check_pod(uid)
+        plugins = (self.plugins or self._registered)()
+        messages = []
+        for path in selected:
+            mount = next(m for m in csi if m.mount_point == path)
+            self._check_mount(uid, mount)
+            messages.append(replay_volume(self, uid, mount, plugins, dry_run))
+        return "; ".join(messages)
+
+    def _registered(self) -> dict[str, Plugin]:
+        return registered_plugins(self.settings.registry_dir, self.settings.grpc_timeout_s)
+
+    def read_vol_data(self, volume_dir: str) -> dict[str, str]:
+        """The kubelet's `vol_data.json` of a CSI volume dir, read without following symlinks."""
+        path = os.path.join(volume_dir, VOL_DATA)
+        try:
+            with parent_fd(path) as (fd, name):
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                with os.fdopen(ffd, encoding="utf-8") as f:
+                    data = json.loads(f.read(65536))
+        except (OSError, UnsafePath, ValueError) as exc:
+            raise Refused(f"cannot read {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise Refused(f"{path}: not a JSON object")
+        for key in ("volumeHandle", "driverName"):
+            if not isinstance(data.get(key), str) or not data[key]:
+                raise Refused(f"{path}: {key} missing or not a string")
+        return {k: v for k, v in data.items() if isinstance(v, str)}
+
+    # --- restart-kubelet -----------------------------------------------------------
+
+    def restart_kubelet(self, uid: str, target: str, dry_run: bool) -> str:
+        """Restart the kubelet with the configured host command, at most once an hour."""
+        return restart_kubelet(self.settings, self.clock(), dry_run)

@@ -1,0 +1,52 @@
+"""The agent's settings: one frozen dataclass, built from the command line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_RESTART_KUBELET = (
+    "nsenter",
+    "-t",
+    "1",
+    "-m",
+    "-u",
+    "-i",
+    "-n",
+    "-p",
+    "--",
+    "systemctl",
+    "restart",
+    "kubelet",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """Where the agent finds the host's facts and how it talks to the host.
+
+    `kubelet_root` must be the real path (no symlink component): mountinfo reports real
+    paths, and the executor refuses any path with a symlink component.
+    """
+
+    node_name: str
+    kubelet_root: str = "/var/lib/kubelet"
+    host_proc: str = "/host/proc"
+    mountinfo_path: str = ""  # default: <host_proc>/1/mountinfo
+    plugins_registry: str = ""  # default: <kubelet_root>/plugins_registry
+    cri_socket: str | None = None
+    kubelet_healthz: str = "http://127.0.0.1:10248/healthz"
+    grpc_timeout_s: float = 5.0
+    restart_kubelet_command: tuple[str, ...] = DEFAULT_RESTART_KUBELET
+    restart_kubelet_min_interval_s: float = 3600.0
+    state_dir: str = "/var/lib/unstick-agent"
+
+    @property
+    def mountinfo(self) -> str:
+        """The mount table the agent reads (the host's, by default PID 1's)."""
+        return self.mountinfo_path or os.path.join(self.host_proc, "1", "mountinfo")
+
+    @property
+    def registry_dir(self) -> str:
+        """The kubelet's plugin registration directory."""
+        return self.plugins_registry or os.path.join(self.kubelet_root, "plugins_registry")
