@@ -1,0 +1,177 @@
+"""RemediationPolicy (docs/contracts.md): which actions are permitted, and the knobs.
+
+`parse_policy` accepts the whole object (apiVersion/kind/metadata/spec) or just its
+`spec`, and rejects anything it does not understand with a PolicyError naming the
+field, e.g. `spec.rateLimits.nodePerMinute: must be a non-negative integer`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from unstick.core import fields as f
+from unstick.core.diagnosis import DiagnosisSettings
+from unstick.core.vocabulary import Action
+
+KIND = "RemediationPolicy"
+API_VERSION = "unstick.dev/v1alpha1"
+
+#: Permitted when a policy has no `actions` key: only observing (safe by default).
+DEFAULT_ACTIONS: frozenset[Action] = frozenset({Action.OBSERVE})
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_FINALIZER = re.compile(
+    rf"^(?=.{{1,253}}/)({_DNS_LABEL})(\.{_DNS_LABEL})*/([A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?)$"
+)
+
+SPEC_KEYS = (
+    "dryRun",
+    "actions",
+    "slackSeconds",
+    "nodeLostAfterSeconds",
+    "probeMaxAgeSeconds",
+    "finalizerAllowlist",
+    "rateLimits",
+    "lazyUnmount",
+)
+RATE_KEYS = ("clusterPerMinute", "nodePerMinute")
+
+
+class PolicyError(f.FieldError):
+    """The policy cannot be used; `field` is e.g. `spec.actions[2]`."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    cluster_per_minute: int = 30
+    node_per_minute: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationPolicy:
+    name: str = "default"
+    dry_run: bool = True
+    actions: frozenset[Action] = DEFAULT_ACTIONS
+    slack_seconds: float = 60.0
+    node_lost_after_seconds: float = 300.0
+    probe_max_age_seconds: float = 120.0
+    finalizer_allowlist: tuple[str, ...] = ()
+    rate_limits: RateLimits = field(default_factory=RateLimits)
+    lazy_unmount: bool = False
+
+    def permits(self, action: Action) -> bool:
+        """Observing is always permitted; every other action only when listed."""
+        return action is Action.OBSERVE or action in self.actions
+
+    @property
+    def settings(self) -> DiagnosisSettings:
+        return DiagnosisSettings(
+            slack_s=self.slack_seconds,
+            node_lost_after_s=self.node_lost_after_seconds,
+            probe_max_age_s=self.probe_max_age_seconds,
+        )
+
+
+def is_qualified_finalizer(name: str) -> bool:
+    """`domain/name`, as Kubernetes validates a qualified finalizer name."""
+    return bool(_FINALIZER.match(name))
+
+
+def _seconds(spec: Mapping[str, object], key: str, default: float) -> float:
+    value = spec.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise f.FieldError(f"spec.{key}", "must be a non-negative number of seconds")
+    return float(value)
+
+
+def _count(obj: Mapping[str, object], key: str, where: str, default: int) -> int:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise f.FieldError(f"{where}.{key}", "must be a non-negative integer")
+    return value
+
+
+def _flag(spec: Mapping[str, object], key: str, default: bool) -> bool:
+    value = spec.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise f.FieldError(f"spec.{key}", "must be true or false")
+    return value
+
+
+def _unknown_keys(obj: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
+    for key in obj:
+        if key not in known:
+            raise f.FieldError(f"{where}.{key}", f"unknown field (known: {', '.join(known)})")
+
+
+def _actions(spec: Mapping[str, object]) -> frozenset[Action]:
+    if spec.get("actions") is None:
+        return DEFAULT_ACTIONS
+    known = [a.value for a in Action]
+    out = set()
+    for i, raw in enumerate(f.as_list(spec["actions"], "spec.actions")):
+        if raw not in known:
+            raise f.FieldError(
+                f"spec.actions[{i}]", f"unknown action {raw!r} (known: {', '.join(known)})"
+            )
+        out.add(Action(raw))
+    return frozenset(out)
+
+
+def _allowlist(spec: Mapping[str, object]) -> tuple[str, ...]:
+    names = f.string_list(spec, "finalizerAllowlist", "spec")
+    for i, name in enumerate(names):
+        if not is_qualified_finalizer(name):
+            raise f.FieldError(
+                f"spec.finalizerAllowlist[{i}]",
+                f"{name!r} is not a qualified finalizer name "
+                "(domain/name, e.g. example.com/cleanup)",
+            )
+    return names
+
+
+def _parse(obj: object) -> RemediationPolicy:
+    top = f.as_object(obj, "policy")
+    name = "default"
+    if "spec" in top or "kind" in top or "apiVersion" in top:
+        kind = top.get("kind")
+        if kind is not None and kind != KIND:
+            raise f.FieldError("kind", f"must be {KIND}, got {kind!r}")
+        meta = f.opt_object(top, "metadata", "")
+        name = f.opt_string(meta, "name", "metadata") or name
+        spec = f.opt_object(top, "spec", "")
+    else:
+        spec = top
+    _unknown_keys(spec, SPEC_KEYS, "spec")
+    rates = f.opt_object(spec, "rateLimits", "spec")
+    _unknown_keys(rates, RATE_KEYS, "spec.rateLimits")
+    return RemediationPolicy(
+        name=name,
+        dry_run=_flag(spec, "dryRun", True),
+        actions=_actions(spec),
+        slack_seconds=_seconds(spec, "slackSeconds", 60.0),
+        node_lost_after_seconds=_seconds(spec, "nodeLostAfterSeconds", 300.0),
+        probe_max_age_seconds=_seconds(spec, "probeMaxAgeSeconds", 120.0),
+        finalizer_allowlist=_allowlist(spec),
+        rate_limits=RateLimits(
+            cluster_per_minute=_count(rates, "clusterPerMinute", "spec.rateLimits", 30),
+            node_per_minute=_count(rates, "nodePerMinute", "spec.rateLimits", 5),
+        ),
+        lazy_unmount=_flag(spec, "lazyUnmount", False),
+    )
+
+
+def parse_policy(obj: object) -> RemediationPolicy:
+    """Read a RemediationPolicy object (or just its spec); raises PolicyError naming the field."""
+    try:
+        return _parse(obj)
+    except f.FieldError as err:
+        raise PolicyError(err.field, err.message) from None

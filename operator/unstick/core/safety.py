@@ -1,0 +1,187 @@
+"""The six safety invariants of DESIGN §3 as predicates.
+
+The planner uses them to build a plan, and the executors (controller, agent) call them
+again right before acting, with facts re-read at that moment: state may have changed
+since the diagnosis. Each returns a Verdict: truthy when the action is safe, else it
+carries the reason to record as a refusal.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from unstick.core.kubelet_paths import CSI_PLUGIN, classify, is_pod_volume_path
+from unstick.core.vocabulary import Cause
+
+OPT_IN = "unstick.dev/remediate"
+RESTART_KUBELET_EVERY = timedelta(hours=1)
+_MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+SAFE = Verdict(True)
+
+
+def refuse(reason: str) -> Verdict:
+    return Verdict(False, reason)
+
+
+# 1. No node action without a fresh probe of that node.
+def fresh_probe(
+    probe_node: str | None,
+    probed_at: datetime | None,
+    node: str | None,
+    now: datetime,
+    max_age_s: float,
+) -> Verdict:
+    if probed_at is None or probe_node is None:
+        return refuse("no probe of the node: node-side state is unknown")
+    if node is None or probe_node != node:
+        return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
+    age = (now - probed_at).total_seconds()
+    if abs(age) > max_age_s:
+        return refuse(f"the probe of node {node} is {age:.0f}s old (probeMaxAge {max_age_s:g}s)")
+    return SAFE
+
+
+# 2. unmount only strictly under the pod's volume dirs, no holders, no running container.
+def unmount_safe(
+    mount_point: str, kubelet_root: str, uid: str, holders: int, containers_running: bool
+) -> Verdict:
+    if not is_pod_volume_path(mount_point, kubelet_root, uid):
+        return refuse(
+            f"{mount_point} is not strictly under pods/{uid}/volumes/ or volume-subpaths/"
+        )
+    if holders:
+        return refuse(f"{mount_point} is held by {holders} process(es)")
+    if containers_running:
+        return refuse("a container of the pod is still running")
+    return SAFE
+
+
+def rmdir_safe(path: str, kubelet_root: str, uid: str, empty: bool | None) -> Verdict:
+    """rmdir-stale: only the pod's volume dirs, only when empty (never a recursive delete)."""
+    if not is_pod_volume_path(path, kubelet_root, uid):
+        return refuse(f"{path} is not strictly under pods/{uid}/volumes/ or volume-subpaths/")
+    if empty is False:
+        return refuse(f"{path} is not empty: unstick never deletes data")
+    return SAFE
+
+
+def replay_unpublish_safe(
+    target: str, kubelet_root: str, uid: str, driver_registered: bool | None
+) -> Verdict:
+    """replay-unpublish: only a CSI publish target of this pod, only with a registered driver."""
+    c = classify(target, kubelet_root, uid)
+    if c is None or c.kind != "volume" or c.plugin != CSI_PLUGIN:
+        return refuse(f"{target} is not a CSI volume target of pod {uid}")
+    if driver_registered is not True:
+        return refuse(f"the CSI driver of {target} is not registered on the node")
+    return SAFE
+
+
+# 3. force-delete only for NodeGone, fenced NodeUnreachable, or nothing of the pod left.
+def force_delete_safe(
+    cause: Cause, fenced: bool | None, nothing_left: bool, probe_fresh: bool
+) -> Verdict:
+    if cause is Cause.NodeGone:
+        return SAFE
+    if cause is Cause.NodeUnreachable:
+        if fenced:
+            return SAFE
+        return refuse(
+            "the node is not fenced (no node.kubernetes.io/out-of-service taint): the pod may "
+            "still run there (split-brain risk)"
+        )
+    if nothing_left and probe_fresh:
+        return SAFE
+    return refuse(
+        "the node is not gone or fenced, and no fresh probe shows that nothing of the pod is "
+        "left on it"
+    )
+
+
+# 4. remove-finalizer only for finalizers on the policy's allowlist (empty by default).
+def finalizer_allowed(finalizer: str, allowlist: tuple[str, ...] | frozenset[str]) -> Verdict:
+    if finalizer in allowlist:
+        return SAFE
+    return refuse(f"finalizer {finalizer} is not on the policy's finalizerAllowlist")
+
+
+# 5. Nothing happens to a pod that has not opted in.
+def opted_in(
+    annotations: Mapping[str, str],
+    namespace_labels: Mapping[str, str] | None,
+    policy_name: str,
+) -> Verdict:
+    """Opt-in by pod annotation `unstick.dev/remediate` ("true" or this policy's name),
+    or by namespace label `unstick.dev/remediate=true` (None: labels unknown)."""
+    value = annotations.get(OPT_IN)
+    if value is not None and value in ("true", policy_name):
+        return SAFE
+    if namespace_labels is not None and namespace_labels.get(OPT_IN) == "true":
+        return SAFE
+    if value is not None:
+        return refuse(
+            f"pod has not opted in: annotation {OPT_IN}={value!r} names neither 'true' nor "
+            f"policy {policy_name!r}"
+        )
+    return refuse(f"pod has not opted in (annotation {OPT_IN} or namespace label)")
+
+
+# 6. Rate limits: cluster-wide and per node, actions per minute.
+@dataclass
+class RateLimiter:
+    """Sliding one-minute windows. Pure: the caller passes `now`."""
+
+    cluster_per_minute: int
+    node_per_minute: int
+    _cluster: deque[datetime] = field(default_factory=deque)
+    _nodes: dict[str, deque[datetime]] = field(default_factory=dict)
+
+    def _trim(self, window: deque[datetime], now: datetime) -> None:
+        while window and now - window[0] >= _MINUTE:
+            window.popleft()
+
+    def check(self, node: str | None, now: datetime) -> Verdict:
+        self._trim(self._cluster, now)
+        if len(self._cluster) >= self.cluster_per_minute:
+            return refuse(f"cluster rate limit: {self.cluster_per_minute} actions per minute")
+        if node is not None:
+            window = self._nodes.setdefault(node, deque())
+            self._trim(window, now)
+            if len(window) >= self.node_per_minute:
+                return refuse(
+                    f"rate limit of node {node}: {self.node_per_minute} actions per minute"
+                )
+        return SAFE
+
+    def record(self, node: str | None, now: datetime) -> None:
+        self._cluster.append(now)
+        if node is not None:
+            self._nodes.setdefault(node, deque()).append(now)
+
+    def acquire(self, node: str | None, now: datetime) -> Verdict:
+        """check() and, when allowed, record() in one step."""
+        verdict = self.check(node, now)
+        if verdict:
+            self.record(node, now)
+        return verdict
+
+
+def restart_kubelet_allowed(last_restart: datetime | None, now: datetime) -> Verdict:
+    """restart-kubelet: at most once per node per hour."""
+    if last_restart is not None and now - last_restart < RESTART_KUBELET_EVERY:
+        return refuse("the kubelet of this node was restarted less than an hour ago")
+    return SAFE
