@@ -3,15 +3,121 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
+EXIT_UNREADABLE = 2
+
+DESCRIPTION = """\
+Diagnose one pod stuck in Terminating from a snapshot bundle (see `unstick snapshot`),
+offline: prints the cause, the evidence, the plan and what is refused and why.
+
+Without --policy the plan is computed as if every action were permitted (the safety
+refusals still apply) and opt-in is not considered: it shows what could safely be done.
+With --policy, the policy's permitted actions, thresholds and finalizer allowlist apply,
+and a pod without the annotation unstick.dev/remediate ("true" or the policy's name) is
+treated as not opted in (namespace labels are not in a bundle, so they count as absent).
+
+Exit status: 0 with a diagnosis, 2 when the bundle or the policy cannot be read."""
+
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("diagnose", help="diagnose one pod offline from a snapshot bundle", description="diagnose one pod offline from a snapshot bundle")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "diagnose",
+        help="diagnose one pod offline from a snapshot bundle",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--snapshot",
+        required=True,
+        metavar="FILE",
+        help="snapshot bundle (JSON) from `unstick snapshot`; '-' reads standard input",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="a RemediationPolicy (YAML or JSON), the whole object or just its spec",
+    )
+    p.add_argument(
+        "--output",
+        choices=("json", "text"),
+        default="text",
+        help="json: the DESIGN §6 report; text: for people (default)",
+    )
     p.set_defaults(command="diagnose")
 
 
+class _Unreadable(Exception):
+    pass
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as err:
+        raise _Unreadable(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise _Unreadable(f"cannot read {what} {path}: not UTF-8 text") from None
+
+
+def _load_bundle(path: str) -> object:
+    text = _read(path, "snapshot")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _Unreadable(
+            f"snapshot {path} is not valid JSON: line {err.lineno} column {err.colno}: {err.msg}"
+        ) from None
+
+
+def _load_policy(path: str) -> object:
+    import yaml
+
+    text = _read(path, "policy")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or "cannot parse"
+        raise _Unreadable(f"policy {path} is not valid YAML/JSON: {where}{problem}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    print("unstick diagnose: not implemented yet", file=sys.stderr)
-    return 1
+    from unstick.core.diagnosis import diagnose
+    from unstick.core.planner import plan
+    from unstick.core.policy import PolicyError, parse_policy
+    from unstick.core.report import to_report, to_text
+    from unstick.core.safety import opted_in
+    from unstick.core.snapshot import BundleError, parse_bundle
+
+    try:
+        facts = parse_bundle(_load_bundle(args.snapshot))
+        policy = parse_policy(_load_policy(args.policy)) if args.policy else None
+    except BundleError as err:
+        print(f"unstick diagnose: bad snapshot {args.snapshot}: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except PolicyError as err:
+        print(f"unstick diagnose: bad policy {args.policy}: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except _Unreadable as err:
+        print(f"unstick diagnose: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
+
+    if policy is None:
+        diagnosis = diagnose(facts)
+        result = plan(diagnosis, None)
+    else:
+        diagnosis = diagnose(facts, policy.settings)
+        consent = opted_in(facts.pod.annotations, None, policy.name)
+        result = plan(diagnosis, policy, opted_in=bool(consent))
+    if args.output == "json":
+        print(json.dumps(to_report(diagnosis, result), indent=2))
+    else:
+        print(to_text(diagnosis, result))
+    return 0
