@@ -1,17 +1,144 @@
-"""`unstick controller`: run the controller (Kopf operator)."""
+"""`unstick controller`: run the controller (Kopf operator + lean pod watcher)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 from typing import Any
+
+DESCRIPTION = """\
+Run the unstick controller. It watches pods with a lean paginated list+watch that keeps
+only terminating pods in memory, diagnoses every pod stuck past deletionTimestamp + slack,
+records a Remediation in the pod's namespace and posts one Event per diagnosis. For pods
+that opted in (annotation unstick.dev/remediate="true" or a policy name, or namespace label
+unstick.dev/remediate=true) it carries out the safe plan of the RemediationPolicy: API
+actions itself, node actions through the node agent. See docs/controller.md.
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("controller", help="run the controller (Kopf operator)", description="run the controller (Kopf operator)")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "controller",
+        help="run the controller (Kopf operator)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default: in-cluster service account, else $KUBECONFIG or "
+        "~/.kube/config)",
+    )
+    p.add_argument(
+        "--namespace-scope",
+        metavar="NS",
+        action="append",
+        default=[],
+        help="watch pods and Remediations only in this namespace; repeat for several "
+        "(default: all namespaces, cluster-wide)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9100,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: off; default 9100)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        default=8080,
+        metavar="PORT",
+        help="Kopf liveness endpoint on http://0.0.0.0:PORT/healthz (0: off; default 8080)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--peering",
+        metavar="NAME",
+        default="unstick",
+        help="Kopf peering name (ClusterKopfPeering) so only one replica is active "
+        "(default: unstick)",
+    )
+    mode.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering: for a single replica, tests and local runs",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=8,
+        metavar="N",
+        help="stuck pods reconciled at the same time (default 8)",
+    )
+    p.add_argument(
+        "--recheck-seconds",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="look again at a stuck pod nothing changed about after S seconds (default 300)",
+    )
+    p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.set_defaults(command="controller")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("unstick controller: not implemented yet", file=sys.stderr)
-    return 1
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.kubeconfig and not Path(args.kubeconfig).exists():
+        print(f"unstick controller: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return 2
+    for port_flag in ("metrics_port", "health_port"):
+        if not 0 <= getattr(args, port_flag) <= 65535:
+            print(
+                f"unstick controller: --{port_flag.replace('_', '-')} must be 0..65535",
+                file=sys.stderr,
+            )
+            return 2
+    if args.workers < 1:
+        print("unstick controller: --workers must be at least 1", file=sys.stderr)
+        return 2
+
+    import asyncio
+
+    import kopf
+
+    from unstick.controller.operator import ControllerSettings, State, build_registry, configure
+    from unstick.controller.reconciler import ReconcileSettings
+    from unstick.controller.runtime import RuntimeSettings
+    from unstick.kube.client import ClientSettings
+
+    namespaces = tuple(args.namespace_scope)
+    settings = ControllerSettings(
+        client=ClientSettings(kubeconfig=args.kubeconfig),
+        runtime=RuntimeSettings(
+            namespaces=namespaces,
+            workers=args.workers,
+            reconcile=ReconcileSettings(recheck_s=args.recheck_seconds),
+        ),
+        metrics_port=args.metrics_port,
+    )
+    kopf_settings = kopf.OperatorSettings()
+    configure(kopf_settings, args.verbose)
+    memo = kopf.Memo(state=State(settings=settings))
+    liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
+    try:
+        asyncio.run(
+            kopf.operator(
+                registry=build_registry(),
+                settings=kopf_settings,
+                standalone=args.standalone,
+                peering_name=None if args.standalone else args.peering,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                liveness_endpoint=liveness,
+                memo=memo,
+            )
+        )
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -44,12 +44,12 @@ def load_configuration(kubeconfig: str | None) -> kubernetes.client.Configuratio
     """Configuration from a kubeconfig file, or in-cluster (service account) when None."""
     config = kubernetes.client.Configuration()
     if kubeconfig:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)  # type: ignore[no-untyped-call]
         return config
     try:
-        kubernetes.config.load_incluster_config(client_configuration=config)
+        kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(client_configuration=config)
+        kubernetes.config.load_kube_config(client_configuration=config)  # type: ignore[no-untyped-call]
     return config
 
 
@@ -110,7 +110,7 @@ class Kube:
         )
 
     def close(self) -> None:
-        self.api.close()
+        self.api.close()  # type: ignore[no-untyped-call]
 
     # -- raw calls ---------------------------------------------------------------------
 
@@ -138,7 +138,7 @@ class Kube:
             *serialized, _request_timeout=timeout or self.settings.timeout_s
         )
         if not 200 <= response.status <= 299:
-            response.read()
+            response.read()  # type: ignore[no-untyped-call]
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response  # type: ignore[no-any-return]
 
@@ -158,7 +158,7 @@ class Kube:
             data = resp.data
             return json.loads(data) if data else {}
 
-        return self._retrying(once)  # type: ignore[no-any-return]
+        return self._retrying(once)
 
     def get(self, path: str, query: dict[str, Any] | None = None) -> JSON | None:
         """GET an object; None when it does not exist (404)."""

@@ -1,0 +1,81 @@
+"""Diagnosis inputs for ONE stuck pod, fetched on demand and shaped as a snapshot bundle.
+
+The controller builds exactly the bundle of DESIGN §6 (objects as the API returns them)
+and hands it to the core's bundle parser — one code path for `unstick diagnose` and the
+controller. Nothing here is fetched for pods that are not stuck.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from unstick.kube.client import JSON, Kube, pod_path
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _claim_names(pod: JSON) -> list[str]:
+    names = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        claim = (volume or {}).get("persistentVolumeClaim") or {}
+        if claim.get("claimName"):
+            names.append(claim["claimName"])
+    return names
+
+
+def fetch_pod(kube: Kube, namespace: str, name: str) -> JSON | None:
+    return kube.get(pod_path(namespace, name))
+
+
+def build_bundle(kube: Kube, pod: JSON, probe: Any, now: float) -> JSON:
+    """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or ""
+    node_name = (pod.get("spec") or {}).get("nodeName") or ""
+    node = kube.get(f"/api/v1/nodes/{quote(node_name, safe='')}") if node_name else None
+    csi_node = (
+        kube.get(f"/apis/storage.k8s.io/v1/csinodes/{quote(node_name, safe='')}")
+        if node_name
+        else None
+    )
+    claims: list[JSON] = []
+    volumes: list[JSON] = []
+    for claim_name in _claim_names(pod):
+        claim = kube.get(
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/persistentvolumeclaims/"
+            f"{quote(claim_name, safe='')}"
+        )
+        if claim is None:
+            continue
+        claims.append(claim)
+        pv_name = (claim.get("spec") or {}).get("volumeName")
+        if pv_name:
+            pv = kube.get(f"/api/v1/persistentvolumes/{quote(pv_name, safe='')}")
+            if pv is not None:
+                volumes.append(pv)
+    attachments: list[JSON] = []
+    if volumes and node_name:
+        pv_names = {(pv.get("metadata") or {}).get("name") for pv in volumes}
+        for va in kube.list_all("/apis/storage.k8s.io/v1/volumeattachments"):
+            spec = va.get("spec") or {}
+            source = spec.get("source") or {}
+            if spec.get("nodeName") == node_name and source.get("persistentVolumeName") in pv_names:
+                attachments.append(va)
+    pod = {"apiVersion": "v1", "kind": "Pod", **pod}
+    return {
+        "apiVersion": "unstick.dev/v1alpha1",
+        "kind": "Snapshot",
+        "capturedAt": rfc3339(now),
+        "pod": pod,
+        "node": node,
+        "csiNode": csi_node,
+        "persistentVolumeClaims": claims,
+        "persistentVolumes": volumes,
+        "volumeAttachments": attachments,
+        "events": [],
+        "probe": probe or None,
+    }

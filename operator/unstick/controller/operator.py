@@ -1,0 +1,175 @@
+"""Kopf wiring: handlers only translate Kopf's world into calls on the Runtime.
+
+Kopf runs: the RemediationPolicy and Remediation watches, Node events, peering (one
+active replica), the liveness endpoint. Pods get NO Kopf handler at all: the lean
+watcher (unstick.kube.podwatch) feeds the controller, started by `on.startup` as a
+background task. Every handler here is `on.event`, which keeps no state on the objects
+and writes nothing to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from unstick.controller import metrics
+from unstick.controller.policies import PolicyBook
+from unstick.controller.runtime import Runtime, RuntimeSettings
+from unstick.kube.client import ClientSettings, Kube
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "unstick.dev", "v1alpha1"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    client: ClientSettings = field(default_factory=ClientSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    metrics_port: int = 9100  # 0: no metrics server
+
+
+@dataclass
+class State:
+    """What the handlers share (kept in Kopf's memo)."""
+
+    settings: ControllerSettings
+    policies: PolicyBook = field(default_factory=PolicyBook)
+    kube: Kube | None = None
+    runtime: Runtime | None = None
+    task: asyncio.Task[None] | None = None
+    agent_marks: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    node_marks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per handler)
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
+        state: State = memo.state
+        if state.kube is None:
+            state.kube = Kube(state.settings.client)
+        cfg = state.kube.configuration
+        header = cfg.get_api_key_with_prefix("BearerToken") or ""
+        scheme, _sep, token = header.partition(" ")
+        return kopf.ConnectionInfo(
+            server=cfg.host,
+            ca_path=cfg.ssl_ca_cert,
+            insecure=not cfg.verify_ssl,
+            scheme=scheme if token else None,
+            token=token or (scheme or None),
+            certificate_path=cfg.cert_file,
+            private_key_path=cfg.key_file,
+        )
+
+    @kopf.on.startup(registry=registry)
+    async def startup(memo: Any, **_: Any) -> None:
+        state: State = memo.state
+        if state.kube is None:
+            state.kube = Kube(state.settings.client)
+        if state.settings.metrics_port:
+            metrics.serve(state.settings.metrics_port)
+        state.runtime = Runtime(state.kube, state.policies, state.settings.runtime)
+        state.task = asyncio.create_task(state.runtime.run(), name="unstick lean pod watcher")
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(memo: Any, **_: Any) -> None:
+        state: State = memo.state
+        if state.task is not None:
+            state.task.cancel()
+            try:
+                await state.task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    @kopf.on.event(GROUP, VERSION, "remediationpolicies", registry=registry)
+    async def policy_event(
+        type: str, body: Any, name: str, memo: Any, logger: Any, **_: Any
+    ) -> None:
+        state: State = memo.state
+        if type == "DELETED":
+            state.policies.remove(name)
+        else:
+            raw = {"spec": dict(body.get("spec") or {})}
+            error = state.policies.update(name, raw)
+            if error:
+                logger.error(
+                    "RemediationPolicy %s is invalid and will not be used: %s", name, error
+                )
+            await asyncio.to_thread(_write_validity, state, name, dict(body), error)
+        if state.runtime is not None:
+            state.runtime.policies_changed()
+
+    @kopf.on.event(GROUP, VERSION, "remediations", registry=registry)
+    def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
+        state: State = memo.state
+        uid = (body.get("spec") or {}).get("podUID")
+        if not uid or state.runtime is None:
+            return
+        if type == "DELETED":
+            state.agent_marks.pop(uid, None)
+            return
+        status = body.get("status") or {}
+        mark = ((status.get("probe") or {}).get("probedAt"), status.get("nodeStepsDoneAt"))
+        if state.agent_marks.get(uid) != mark:
+            state.agent_marks[uid] = mark
+            if any(mark):
+                state.runtime.poke(uid)
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def node_event(type: str, body: Any, name: str, memo: Any, **_: Any) -> None:
+        state: State = memo.state
+        if state.runtime is None:
+            return
+        if type == "DELETED":
+            state.node_marks.pop(name, None)
+            state.runtime.poke_node(name)
+            return
+        conditions = (body.get("status") or {}).get("conditions") or []
+        ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+        taints = tuple(
+            sorted(t.get("key", "") for t in (body.get("spec") or {}).get("taints") or [])
+        )
+        mark = (ready, taints)
+        if state.node_marks.get(name) != mark:
+            state.node_marks[name] = mark
+            state.runtime.poke_node(name)
+
+    return registry
+
+
+def _write_validity(state: State, name: str, body: dict[str, Any], error: str | None) -> None:
+    """status.conditions[type=Valid] of a policy, written only when it changes."""
+    assert state.kube is not None
+    wanted = {
+        "type": "Valid",
+        "status": "False" if error else "True",
+        "reason": "InvalidSpec" if error else "Validated",
+        "message": error or "policy is valid",
+    }
+    current: dict[str, Any] = next(
+        (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Valid"),
+        {},
+    )
+    if all(current.get(k) == v for k, v in wanted.items()):
+        return
+    state.kube.request(
+        "PATCH",
+        f"/apis/{GROUP}/{VERSION}/remediationpolicies/{name}/status",
+        body={"status": {"conditions": [wanted]}},
+        content_type="application/merge-patch+json",
+    )
+
+
+def configure(settings: kopf.OperatorSettings, verbose: bool) -> None:
+    settings.posting.level = logging.WARNING  # Kopf posts only problems as Events
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.error_backoffs = [1, 2, 5, 10, 20]
+    if not verbose:
+        logging.getLogger("kopf").setLevel(logging.INFO)

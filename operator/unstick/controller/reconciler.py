@@ -1,0 +1,423 @@
+"""Reconcile ONE stuck pod: fetch inputs, diagnose, plan, record, act (at most one act).
+
+Blocking code, run in a worker thread per pod. `reconcile()` returns when to look at the
+pod again (epoch seconds) or None when nothing more is expected. Every change of state
+(pod, Remediation status from the agent, Node) also pokes the pod, so these times are
+only the deadlines: probe overdue, budget free again, slow re-check.
+
+Safety: an action happens only for an opted-in pod under a valid policy, only if the
+same step is still planned by a diagnosis of freshly read state right before acting,
+only if the Remediation does not already record it as succeeded (restarts never act
+twice), and only within the rate-limit budget; the API server guards again (uid
+precondition, JSON-patch test).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from unstick.controller import metrics, records
+from unstick.controller.inputs import build_bundle, fetch_pod, rfc3339
+from unstick.controller.policies import BUILTIN, NamespaceLabels, Policy, PolicyBook, opt_in
+from unstick.controller.ratelimit import ActionBudget
+from unstick.core import safety
+from unstick.core.diagnosis import Diagnosis, diagnose
+from unstick.core.planner import plan as make_plan
+from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
+from unstick.kube import actions
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod, parse_time
+
+log = logging.getLogger("unstick.decisions")
+
+RECHECK_AFTER_CONFLICT_S = 1.0
+MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSettings:
+    recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
+    reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    diagnosis: Diagnosis
+    steps: tuple[Any, ...]  # core planner Steps
+    refused: tuple[Any, ...]
+    policy: Policy
+    opted_in: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One reconcile pass over one pod: what it decided and what it has recorded."""
+
+    record: TerminatingPod
+    rem: JSON
+    dec: Decision
+    now: float
+    done: list[Any]  # status.actions, appended to during the pass
+    summary: dict[str, Any]  # the status keys every write carries
+
+
+def _summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
+    d = dec.diagnosis
+    return {
+        "cause": str(d.cause),
+        "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
+        "evidence": [{"kind": e.kind, "message": e.message} for e in d.evidence],
+        "plan": [
+            {"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps
+        ],
+        "refused": [{"action": str(r.action), "reason": r.reason} for r in dec.refused],
+        "optedIn": dec.opted_in,
+        "policy": dec.policy.name,
+    }
+
+
+class Reconciler:
+    def __init__(
+        self,
+        kube: Kube,
+        policies: PolicyBook,
+        namespaces: NamespaceLabels,
+        settings: ReconcileSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.policies = policies
+        self.namespaces = namespaces
+        self.settings = settings
+        self.clock = clock
+        self.budget = ActionBudget(BUILTIN.cluster_per_minute, BUILTIN.node_per_minute)
+        self.budget_lock = threading.Lock()
+        self.stuck = metrics.StuckPods()
+
+    # -- decisions --------------------------------------------------------------------
+
+    def decide(self, pod: JSON, probe: Any, now: float) -> Decision:
+        meta = pod.get("metadata") or {}
+        choice = opt_in(
+            (meta.get("annotations") or {}).get("unstick.dev/remediate"),
+            self.namespaces.get(meta.get("namespace") or ""),
+        )
+        policy, problem = self.policies.lookup(choice.policy_name)
+        opted_in, why = choice.opted_in, choice.why
+        if policy is None:
+            policy, opted_in = BUILTIN, False
+            why = f"{why}; observe only: {problem}" if choice.opted_in else why
+        diagnosis = diagnose(
+            parse_bundle(build_bundle(self.kube, pod, probe, now)), policy.diagnosis_settings
+        )
+        planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
+        return Decision(
+            diagnosis, tuple(planned.steps), tuple(planned.refused), policy, opted_in, why
+        )
+
+    # -- one pass ---------------------------------------------------------------------
+
+    def reconcile(self, record: TerminatingPod) -> float | None:
+        now = self.clock()
+        pod = fetch_pod(self.kube, record.namespace, record.name)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != record.uid:
+            self.resolve(record)
+            return None
+        name = records.remediation_name(record.name, record.uid)
+        rem = records.get_remediation(self.kube, record.namespace, name)
+        status = (rem or {}).get("status") or {}
+        try:
+            decision = self.decide(pod, status.get("probe"), now)
+        except BundleError as exc:
+            log.warning("pod=%s uid=%s cannot diagnose: %s", record.key, record.uid, exc)
+            records.post_event(
+                self.kube, pod, "UnstickCannotDiagnose", str(exc), now_rfc3339=rfc3339(now)
+            )
+            return now + self.settings.recheck_s
+        d = decision.diagnosis
+        if not d.stuck:
+            return record.deletion_timestamp + decision.policy.slack_s
+        if rem is None:
+            metrics.DETECTION_LAG.observe(
+                max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
+            )
+            rem = records.create_remediation(
+                self.kube,
+                record.namespace,
+                record.name,
+                record.uid,
+                node=record.node,
+                dry_run=decision.policy.dry_run,
+            )
+            status = rem.get("status") or {}
+        self.stuck.set(record.uid, record.namespace, str(d.cause))
+        if status.get("cause") != str(d.cause):
+            self._announce(pod, record, decision, now)
+        with self.budget_lock:
+            self.budget.reconfigure(
+                decision.policy.cluster_per_minute, decision.policy.node_per_minute
+            )
+        return self._advance(pod, record, rem, decision, now)
+
+    def _announce(self, pod: JSON, record: TerminatingPod, dec: Decision, now: float) -> None:
+        d = dec.diagnosis
+        planned = ", ".join(str(s.action) for s in dec.steps) or "observe"
+        evidence = "; ".join(e.message for e in d.evidence[:3])
+        mode = (
+            "dry run"
+            if dec.policy.dry_run and dec.opted_in
+            else ("remediating" if dec.opted_in else f"observing ({dec.why})")
+        )
+        message = f"stuck in Terminating: {d.cause}. {evidence}. Plan: {planned} — {mode}."
+        records.post_event(self.kube, pod, f"Stuck{d.cause}", message, now_rfc3339=rfc3339(now))
+        log.info(
+            "pod=%s uid=%s cause=%s action=diagnose result=%s plan=%s",
+            record.key,
+            record.uid,
+            d.cause,
+            mode,
+            planned,
+        )
+
+    # -- acting -----------------------------------------------------------------------
+
+    def _advance(
+        self, pod: JSON, record: TerminatingPod, rem: JSON, dec: Decision, now: float
+    ) -> float | None:
+        d = dec.diagnosis
+        status = rem.get("status") or {}
+        p = Pass(record, rem, dec, now, list(status.get("actions") or []), _summary(record, dec))
+        changing = [s for s in dec.steps if s.action != Action.OBSERVE]
+        if d.cause == Cause.Unknown and not d.probe_fresh and record.node:
+            return self._wait_for_probe(p)
+        if not changing:
+            self._count_once(p, Action.OBSERVE, "", "succeeded", "observed")
+            self._write(p, "Observing")
+            return now + self.settings.recheck_s
+        if dec.policy.dry_run:
+            for step in changing:
+                self._count_once(p, step.action, step.target, "dry_run", "dry run: nothing changed")
+            self._write(p, "DryRun")
+            return now + self.settings.recheck_s
+        step = next((s for s in changing if not _succeeded(p.done, s.action, s.target)), None)
+        if step is None:
+            self._write(p, "Remediating")
+            return now + self.settings.recheck_s
+        if step.action in NODE_ACTIONS:
+            return self._node_steps(p)
+        wait = self._take_budget(record.node, now)
+        if wait > 0:
+            self._write(p, "Remediating", waitingFor=f"rate limit ({wait:.1f}s)")
+            return now + wait
+        return self._act_on_api(p, step)
+
+    def _act_on_api(self, p: Pass, step: Any) -> float | None:
+        record = p.record
+        # Re-check right before acting: fresh pod, same uid, still terminating, same step.
+        pod = fetch_pod(self.kube, record.namespace, record.name)
+        meta = (pod or {}).get("metadata") or {}
+        if pod is None or meta.get("uid") != record.uid or not meta.get("deletionTimestamp"):
+            self.resolve(record)
+            return None
+        fresh = self.decide(pod, (p.rem.get("status") or {}).get("probe"), self.clock())
+        fd = fresh.diagnosis
+        still_planned = any(
+            s.action == step.action and s.target == step.target for s in fresh.steps
+        )
+        if (
+            fd.cause != p.dec.diagnosis.cause
+            or not still_planned
+            or not fresh.opted_in
+            or (fresh.policy.dry_run)
+        ):
+            log.info(
+                "pod=%s uid=%s cause=%s action=%s result=skipped: changed before acting",
+                record.key,
+                record.uid,
+                fd.cause,
+                step.action,
+            )
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        if step.action == Action.FORCE_DELETE:
+            verdict = safety.force_delete_safe(fd.cause, fd.fenced, fd.nothing_left, fd.probe_fresh)
+        else:
+            verdict = safety.finalizer_allowed(step.target, _allowlist(fresh))
+        if not verdict:
+            outcome = actions.Outcome("refused", verdict.reason)
+        elif step.action == Action.FORCE_DELETE:
+            outcome = actions.force_delete(self.kube, record.namespace, record.name, record.uid)
+        else:
+            finalizers = tuple(meta.get("finalizers") or ())
+            outcome = actions.remove_finalizer(
+                self.kube, record.namespace, record.name, finalizers, step.target
+            )
+        log.info(
+            "pod=%s uid=%s cause=%s action=%s target=%s result=%s %s",
+            record.key,
+            record.uid,
+            fd.cause,
+            step.action,
+            step.target,
+            outcome.result,
+            outcome.message,
+        )
+        if outcome.result == "conflict":
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        self._count_once(
+            p,
+            step.action,
+            step.target,
+            outcome.result,
+            outcome.message,
+            force=outcome.result == "failed",
+        )
+        self._write(p, "Remediating", waitingFor=None)
+        return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
+
+    def _node_steps(self, p: Pass) -> float | None:
+        """Hand node steps to the agent (spec.nodeSteps) and read its results back."""
+        spec = p.rem.get("spec") or {}
+        status = p.rem.get("status") or {}
+        steps = [
+            {"action": str(s.action), "target": s.target, "reason": s.reason}
+            for s in p.dec.steps
+            if s.action in NODE_ACTIONS
+        ]
+        requested = spec.get("nodeStepsRequestedAt")
+        done_at = status.get("nodeStepsDoneAt")
+        finished = bool(requested and done_at and parse_time(done_at) >= parse_time(requested))
+        if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
+            return self._wait_for_probe(p)
+        if requested and spec.get("nodeSteps") == steps and not finished:
+            self._write(p, "Remediating")
+            return parse_time(requested) + p.dec.policy.probe_max_age_s * 2
+        if finished:
+            for item in status.get("nodeActions") or []:
+                self._count_once(
+                    p,
+                    item.get("action"),
+                    item.get("target", ""),
+                    item.get("result", "failed"),
+                    item.get("message", ""),
+                    by="agent",
+                )
+        wait = 0.0
+        for _ in steps:
+            wait = max(wait, self._take_budget(p.record.node, p.now))
+        if wait > 0:
+            self._write(p, "Remediating", waitingFor=f"rate limit ({wait:.1f}s)")
+            return p.now + wait
+        records.patch_spec(
+            self.kube,
+            p.rem,
+            {
+                "nodeSteps": steps,
+                "nodeStepsRequestedAt": rfc3339(p.now),
+                "dryRun": False,
+                "lazyUnmount": p.dec.policy.lazy_unmount,
+            },
+        )
+        log.info(
+            "pod=%s uid=%s cause=%s action=%s result=requested-from-agent",
+            p.record.key,
+            p.record.uid,
+            p.dec.diagnosis.cause,
+            ",".join(s["action"] for s in steps),
+        )
+        self._write(p, "Remediating")
+        return p.now + p.dec.policy.probe_max_age_s * 2
+
+    def _wait_for_probe(self, p: Pass) -> float:
+        requested = (p.rem.get("spec") or {}).get("probeRequestedAt")
+        asked = parse_time(requested) if requested else None
+        if asked is None or p.now - asked >= self.settings.reprobe_s:
+            records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
+            asked = p.now
+        deadline = asked + p.dec.policy.probe_max_age_s
+        if p.now < deadline:
+            self._write(p, "WaitingForAgent")
+            return deadline
+        # No fresh probe in time: node state is unknown — observe only (DESIGN §2).
+        self._count_once(
+            p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
+        )
+        self._write(p, "Observing")
+        return asked + self.settings.reprobe_s
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _take_budget(self, node: str, now: float) -> float:
+        with self.budget_lock:
+            return self.budget.try_acquire(node or "(none)", now)
+
+    def _count_once(
+        self,
+        p: Pass,
+        action: Any,
+        target: str,
+        result: str,
+        message: str,
+        *,
+        by: str = "controller",
+        force: bool = False,
+    ) -> None:
+        """Append to status.actions and count the metric, once per (action, target, result)."""
+        entry = {"action": str(action), "target": target, "result": result}
+        if not force and any(all(a.get(k) == v for k, v in entry.items()) for a in p.done):
+            return
+        p.done.append({**entry, "message": message, "time": rfc3339(p.now), "by": by})
+        del p.done[:-MAX_RECORDED_ACTIONS]
+        metrics.REMEDIATIONS.labels(str(action), str(p.dec.diagnosis.cause), result).inc()
+
+    def _write(self, p: Pass, phase: str, **extra: Any) -> None:
+        self._patch(p.rem, {**p.summary, "phase": phase, "actions": p.done, **extra})
+
+    def _patch(self, rem: JSON, desired: dict[str, Any]) -> None:
+        """Status merge patch of only the keys whose value differs."""
+        current = rem.get("status") or {}
+        changed = {k: v for k, v in desired.items() if current.get(k) != v}
+        if changed:
+            rem["status"] = {**current, **changed}
+            records.patch_status(self.kube, rem, changed)
+
+    def resolve(self, record: TerminatingPod) -> None:
+        """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
+        now = self.clock()
+        self.stuck.forget(record.uid)
+        name = records.remediation_name(record.name, record.uid)
+        rem = records.get_remediation(self.kube, record.namespace, name)
+        if rem is None or (rem.get("spec") or {}).get("podUID") != record.uid:
+            return
+        status = rem.get("status") or {}
+        if status.get("phase") == "Resolved":
+            return
+        # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
+        metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+        self._patch(rem, {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None})
+        log.info(
+            "pod=%s uid=%s cause=%s action=resolve result=pod-gone after %.1fs",
+            record.key,
+            record.uid,
+            status.get("cause"),
+            now - record.deletion_timestamp,
+        )
+
+
+def _succeeded(done: list[Any], action: Any, target: str) -> bool:
+    return any(
+        a.get("action") == str(action)
+        and a.get("target") == target
+        and a.get("result") == "succeeded"
+        for a in done
+    )
+
+
+def _allowlist(dec: Decision) -> tuple[str, ...]:
+    parsed = dec.policy.parsed
+    return tuple(getattr(parsed, "finalizer_allowlist", ()) or ())

@@ -1,0 +1,117 @@
+"""Writes of the controller: Remediation objects (spec + status) and Events on pods.
+
+One Remediation per stuck pod (docs/contracts.md). Status is written with a JSON merge
+patch on the status subresource touching only the controller's keys; the agent writes
+`probe`, `nodeActions` and `nodeStepsDoneAt` the same way. Events on the pod are creates
+of Event objects — the pod itself is never written.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from unstick.kube.client import JSON, Kube, remediation_path
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "unstick.dev/v1alpha1"
+NODE_LABEL = "unstick.dev/node"
+UID_LABEL = "unstick.dev/pod-uid"
+COMPONENT = "unstick-controller"
+
+
+def remediation_name(pod_name: str, uid: str) -> str:
+    return f"{pod_name[:53]}-{uid[:8]}"
+
+
+def get_remediation(kube: Kube, namespace: str, name: str) -> JSON | None:
+    return kube.get(remediation_path(namespace, name))
+
+
+def create_remediation(
+    kube: Kube, namespace: str, pod_name: str, uid: str, *, node: str, dry_run: bool
+) -> JSON:
+    name = remediation_name(pod_name, uid)
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "Remediation",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {NODE_LABEL: node or "none", UID_LABEL: uid},
+        },
+        "spec": {"podName": pod_name, "podUID": uid, "nodeName": node, "dryRun": dry_run},
+    }
+    try:
+        return kube.request("POST", remediation_path(namespace), body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    existing = get_remediation(kube, namespace, name)
+    if existing is None:  # created and deleted in between: try once more
+        return kube.request("POST", remediation_path(namespace), body=body)
+    return existing
+
+
+def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any]) -> JSON:
+    meta = rem["metadata"]
+    return kube.request(
+        "PATCH",
+        remediation_path(meta["namespace"], meta["name"]),
+        body={"spec": spec},
+        content_type="application/merge-patch+json",
+    )
+
+
+def patch_status(kube: Kube, rem: JSON, status: dict[str, Any]) -> JSON:
+    meta = rem["metadata"]
+    return kube.request(
+        "PATCH",
+        remediation_path(meta["namespace"], meta["name"]) + "/status",
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )
+
+
+def post_event(
+    kube: Kube,
+    pod: JSON,
+    reason: str,
+    message: str,
+    *,
+    event_type: str = "Warning",
+    now_rfc3339: str = "",
+) -> None:
+    """A core/v1 Event about the pod (best effort: a failure is logged, not raised)."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta.get('name', 'pod')}.{uuid.uuid4().hex[:12]}"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": namespace,
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1000],
+        "type": event_type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "firstTimestamp": now_rfc3339 or None,
+        "lastTimestamp": now_rfc3339 or None,
+        "count": 1,
+    }
+    try:
+        kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+    except Exception as exc:  # an Event is informative only
+        log.warning(
+            "could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc
+        )

@@ -1,0 +1,194 @@
+"""The controller's asyncio side: lean watcher → scheduler → reconcile workers.
+
+- The pod watcher thread reports terminating pods; each gets a due time in the scheduler
+  (deletionTimestamp + its policy's slack), so the loop wakes exactly when a pod becomes
+  stuck. No periodic full scans, no per-pod API timers.
+- A reconcile runs in a worker thread (the client is blocking), at most one at a time per
+  pod and `workers` in total; it returns the next due time for that pod.
+- `poke(uid)` (from Kopf handlers: agent wrote a probe or finished node steps; a Node
+  changed) makes a pod due now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from unstick.controller.policies import NamespaceLabels, PolicyBook
+from unstick.controller.reconciler import Reconciler, ReconcileSettings
+from unstick.controller.scheduler import Scheduler
+from unstick.kube.client import Kube
+from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    workers: int = 8
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+
+
+class Runtime:
+    def __init__(
+        self,
+        kube: Kube,
+        policies: PolicyBook,
+        settings: RuntimeSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube = kube
+        self.policies = policies
+        self.settings = settings
+        self.clock = clock
+        self.namespace_labels = NamespaceLabels(self._fetch_namespace_labels)
+        self.reconciler = Reconciler(
+            kube, policies, self.namespace_labels, settings.reconcile, clock
+        )
+        self.scheduler = Scheduler()
+        self.pods: dict[str, TerminatingPod] = {}
+        self._running: set[str] = set()
+        self._again: set[str] = set()
+        self._wake = asyncio.Event()
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.workers, thread_name_prefix="reconcile"
+        )
+        self._slots = asyncio.Semaphore(settings.workers)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.watchers: list[PodWatcher] = []
+
+    def _fetch_namespace_labels(self, namespace: str) -> dict[str, str]:
+        ns = self.kube.get(f"/api/v1/namespaces/{namespace}")
+        return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+
+    # -- inputs -----------------------------------------------------------------------
+
+    def pod_changed(self, uid: str, record: TerminatingPod | None) -> None:
+        """From the watcher thread, via call_soon_threadsafe."""
+        if record is None:
+            gone = self.pods.pop(uid, None)
+            self.scheduler.cancel(uid)
+            if gone is not None:
+                self._spawn(self._resolve(gone))
+            return
+        known = uid in self.pods
+        self.pods[uid] = record
+        slack = self.policies.timing(_policy_name(record.remediate)).slack_s
+        due = record.deletion_timestamp + slack
+        if known:
+            due = max(due, self.clock())  # something changed: look again (once stuck)
+            self.scheduler.schedule_earliest(uid, due)
+        else:
+            self.scheduler.schedule(uid, due)
+        self._wake.set()
+
+    def poke(self, uid: str) -> None:
+        if uid in self.pods:
+            self.scheduler.schedule_earliest(uid, self.clock())
+            self._wake.set()
+
+    def poke_node(self, node: str) -> None:
+        for uid, record in self.pods.items():
+            if record.node == node:
+                self.poke(uid)
+
+    def policies_changed(self) -> None:
+        """Slack may have changed: recompute every pod's first due time."""
+        for uid, record in self.pods.items():
+            slack = self.policies.timing(_policy_name(record.remediate)).slack_s
+            self.scheduler.schedule_earliest(uid, record.deletion_timestamp + slack)
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        namespaces = self.settings.namespaces or (None,)
+        for ns in namespaces:
+            settings = WatchSettings(
+                namespace=ns,
+                page_size=self.settings.watch.page_size,
+                watch_timeout_s=self.settings.watch.watch_timeout_s,
+            )
+            watcher = PodWatcher(self.kube, settings, self._from_thread)
+            self.watchers.append(watcher)
+            watcher.start()
+        log.info(
+            "controller running: watching pods in %s",
+            ", ".join(self.settings.namespaces) or "all namespaces",
+        )
+        try:
+            while True:
+                now = self.clock()
+                for uid in self.scheduler.pop_due(now):
+                    self._dispatch(uid)
+                next_due = self.scheduler.next_due()
+                timeout = None if next_due is None else max(0.0, next_due - self.clock())
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            for watcher in self.watchers:
+                await asyncio.to_thread(watcher.stop)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _from_thread(self, uid: str, record: TerminatingPod | None) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.pod_changed, uid, record)
+
+    def _dispatch(self, uid: str) -> None:
+        if uid in self._running:
+            self._again.add(uid)
+            return
+        record = self.pods.get(uid)
+        if record is not None:
+            self._running.add(uid)
+            self._spawn(self._reconcile(uid, record))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reconcile(self, uid: str, record: TerminatingPod) -> None:
+        next_due: float | None = None
+        try:
+            async with self._slots:
+                loop = asyncio.get_running_loop()
+                next_due = await loop.run_in_executor(self._pool, self.reconciler.reconcile, record)
+        except Exception:
+            log.exception("pod=%s uid=%s reconcile failed; retrying in 10s", record.key, uid)
+            next_due = self.clock() + 10.0
+        finally:
+            self._running.discard(uid)
+        if uid not in self.pods:
+            return
+        if uid in self._again:
+            self._again.discard(uid)
+            next_due = self.clock()
+        if next_due is not None:
+            self.scheduler.schedule_earliest(uid, next_due)
+        self._wake.set()
+
+    async def _resolve(self, record: TerminatingPod) -> None:
+        try:
+            async with self._slots:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._pool, self.reconciler.resolve, record)
+        except Exception:
+            log.exception("pod=%s uid=%s could not mark Resolved", record.key, record.uid)
+
+
+def _policy_name(annotation: str | None) -> str:
+    value = (annotation or "").strip()
+    return value if value and value.lower() not in ("true", "false") else "default"

@@ -1,0 +1,73 @@
+"""The two API actions of DESIGN §3, each guarded on the server side as well.
+
+- `force-delete`: DELETE with gracePeriodSeconds=0 and `preconditions.uid`, so a new pod
+  that reused the name is never hit.
+- `remove-finalizer`: a JSON patch whose first op `test`s the whole finalizer list as it
+  was read, so a list changed by someone else in between makes the API server refuse it
+  (422) instead of removing the wrong entry.
+
+The caller has re-read the pod and re-decided right before calling (see reconciler); a
+refusal by the server (404, 409, 422) is reported as `Outcome.conflict` so the caller
+re-reads and re-decides instead of counting a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kubernetes.client.exceptions import ApiException
+
+from unstick.kube.client import Kube, pod_path
+
+Result = Literal["succeeded", "failed", "refused", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    result: Result
+    message: str
+
+
+def _refused(exc: ApiException) -> Outcome:
+    if exc.status in (404, 409, 422):
+        return Outcome(
+            "conflict", f"API server refused ({exc.status}): the pod changed; re-reading"
+        )
+    return Outcome("failed", f"API error {exc.status}: {exc.reason}")
+
+
+def force_delete(kube: Kube, namespace: str, name: str, uid: str) -> Outcome:
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "preconditions": {"uid": uid},
+    }
+    try:
+        kube.request("DELETE", pod_path(namespace, name), body=body)
+    except ApiException as exc:
+        return _refused(exc)
+    return Outcome("succeeded", f"deleted {namespace}/{name} (uid {uid}) with gracePeriodSeconds=0")
+
+
+def remove_finalizer(
+    kube: Kube, namespace: str, name: str, current: tuple[str, ...], finalizer: str
+) -> Outcome:
+    if finalizer not in current:
+        return Outcome("conflict", f"finalizer {finalizer} is no longer on the pod")
+    index = current.index(finalizer)
+    patch = [
+        {"op": "test", "path": "/metadata/finalizers", "value": list(current)},
+        {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+    ]
+    try:
+        kube.request(
+            "PATCH",
+            pod_path(namespace, name),
+            body=patch,
+            content_type="application/json-patch+json",
+        )
+    except ApiException as exc:
+        return _refused(exc)
+    return Outcome("succeeded", f"removed finalizer {finalizer} from {namespace}/{name}")
