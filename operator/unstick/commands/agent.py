@@ -1,17 +1,122 @@
-"""`unstick agent`: run the node agent on this node."""
+"""`unstick agent`: run the node agent on this node (DaemonSet, privileged)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("agent", help="run the node agent on this node", description="run the node agent on this node")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "agent",
+        help="run the node agent on this node",
+        description=(
+            "Run the node agent: watch the Remediations labelled for this node, probe the "
+            "node for their pods (mounts, holders, volume dirs, containers, plugins) and run "
+            "the node steps the controller approved. Standalone (no Kopf). See docs/agent.md."
+        ),
+    )
+    p.add_argument(
+        "--node-name", required=True, help="this node's name (use $NODE_NAME from the downward API)"
+    )
+    p.add_argument(
+        "--kubelet-root",
+        default="/var/lib/kubelet",
+        help="the kubelet's root dir, real path without symlinks (default: %(default)s)",
+    )
+    p.add_argument(
+        "--host-proc",
+        default="/host/proc",
+        help="the host's /proc, for holders and containers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mountinfo", default="", help="mount table to read (default: <host-proc>/1/mountinfo)"
+    )
+    p.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9101,
+        help="port of /metrics and /healthz (default: %(default)s)",
+    )
+    p.add_argument(
+        "--plugins-registry",
+        default="",
+        help="kubelet plugin registration dir (default: <kubelet-root>/plugins_registry)",
+    )
+    p.add_argument(
+        "--cri-socket",
+        default=None,
+        help="CRI runtime socket, e.g. /run/containerd/containerd.sock "
+        "(default: none: containers from the host's cgroups)",
+    )
+    p.add_argument(
+        "--kubelet-healthz",
+        default="http://127.0.0.1:10248/healthz",
+        help="kubelet health URL (default: %(default)s)",
+    )
+    p.add_argument(
+        "--restart-kubelet-command",
+        default=None,
+        help="host command for restart-kubelet, whitespace-separated "
+        "(default: nsenter -t 1 -m -u -i -n -p -- systemctl restart kubelet)",
+    )
+    p.add_argument(
+        "--state-dir",
+        default="/var/lib/unstick-agent",
+        help="where the agent remembers its last kubelet restart (default: %(default)s)",
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("unstick agent: not implemented yet", file=sys.stderr)
-    return 1
+    import os
+
+    from unstick.agent.loop import Agent, LoopSettings
+    from unstick.agent.settings import DEFAULT_RESTART_KUBELET, AgentSettings
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.kubelet_root.startswith("/"):
+        print(
+            f"unstick agent: --kubelet-root {args.kubelet_root!r} must be an absolute path",
+            file=sys.stderr,
+        )
+        return 2
+    command = (
+        tuple(args.restart_kubelet_command.split())
+        if args.restart_kubelet_command
+        else DEFAULT_RESTART_KUBELET
+    )
+    settings = AgentSettings(
+        node_name=args.node_name,
+        kubelet_root=args.kubelet_root,
+        host_proc=args.host_proc,
+        mountinfo_path=args.mountinfo,
+        plugins_registry=args.plugins_registry,
+        cri_socket=args.cri_socket,
+        kubelet_healthz=args.kubelet_healthz,
+        restart_kubelet_command=command,
+        state_dir=args.state_dir,
+    )
+    if not os.access(settings.mountinfo, os.R_OK):
+        print(
+            f"unstick agent: cannot read the mount table {settings.mountinfo}: "
+            "mount the host's /proc at --host-proc or pass --mountinfo",
+            file=sys.stderr,
+        )
+        return 2
+    agent = Agent(
+        settings, LoopSettings(kubeconfig=args.kubeconfig, metrics_port=args.metrics_port)
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop.set())
+    agent.run()
+    return 0

@@ -1,0 +1,159 @@
+"""What the agent does for one Remediation of its node: probe, run node steps, report.
+
+Decisions read only `spec` (written by the controller) and the agent's own `status` keys.
+Bad input in a Remediation gets a clear message naming the field and never an action.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from unstick.agent.executor import REFUSED, Executor, StepResult
+from unstick.agent.probe import probe_pod, rfc3339
+from unstick.agent.settings import AgentSettings
+from unstick.core.vocabulary import NODE_ACTIONS
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+StatusPatcher = Callable[[str, str, JSON], None]  # (namespace, name, status patch)
+
+
+class BadRemediation(ValueError):
+    """A Remediation field the agent cannot use; the message names the field."""
+
+
+def parse_time(value: object, field_name: str) -> datetime | None:
+    """An RFC3339 time from the CR, None when absent."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRemediation(f"{field_name}: expected an RFC3339 time string")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRemediation(f"{field_name}: {value!r} is not an RFC3339 time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _obj(value: object) -> JSON:
+    return value if isinstance(value, dict) else {}
+
+
+def _uid(spec: JSON) -> str:
+    uid = spec.get("podUID")
+    if not isinstance(uid, str) or not uid or "/" in uid or uid in (".", ".."):
+        raise BadRemediation("spec.podUID: missing or not a pod UID")
+    return uid
+
+
+def parse_steps(spec: JSON) -> list[tuple[str, str]]:
+    """(action, target) of spec.nodeSteps, validated."""
+    steps = spec.get("nodeSteps") or []
+    if not isinstance(steps, list):
+        raise BadRemediation("spec.nodeSteps: expected a list")
+    parsed = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise BadRemediation(f"spec.nodeSteps[{i}]: expected an object")
+        action, target = step.get("action"), step.get("target", "")
+        if not isinstance(action, str) or action not in NODE_ACTIONS:
+            raise BadRemediation(f"spec.nodeSteps[{i}].action: {action!r} is not a node action")
+        if target is None:
+            target = ""
+        if not isinstance(target, str):
+            raise BadRemediation(f"spec.nodeSteps[{i}].target: expected a string")
+        parsed.append((action, target))
+    return parsed
+
+
+@dataclass
+class Handler:
+    """Handles Remediation events for this node; remembers what it already served so its
+    own status patches (which come back as MODIFIED events) never re-trigger work."""
+
+    settings: AgentSettings
+    executor: Executor
+    patch_status: StatusPatcher
+    on_probe_duration: Callable[[float], None] = lambda _s: None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    served_probes: dict[str, str] = field(default_factory=dict)
+    served_steps: dict[str, str] = field(default_factory=dict)
+
+    def probe(self, uid: str) -> JSON:
+        started = time.monotonic()
+        try:
+            return probe_pod(self.settings, uid, now=self.clock())
+        finally:
+            self.on_probe_duration(time.monotonic() - started)
+
+    def handle(self, obj: JSON) -> None:
+        """React to one Remediation (ADDED/MODIFIED or listed)."""
+        meta = obj.get("metadata") or {}
+        ns, name, key = meta.get("namespace"), meta.get("name"), meta.get("uid") or ""
+        if not isinstance(ns, str) or not isinstance(name, str):
+            return
+        spec = _obj(obj.get("spec"))
+        status = _obj(obj.get("status"))
+        try:
+            self._handle(ns, name, key, spec, status)
+        except BadRemediation as exc:
+            log.warning("remediation %s/%s: %s", ns, name, exc)
+
+    def _handle(self, ns: str, name: str, key: str, spec: JSON, status: JSON) -> None:
+        if spec.get("nodeName") not in (None, self.settings.node_name):
+            raise BadRemediation(f"spec.nodeName: {spec.get('nodeName')!r} is not this node")
+        uid = _uid(spec)
+        steps_at_raw = spec.get("nodeStepsRequestedAt")
+        steps_at = parse_time(steps_at_raw, "spec.nodeStepsRequestedAt")
+        done_at = parse_time(status.get("nodeStepsDoneAt"), "status.nodeStepsDoneAt")
+        steps_due = steps_at and (done_at is None or steps_at > done_at)
+        if steps_at and steps_due and self.served_steps.get(key) != steps_at_raw:
+            self.served_steps[key] = str(steps_at_raw)
+            self._run_steps(ns, name, uid, spec, steps_at)
+            return
+        probe_at_raw = spec.get("probeRequestedAt")
+        probe_at = parse_time(probe_at_raw, "spec.probeRequestedAt")
+        probe = _obj(status.get("probe"))
+        probed_at = parse_time(probe.get("probedAt"), "status.probe.probedAt")
+        probe_due = probe_at and (probed_at is None or probe_at > probed_at)
+        if probe_due and self.served_probes.get(key) != probe_at_raw:
+            self.served_probes[key] = str(probe_at_raw)
+            self.patch_status(ns, name, {"probe": self.probe(uid)})
+
+    def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
+        dry_run = spec.get("dryRun", False)
+        lazy = spec.get("lazyUnmount", False)
+        results: list[StepResult] = []
+        try:
+            if not isinstance(dry_run, bool):
+                raise BadRemediation("spec.dryRun: expected true or false")
+            if not isinstance(lazy, bool):
+                raise BadRemediation("spec.lazyUnmount: expected true or false")
+            steps = parse_steps(spec)
+        except BadRemediation as exc:
+            now = rfc3339(self.clock())
+            results.append(StepResult("(none)", "", REFUSED, str(exc), now))
+            steps = []
+        for action, target in steps:
+            result = self.executor.run_step(uid, action, target, dry_run=dry_run, lazy_unmount=lazy)
+            results.append(result)
+            if result.result in ("failed", "refused"):
+                break
+        done = max(self.clock(), requested)
+        if done.microsecond:  # whole seconds, never earlier than the request
+            done = done.replace(microsecond=0) + timedelta(seconds=1)
+        patch: JSON = {
+            "nodeActions": [r.to_json() for r in results],
+            "nodeStepsDoneAt": rfc3339(done),
+        }
+        try:
+            patch["probe"] = self.probe(uid)
+        except Exception as exc:  # steps are reported even if the probe fails
+            log.warning("probe after node steps failed: %s", exc)
+        self.patch_status(ns, name, patch)

@@ -1,0 +1,265 @@
+"""The agent's main loop: list+watch the Remediations labelled for this node, hand each
+to the Handler, serve /metrics and /healthz, and refresh the node-wide orphaned-mount gauge.
+
+Standalone: no Kopf, no peering. Relists on 410 Gone (resourceVersion too old) and after
+any watch error, with backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from unstick import __version__
+from unstick.agent.executor import Executor
+from unstick.agent.handler import JSON, Handler
+from unstick.agent.mounts import read_mount_table
+from unstick.agent.probe import orphaned_mounts
+from unstick.agent.settings import AgentSettings
+from unstick.kube.client import ClientSettings, Kube, remediation_path
+
+log = logging.getLogger(__name__)
+
+REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
+NODE_LABEL = "unstick.dev/node"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    kubeconfig: str | None = None
+    metrics_port: int = 9101
+    metrics_host: str = "0.0.0.0"  # scraped by Prometheus from outside the pod
+    watch_timeout_s: int = 300
+    summary_interval_s: float = 30.0
+    backoff_max_s: float = 30.0
+
+
+class AgentMetrics:
+    """The agent's own registry: `unstick_node_orphaned_mounts{node}` and
+    `unstick_node_probe_duration_seconds`."""
+
+    def __init__(self, node: str) -> None:
+        self.registry = CollectorRegistry()
+        self.node = node
+        self.orphaned = Gauge(
+            "unstick_node_orphaned_mounts",
+            "Volume/subpath mounts of pods on this node that are stuck or unknown to the API",
+            ["node"],
+            registry=self.registry,
+        )
+        self.probe_duration = Histogram(
+            "unstick_node_probe_duration_seconds",
+            "Time to probe one pod on this node",
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+
+
+class Agent:
+    """Watches this node's Remediations and serves metrics and health."""
+
+    def __init__(self, settings: AgentSettings, loop: LoopSettings) -> None:
+        self.settings = settings
+        self.loop = loop
+        self.kube = Kube(
+            ClientSettings(kubeconfig=loop.kubeconfig, user_agent=f"unstick-agent/{__version__}")
+        )
+        self.metrics = AgentMetrics(settings.node_name)
+        self.handler = Handler(
+            settings,
+            Executor(settings),
+            self.patch_status,
+            on_probe_duration=self.metrics.probe_duration.observe,
+        )
+        self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
+        self.stop = threading.Event()
+        self.last_sync = 0.0
+
+    # --- API -----------------------------------------------------------------------
+
+    def patch_status(self, namespace: str, name: str, status: JSON) -> None:
+        self.kube.request(
+            "PATCH",
+            remediation_path(namespace, name) + "/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def _query(self) -> dict[str, Any]:
+        return {"labelSelector": f"{NODE_LABEL}={self.settings.node_name}"}
+
+    def _dispatch(self, obj: JSON, deleted: bool = False) -> None:
+        meta = obj.get("metadata") or {}
+        key = meta.get("uid") or ""
+        if deleted:
+            self.stuck_uids.pop(key, None)
+            self.handler.served_probes.pop(key, None)
+            self.handler.served_steps.pop(key, None)
+            return
+        pod_uid = (obj.get("spec") or {}).get("podUID")
+        if isinstance(pod_uid, str):
+            self.stuck_uids[key] = pod_uid
+        try:
+            self.handler.handle(obj)
+        except Exception:  # one bad object or failed patch never stops the loop
+            log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
+
+    def _relist(self) -> str:
+        version = ""
+        seen = set()
+        for page in self.kube.list_pages(REMEDIATIONS, self._query()):
+            version = (page.get("metadata") or {}).get("resourceVersion") or version
+            for obj in page.get("items") or []:
+                seen.add((obj.get("metadata") or {}).get("uid"))
+                self._dispatch(obj)
+        for key in [k for k in self.stuck_uids if k not in seen]:
+            self._dispatch({"metadata": {"uid": key}}, deleted=True)
+        self.last_sync = time.monotonic()
+        return version
+
+    def _watch(self, version: str) -> str:
+        query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
+        response = self.kube.watch_stream(REMEDIATIONS, query, self.loop.watch_timeout_s)
+        try:
+            for line in _lines(response):
+                if self.stop.is_set():
+                    break
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                self.last_sync = time.monotonic()
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._dispatch(obj, deleted=kind == "DELETED")
+        finally:
+            response.release_conn()
+        return version
+
+    def run_watch(self) -> None:
+        """List+watch until stopped; relist on 410 and after errors (with backoff)."""
+        version: str | None = None
+        backoff = 1.0
+        while not self.stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                version = self._watch(version)
+                backoff = 1.0
+                continue
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch: resourceVersion too old, relisting")
+                    version = None
+                    continue
+                log.warning("watch: API error %s, retrying in %.0fs", exc.status, backoff)
+            except Exception as exc:
+                log.warning("watch: %s: %s, retrying in %.0fs", type(exc).__name__, exc, backoff)
+            version = None
+            self.stop.wait(backoff)
+            backoff = min(backoff * 2, self.loop.backoff_max_s)
+
+    # --- node summary --------------------------------------------------------------
+
+    def _live_pod_uids(self) -> set[str] | None:
+        try:
+            pods = self.kube.list_all(
+                "/api/v1/pods", {"fieldSelector": f"spec.nodeName={self.settings.node_name}"}
+            )
+        except Exception as exc:
+            log.warning("cannot list this node's pods: %s", exc)
+            return None
+        return {p["metadata"]["uid"] for p in pods if (p.get("metadata") or {}).get("uid")}
+
+    def refresh_summary(self) -> int:
+        """Recompute `unstick_node_orphaned_mounts` for this node; returns the count."""
+        table = read_mount_table(self.settings.mountinfo)
+        count = orphaned_mounts(
+            table,
+            self.settings.kubelet_root,
+            set(self.stuck_uids.values()),
+            self._live_pod_uids(),
+        )
+        self.metrics.orphaned.labels(node=self.settings.node_name).set(count)
+        return count
+
+    def run_summary(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.refresh_summary()
+            except Exception as exc:
+                log.warning("node summary failed: %s", exc)
+            self.stop.wait(self.loop.summary_interval_s)
+
+    # --- HTTP ----------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """Live while the watch thread synced within twice the watch timeout."""
+        return time.monotonic() - self.last_sync < 2 * self.loop.watch_timeout_s + 60
+
+    def serve_http(self) -> ThreadingHTTPServer:
+        agent = self
+
+        class Endpoints(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    body, ctype, code = (
+                        generate_latest(agent.metrics.registry),
+                        CONTENT_TYPE_LATEST,
+                        200,
+                    )
+                elif self.path == "/healthz":
+                    ok = agent.healthy()
+                    body, ctype, code = (
+                        (b"ok" if ok else b"stale"),
+                        "text/plain",
+                        (200 if ok else 500),
+                    )
+                else:
+                    body, ctype, code = b"not found", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        server = ThreadingHTTPServer((self.loop.metrics_host, self.loop.metrics_port), Endpoints)
+        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        return server
+
+    def run(self) -> None:
+        """Run until `stop` is set (SIGTERM/SIGINT in the command)."""
+        self.last_sync = time.monotonic()
+        server = self.serve_http()
+        threading.Thread(target=self.run_summary, name="summary", daemon=True).start()
+        try:
+            self.run_watch()
+        finally:
+            server.shutdown()
+            self.kube.close()
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    buffer = bytearray()
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer.extend(chunk)
+        while (cut := buffer.find(b"\n")) != -1:
+            line = bytes(buffer[:cut])
+            del buffer[: cut + 1]
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield bytes(buffer)
