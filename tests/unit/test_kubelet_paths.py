@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from unstick.core.kubelet_paths import (
     PodVolumePath,
     classify,

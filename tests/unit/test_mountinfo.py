@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from unstick.core.mountinfo import Mount, MountinfoError, escape, parse_mountinfo, unescape
 
 PROC_EXAMPLE = "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"

@@ -1,0 +1,409 @@
+"""Writes tests/scenarios/*.json: one bundle per case of DESIGN §2-3, each with `expect`.
+
+Run `.venv/bin/python tests/unit/generate_scenarios.py` after changing a case; the test
+`test_committed_scenarios_are_generated` fails when the files and this script disagree.
+
+`expect` keys: cause; planAnyOf (one of these must be planned, if non-empty); mustNotPlan;
+plan (the exact ordered list of planned actions); refused (actions that must appear in
+`refused`); evidence (substrings that must appear in some evidence message); policy (a
+RemediationPolicy spec to apply, with opt-in from the pod's annotation, as
+`unstick diagnose --policy` does).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bundles import (
+    DRIVER,
+    OTHER_UID,
+    PV,
+    ROOT,
+    UID,
+    bundle,
+    csi_mount_path,
+    csi_node,
+    holder,
+    inline_csi_volume,
+    mount_line,
+    node,
+    pod,
+    pod_path,
+    probe,
+    pv,
+    pvc,
+    pvc_volume,
+    staging_line,
+)
+
+OUT = Path(__file__).resolve().parent.parent / "scenarios"
+ALL_NODE = ["replay-unpublish", "unmount", "rmdir-stale", "restart-kubelet"]
+CHANGING = [*ALL_NODE, "force-delete", "remove-finalizer"]
+EVERYTHING = {"actions": ["observe", *CHANGING], "dryRun": False}
+CSI = {"pvcs": [pvc()], "pvs": [pv()], "the_csi_node": csi_node([DRIVER])}
+DATA = [pvc_volume()]
+MOUNT = csi_mount_path()
+SUBPATH = pod_path("volume-subpaths/data/app/0")
+PROJECTED = pod_path("volumes/kubernetes.io~projected/kube-api-access-x7k2p")
+
+
+def e(cause: str, **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"cause": cause, "planAnyOf": [], "mustNotPlan": []}
+    for key, value in kw.items():
+        out[{"any": "planAnyOf", "never": "mustNotPlan"}.get(key, key)] = value
+    return out
+
+
+def cases() -> dict[str, dict[str, Any]]:
+    c: dict[str, dict[str, Any]] = {}
+    # NotStuck
+    c["not-stuck-within-slack"] = bundle(
+        the_pod=pod(deletion="2026-11-20T09:59:30Z"),
+        expect=e("NotStuck", never=["observe", *CHANGING], refused=["force-delete"]),
+    )
+    c["not-stuck-not-deleted"] = bundle(
+        the_pod=pod(deletion=None), expect=e("NotStuck", never=["observe", *CHANGING])
+    )
+    # Grace period counted once: 70 s past deletionTimestamp with 30 s grace is stuck.
+    c["grace-period-not-added-twice"] = bundle(
+        the_pod=pod(deletion="2026-11-20T09:58:50Z", grace=30),
+        the_node=None,
+        expect=e("NodeGone", any=["force-delete"]),
+    )
+    # FinalizerBlocked
+    c["finalizer-after-final-delete"] = bundle(
+        the_pod=pod(grace=0, finalizers=["example.com/protect"]),
+        expect=e(
+            "FinalizerBlocked",
+            plan=["observe"],
+            refused=["force-delete", "remove-finalizer"],
+            evidence=["example.com/protect", "deletionGracePeriodSeconds is 0"],
+        ),
+    )
+    c["finalizer-unscheduled-allowlisted"] = bundle(
+        the_pod=pod(node=None, finalizers=["example.com/protect", "other.io/keep"]),
+        the_node=None,
+        expect=e(
+            "FinalizerBlocked",
+            plan=["remove-finalizer"],
+            refused=["force-delete", "remove-finalizer"],
+            never=["force-delete"],
+            policy={**EVERYTHING, "finalizerAllowlist": ["example.com/protect"]},
+        ),
+    )
+    # NodeGone
+    c["node-gone-with-allowlisted-finalizer"] = bundle(
+        the_pod=pod(finalizers=["example.com/protect"]),
+        the_node=None,
+        expect=e(
+            "NodeGone",
+            plan=["force-delete", "remove-finalizer"],
+            never=ALL_NODE,
+            refused=ALL_NODE,
+            policy={**EVERYTHING, "finalizerAllowlist": ["example.com/protect"]},
+        ),
+    )
+    c["node-gone-stale-probe-ignored"] = bundle(
+        the_node=None,
+        the_probe=probe(mounts=[mount_line(1200, MOUNT)], probed_at="2026-11-19T00:00:00Z"),
+        **CSI,
+        the_pod=pod(volumes=DATA),
+        expect=e("NodeGone", plan=["force-delete"], never=ALL_NODE),
+    )
+    # NodeUnreachable
+    c["node-unreachable-fenced"] = bundle(
+        the_node=node(
+            ready="Unknown", since="2026-11-20T09:40:00Z", fenced=True, reason="NodeStatusUnknown"
+        ),
+        expect=e(
+            "NodeUnreachable", plan=["force-delete"], never=ALL_NODE, evidence=["fenced", "20m0s"]
+        ),
+    )
+    c["node-unreachable-not-fenced"] = bundle(
+        the_node=node(ready="False", since="2026-11-20T09:40:00Z", reason="KubeletNotReady"),
+        expect=e(
+            "NodeUnreachable",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount"],
+            evidence=["NOT fenced"],
+        ),
+    )
+    c["node-without-ready-condition"] = bundle(
+        the_node=node(ready=None, created="2026-11-20T09:50:00Z", fenced=True),
+        expect=e("NodeUnreachable", plan=["force-delete"], evidence=["no Ready condition"]),
+    )
+    # Not ready for only 2 minutes: not lost; a fresh probe decides.
+    c["node-notready-recently-orphaned-mount"] = bundle(
+        the_node=node(ready="False", since="2026-11-20T09:58:00Z", fenced=True),
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT)], dirs=[(MOUNT, False)], containers=[("app", "exited")]
+        ),
+        expect=e(
+            "OrphanedMount",
+            never=["force-delete"],
+            any=["unmount"],
+            evidence=["under nodeLostAfter"],
+        ),
+    )
+    # ContainersStillRunning
+    c["containers-running-per-probe"] = bundle(
+        the_pod=pod(statuses=[("app", "terminated")]),
+        the_probe=probe(containers=[("app", "running")]),
+        expect=e(
+            "ContainersStillRunning",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount"],
+        ),
+    )
+    c["init-container-running-no-probe"] = bundle(
+        the_pod=pod(statuses=[("app", "waiting")], init_statuses=[("migrate", "running")]),
+        expect=e(
+            "ContainersStillRunning",
+            plan=["observe"],
+            never=CHANGING,
+            evidence=["init container migrate"],
+        ),
+    )
+    # Probe (the node's truth) says nothing runs although the API still says running.
+    c["api-running-but-probe-says-exited"] = bundle(
+        the_pod=pod(statuses=[("app", "running")]),
+        the_probe=probe(containers=[("app", "exited")]),
+        expect=e(
+            "KubeletNotProgressing", any=["force-delete"], evidence=["has not updated the status"]
+        ),
+    )
+    # MountBusy
+    c["mount-busy-holder"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT)],
+            dirs=[(MOUNT, False)],
+            holders=[holder(MOUNT, 4242, "backup-agent", "cwd")],
+            containers=[("app", "exited")],
+        ),
+        expect=e(
+            "MountBusy",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["unmount", "force-delete"],
+            evidence=["pid 4242 (backup-agent)"],
+        ),
+    )
+    spaced_root = "/var/lib/my kubelet"
+    spaced_sub = pod_path("volume-subpaths/data/app/0", root=spaced_root)
+    c["mount-busy-subpath-escaped-root"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            root=spaced_root,
+            mounts=[mount_line(1201, spaced_sub)],
+            holders=[holder(spaced_sub, 77, "tail", "fd")],
+            containers=[("app", "exited")],
+        ),
+        expect=e("MountBusy", never=CHANGING, evidence=["my kubelet/pods", "via fd"]),
+    )
+    # CSIDriverMissing
+    c["csi-driver-missing-pvc"] = bundle(
+        the_pod=pod(volumes=DATA),
+        pvcs=[pvc()],
+        pvs=[pv()],
+        the_csi_node=csi_node([]),
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT), staging_line()],
+            plugins=[],
+            dirs=[(MOUNT, False)],
+            containers=[("app", "exited")],
+        ),
+        expect=e(
+            "CSIDriverMissing",
+            plan=["unmount", "rmdir-stale"],
+            never=["replay-unpublish", "force-delete"],
+            refused=["replay-unpublish"],
+            evidence=[DRIVER],
+        ),
+    )
+    inline = csi_mount_path("scratch")
+    c["csi-driver-missing-inline-volume"] = bundle(
+        the_pod=pod(volumes=[inline_csi_volume("scratch", "secrets-store.csi.k8s.io")]),
+        the_csi_node=csi_node([DRIVER]),
+        the_probe=probe(
+            mounts=[mount_line(1210, inline, "tmpfs", "tmpfs")], containers=[("app", "exited")]
+        ),
+        expect=e(
+            "CSIDriverMissing",
+            plan=["unmount", "rmdir-stale"],
+            never=["replay-unpublish"],
+            evidence=["secrets-store.csi.k8s.io"],
+        ),
+    )
+    # OrphanedMount
+    decoy = csi_mount_path(PV, uid=OTHER_UID)
+    c["orphaned-mount-with-decoys"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            mounts=[
+                mount_line(1100, decoy),
+                staging_line(),
+                mount_line(1200, MOUNT),
+                mount_line(1201, PROJECTED, "tmpfs", "tmpfs"),
+            ],
+            holders=[holder(decoy, 99, "postgres", "fd")],
+            dirs=[(MOUNT, False), (PROJECTED, False), (pod_path("volumes"), False)],
+            containers=[("app", "exited"), ("app", "exited")],
+        ),
+        expect=e(
+            "OrphanedMount",
+            plan=["replay-unpublish", "unmount", "unmount", "rmdir-stale", "rmdir-stale"],
+            never=["force-delete"],
+            refused=["force-delete"],
+        ),
+    )
+    c["orphaned-subpath-and-volume"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(mounts=[mount_line(1200, MOUNT), mount_line(1202, SUBPATH)], containers=[]),
+        expect=e(
+            "OrphanedMount",
+            plan=["replay-unpublish", "unmount", "unmount", "rmdir-stale", "rmdir-stale"],
+            never=["force-delete"],
+        ),
+    )
+    c["orphaned-nfs-no-replay"] = bundle(
+        the_pod=pod(volumes=DATA),
+        pvcs=[pvc()],
+        pvs=[pv(driver=None)],
+        the_probe=probe(
+            mounts=[
+                mount_line(
+                    1200,
+                    pod_path(f"volumes/kubernetes.io~nfs/{PV}"),
+                    "nfs4",
+                    "nfs.example:/exports/x",
+                )
+            ],
+            containers=[("app", "exited")],
+        ),
+        expect=e(
+            "OrphanedMount",
+            plan=["unmount", "rmdir-stale"],
+            never=["replay-unpublish", "force-delete"],
+        ),
+    )
+    # StaleVolumeDirs
+    c["stale-volume-dirs-empty"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(dirs=[(MOUNT, True)], containers=[("app", "exited")]),
+        expect=e(
+            "StaleVolumeDirs",
+            plan=["rmdir-stale"],
+            never=["force-delete", "unmount"],
+            refused=["force-delete"],
+        ),
+    )
+    c["stale-volume-dirs-one-not-empty"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            dirs=[(MOUNT, True), (pod_path("volumes/kubernetes.io~empty-dir/cache"), False)],
+            containers=[],
+        ),
+        expect=e(
+            "StaleVolumeDirs",
+            plan=["rmdir-stale"],
+            refused=["rmdir-stale", "force-delete"],
+            evidence=["NOT empty"],
+        ),
+    )
+    # KubeletNotProgressing
+    c["kubelet-not-progressing"] = bundle(
+        the_probe=probe(
+            containers=[("app", "exited")],
+            healthy=False,
+            mounts=[mount_line(1100, csi_mount_path(PV, uid=OTHER_UID))],
+        ),
+        expect=e("KubeletNotProgressing", plan=["force-delete", "restart-kubelet"]),
+    )
+    c["kubelet-not-progressing-policy-without-restart"] = bundle(
+        the_probe=probe(containers=[]),
+        expect=e(
+            "KubeletNotProgressing",
+            plan=["force-delete"],
+            never=["restart-kubelet"],
+            refused=["restart-kubelet"],
+            policy=EVERYTHING | {"actions": ["observe", "force-delete", "unmount"]},
+        ),
+    )
+    # Unknown
+    c["unknown-no-probe"] = bundle(
+        expect=e(
+            "Unknown",
+            plan=["observe"],
+            never=CHANGING,
+            refused=CHANGING,
+            evidence=["no node probe"],
+        ),
+    )
+    c["unknown-stale-probe"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(mounts=[mount_line(1200, MOUNT)], probed_at="2026-11-20T09:50:00Z"),
+        expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["probeMaxAge"]),
+    )
+    c["unknown-probe-of-another-node"] = bundle(
+        the_probe=probe(node_name="node-2", containers=[]),
+        expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["node-2"]),
+    )
+    c["unknown-runtime-not-asked"] = bundle(
+        the_probe=probe(containers=None),
+        expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["could not list"]),
+    )
+    c["unknown-csi-driver-unresolvable"] = bundle(
+        the_pod=pod(volumes=DATA),
+        the_probe=probe(mounts=[mount_line(1200, MOUNT)], containers=[]),
+        expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["cannot tell"]),
+    )
+    # Opt-in (with a policy)
+    c["not-opted-in-with-policy"] = bundle(
+        the_pod=pod(opt_in=None),
+        the_node=None,
+        expect=e(
+            "NodeGone",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete"],
+            policy=EVERYTHING,
+        ),
+    )
+    c["opted-in-by-policy-name"] = bundle(
+        the_pod=pod(opt_in="default"),
+        the_node=None,
+        expect=e("NodeGone", plan=["force-delete"], policy=EVERYTHING),
+    )
+    return c
+
+
+def render(b: dict[str, Any]) -> str:
+    return json.dumps(b, indent=2) + "\n"
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    for name, b in cases().items():
+        (OUT / f"{name}.json").write_text(render(b))
+    print(f"wrote {len(cases())} scenarios to {OUT} (kubelet root {ROOT}, pod uid {UID})")
+
+
+if __name__ == "__main__":
+    main()
