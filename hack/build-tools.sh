@@ -69,4 +69,6 @@ build kwok "$cache/kwok-$kwok" kwok=sigs.k8s.io/kwok/cmd/kwok
 helm=$(pinned helm helm.sh/helm/v3)
 build helm "$cache/helm-$helm" helm=helm.sh/helm/v3/cmd/helm -- \
   "-X helm.sh/helm/v3/internal/version.version=$helm"
+promtool=$(pinned promtool github.com/prometheus/prometheus)
+build promtool "$cache/promtool-$promtool" promtool=github.com/prometheus/prometheus/cmd/promtool
 echo "tools ready in $bin" >&2
