@@ -1,0 +1,250 @@
+"""Support for the controller's envtests: the controller as a real subprocess, CRDs,
+policies, pods, waiting with deadlines, metrics and audit-log counting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "operator" / "unstick" / "crds"
+GROUP, VERSION = "unstick.dev", "v1alpha1"
+USER_AGENT_PREFIX = "unstick-controller/"
+ALL_ACTIONS = [
+    "observe",
+    "replay-unpublish",
+    "unmount",
+    "rmdir-stale",
+    "force-delete",
+    "remove-finalizer",
+]
+
+
+def await_(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+class Controller:
+    """`unstick controller` as a subprocess; killed by PID on stop."""
+
+    def __init__(self, cp: ControlPlane, log_path: Path) -> None:
+        self.cp = cp
+        self.log_path = log_path
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Controller:
+        exe = Path(sys.executable).parent / "unstick"
+        argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "unstick"]
+        argv += [
+            "controller",
+            "--kubeconfig",
+            str(self.cp.kubeconfig),
+            "--standalone",
+            "--metrics-port",
+            str(self.metrics_port),
+            "--health-port",
+            "0",
+            "--recheck-seconds",
+            "30",
+        ]
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        await_(lambda: "pod list:" in self.log() or not self.alive(), 60, "the pod watcher")
+        assert self.alive(), self.log()[-3000:]
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def sample(self, name: str, **labels: str) -> float:
+        """Value of one sample in /metrics (0.0 when absent)."""
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in self.metrics().splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            series, _, value = line.rpartition(" ")
+            got = series[len(name) :]
+            if got.startswith("{"):
+                parts = sorted(got.strip("{}").split(","))
+                if ",".join(parts) == want:
+                    return float(value)
+            elif not want and got == "":
+                return float(value)
+        return 0.0
+
+
+@contextmanager
+def crds_installed(cp: ControlPlane) -> Iterator[None]:
+    ext = client.ApiextensionsV1Api(cp.api_client())
+    names = ["remediations.unstick.dev", "remediationpolicies.unstick.dev"]
+    existed = {n for n in names if _exists(lambda n=n: ext.read_custom_resource_definition(n))}
+    cp.kubectl("apply", "-f", str(CRDS))
+    for name in names:
+        cp.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    try:
+        yield
+    finally:
+        for name in names:
+            if name not in existed:
+                cp.kubectl("delete", "crd", name, "--wait=false", check=False)
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def policy_spec(**overrides: Any) -> dict[str, Any]:
+    spec = {
+        "dryRun": False,
+        "actions": list(ALL_ACTIONS),
+        "slackSeconds": 1,
+        "nodeLostAfterSeconds": 2,
+        "probeMaxAgeSeconds": 5,
+        "finalizerAllowlist": [],
+        "rateLimits": {"clusterPerMinute": 1000, "nodePerMinute": 1000},
+    }
+    spec.update(overrides)
+    return spec
+
+
+class Objects:
+    """Small typed-enough helpers over the API for the tests."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.api_client = cp.api_client()
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
+
+    def create_policy(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "RemediationPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "remediationpolicies", body)
+
+    def delete_policy(self, name: str) -> None:
+        try:
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, "remediationpolicies", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def policy_valid(self, name: str) -> str | None:
+        obj = self.custom.get_cluster_custom_object(GROUP, VERSION, "remediationpolicies", name)
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Valid":
+                return str(cond.get("status"))
+        return None
+
+    def pod(
+        self,
+        namespace: str,
+        node: str | None,
+        *,
+        remediate: str | None = None,
+        finalizers: list[str] | None = None,
+        name: str | None = None,
+        grace: int = 1,
+    ) -> dict[str, Any]:
+        name = name or f"p-{uuid.uuid4().hex[:8]}"
+        meta: dict[str, Any] = {"name": name}
+        if remediate is not None:
+            meta["annotations"] = {"unstick.dev/remediate": remediate}
+        if finalizers:
+            meta["finalizers"] = finalizers
+        spec: dict[str, Any] = {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "app", "image": "registry.example/app:1"}],
+        }
+        if node:
+            spec["nodeName"] = node
+        created = self.core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+        return {"name": name, "uid": created.metadata.uid}
+
+    def read_pod(self, namespace: str, name: str) -> Any | None:
+        try:
+            return self.core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def remediation(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+        name = f"{pod['name'][:53]}-{pod['uid'][:8]}"
+        try:
+            return self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "remediations", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def status(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        rem = self.remediation(namespace, pod) or {}
+        return dict(rem.get("status") or {})
+
+
+def controller_pod_writes(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    """Audited requests by the controller that change pods in `namespace`."""
+    out = []
+    for event in cp.audit_events():
+        ref = event.get("objectRef") or {}
+        if (
+            str(event.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
+            and ref.get("resource") == "pods"
+            and ref.get("namespace") == namespace
+            and event.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
+        ):
+            out.append(event)
+    return out

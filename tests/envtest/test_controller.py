@@ -1,0 +1,330 @@
+"""The controller against a real kube-apiserver + etcd (+ kwok), run as `unstick controller`
+in a subprocess. A pod on a node without kubelet stays Terminating for real: the stuck pod."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_support import (
+    Controller,
+    Objects,
+    await_,
+    controller_pod_writes,
+    crds_installed,
+    policy_spec,
+)
+from kubernetes.client.exceptions import ApiException
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+POLICIES = {
+    "t-remediate": policy_spec(),
+    "t-dryrun": policy_spec(dryRun=True),
+    "t-allow-fin": policy_spec(finalizerAllowlist=["example.com/keep"]),
+    "t-ratelimited": policy_spec(rateLimits={"clusterPerMinute": 10, "nodePerMinute": 10}),
+}
+
+
+@pytest.fixture(scope="module")
+def objects(control_plane: ControlPlane) -> Iterator[Objects]:
+    with crds_installed(control_plane):
+        objs = Objects(control_plane)
+        for name, spec in POLICIES.items():
+            objs.delete_policy(name)
+            objs.create_policy(name, spec)
+        try:
+            yield objs
+        finally:
+            for name in POLICIES:
+                objs.delete_policy(name)
+            objs.api_client.close()
+
+
+@pytest.fixture(scope="module")
+def controller(
+    control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Controller]:
+    ctl = Controller(control_plane, tmp_path_factory.mktemp("controller") / "controller.log")
+    try:
+        ctl.start()
+        for name in POLICIES:
+            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+        yield ctl
+    finally:
+        ctl.stop()
+        print(ctl.log()[-4000:])
+
+
+def _stuck_on_deleted_node(
+    objects: Objects, namespace: str, make_node: Any, remediate: str | None, **kw: Any
+) -> dict[str, Any]:
+    node = make_node(kubelet=False)
+    pod = objects.pod(namespace, node, remediate=remediate, **kw)
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    return pod
+
+
+def _actions(status: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return [a for a in status.get("actions") or [] if a.get("action") == action]
+
+
+def test_node_gone_opted_in_pod_is_force_deleted(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
+    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
+        30,
+        "Remediation Resolved",
+    )
+    assert status["cause"] == "NodeGone"
+    assert [a["result"] for a in _actions(status, "force-delete")] == ["succeeded"]
+    deletes = [e for e in controller_pod_writes(controller.cp, namespace) if e["verb"] == "delete"]
+    assert len(deletes) == 1
+    assert (
+        controller.sample(
+            "unstick_remediations_total",
+            action="force-delete",
+            cause="NodeGone",
+            result="succeeded",
+        )
+        >= 1
+    )
+    assert controller.sample("unstick_time_to_resolution_seconds_count") >= 1
+    assert controller.sample("unstick_detection_lag_seconds_count") >= 1
+
+
+def test_not_opted_in_pod_is_observed_only(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    pod = _stuck_on_deleted_node(objects, namespace, make_node, None)
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Observing" and s,
+        60,
+        "Remediation observing",
+    )
+    assert status["cause"] == "NodeGone"
+    assert status["optedIn"] is False
+    assert objects.read_pod(namespace, pod["name"]) is not None
+    assert controller_pod_writes(controller.cp, namespace) == []
+    events = objects.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={pod['name']}"
+    ).items
+    assert [e.reason for e in events] == ["StuckNodeGone"]
+    assert controller.sample("unstick_stuck_pods", namespace=namespace, cause="NodeGone") == 1
+
+
+def test_dry_run_counts_and_changes_nothing(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-dryrun")
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "DryRun" and s,
+        60,
+        "Remediation DryRun",
+    )
+    assert [a["result"] for a in _actions(status, "force-delete")] == ["dry_run"]
+    assert objects.read_pod(namespace, pod["name"]) is not None
+    assert controller_pod_writes(controller.cp, namespace) == []
+    assert (
+        controller.sample(
+            "unstick_remediations_total", action="force-delete", cause="NodeGone", result="dry_run"
+        )
+        >= 1
+    )
+
+
+def _set_not_ready(objects: Objects, node: str) -> None:
+    long_ago = "2020-01-01T00:00:00Z"
+    objects.core.patch_node_status(
+        node,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletStoppedPosting",
+                        "message": "test: node lost",
+                        "lastHeartbeatTime": long_ago,
+                        "lastTransitionTime": long_ago,
+                    }
+                ]
+            }
+        },
+    )
+
+
+def test_unreachable_node_only_after_out_of_service_taint(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    node = make_node(kubelet=False)
+    _set_not_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate="t-remediate")
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("cause") == "NodeUnreachable" and s,
+        60,
+        "diagnosis NodeUnreachable",
+    )
+    await_(lambda: objects.status(namespace, pod).get("phase") == "Observing", 30, "observing")
+    assert "force-delete" in [r["action"] for r in status.get("refused") or []]
+    assert objects.read_pod(namespace, pod["name"]) is not None
+    assert controller_pod_writes(controller.cp, namespace) == []
+
+    taint = {
+        "key": "node.kubernetes.io/out-of-service",
+        "value": "nodeshutdown",
+        "effect": "NoExecute",
+    }
+    objects.core.patch_node(node, {"spec": {"taints": [taint]}})
+    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete (fenced)")
+
+
+def test_finalizer_removed_only_when_allowlisted(
+    controller: Controller, objects: Objects, namespace: str
+) -> None:
+    # Unscheduled pods are deleted at once (grace 0): only the finalizers keep them.
+    allowed = objects.pod(namespace, None, remediate="t-allow-fin", finalizers=["example.com/keep"])
+    foreign = objects.pod(
+        namespace, None, remediate="t-allow-fin", finalizers=["example.com/other"]
+    )
+    for pod in (allowed, foreign):
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+    await_(lambda: objects.read_pod(namespace, allowed["name"]) is None, 60, "finalizer removal")
+    status = await_(
+        lambda: (s := objects.status(namespace, foreign)).get("phase") == "Observing" and s,
+        60,
+        "foreign finalizer observed",
+    )
+    assert status["cause"] == "FinalizerBlocked"
+    left = objects.read_pod(namespace, foreign["name"])
+    assert left is not None and left.metadata.finalizers == ["example.com/other"]
+    writes = controller_pod_writes(controller.cp, namespace)
+    assert [(w["verb"], w["objectRef"]["name"]) for w in writes] == [("patch", allowed["name"])]
+
+
+def test_no_writes_for_healthy_pods_and_pods_within_grace(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any, kwok: Any
+) -> None:
+    served = make_node(kubelet=True)
+    lost = make_node(kubelet=False)
+    running = [objects.pod(namespace, served, remediate="t-remediate") for _ in range(20)]
+    await_(
+        lambda: all(
+            (p := objects.read_pod(namespace, r["name"])) and p.status.phase == "Running"
+            for r in running
+        ),
+        90,
+        "kwok runs the healthy pods",
+    )
+    within = objects.pod(namespace, lost, remediate="t-remediate", grace=3600)
+    objects.core.delete_namespaced_pod(within["name"], namespace)
+    # A later stuck pod, seen through the same ordered watch, proves the controller saw
+    # everything before it.
+    marker = _stuck_on_deleted_node(objects, namespace, make_node, None)
+    await_(lambda: objects.status(namespace, marker).get("phase") == "Observing", 60, "marker")
+    assert objects.remediation(namespace, within) is None
+    assert controller_pod_writes(controller.cp, namespace) == []
+
+
+def test_restart_does_not_act_twice(
+    control_plane: ControlPlane,
+    controller: Controller,
+    objects: Objects,
+    namespace: str,
+    make_node: Any,
+    tmp_path: Path,
+) -> None:
+    # force-delete succeeds, then a foreign finalizer keeps the pod: it stays stuck.
+    pod = _stuck_on_deleted_node(
+        objects, namespace, make_node, "t-remediate", finalizers=["example.com/other"]
+    )
+    await_(
+        lambda: objects.status(namespace, pod).get("cause") == "FinalizerBlocked",
+        60,
+        "FinalizerBlocked after the force-delete",
+    )
+    controller.stop()
+    second = Controller(control_plane, tmp_path / "second.log")
+    try:
+        second.start()
+        await_(
+            lambda: (
+                second.sample("unstick_stuck_pods", namespace=namespace, cause="FinalizerBlocked")
+                == 1
+            ),
+            60,
+            "the restarted controller to diagnose the pod",
+        )
+        deletes = [
+            e for e in controller_pod_writes(control_plane, namespace) if e["verb"] == "delete"
+        ]
+        assert len(deletes) == 1
+        status = objects.status(namespace, pod)
+        assert [a["result"] for a in _actions(status, "force-delete")] == ["succeeded"]
+    finally:
+        second.stop()
+        print(second.log()[-3000:])
+        controller.start()  # back for the rest of the module
+
+
+def _ts(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
+
+
+def test_rate_limit_holds_under_200_stuck_pods(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    node = make_node(kubelet=False)
+    pods = [objects.pod(namespace, node, remediate="t-ratelimited") for _ in range(200)]
+    objects.core.delete_node(node)
+    objects.core.delete_collection_namespaced_pod(namespace)
+
+    def deletes() -> list[dict[str, Any]]:
+        return [e for e in controller_pod_writes(controller.cp, namespace) if e["verb"] == "delete"]
+
+    await_(lambda: len(deletes()) >= 13, 120, "budget to refill and more deletes to happen")
+    times = sorted(_ts(e) for e in deletes())
+    # Budget: 10 at once, then one per 6 s. In any window of length w at most 10 + w/6 (+1
+    # for bucket/clock granularity) deletes.
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            window = times[j] - start
+            assert j - i + 1 <= 10 + window / 6.0 + 1, (i, j, window)
+    waiting = [p for p in pods if objects.read_pod(namespace, p["name"]) is not None]
+    assert len(waiting) >= 150  # the rest wait for budget; none is dropped:
+    assert all(objects.remediation(namespace, p) is not None for p in waiting[:20])
+    print(f"rate limit: {len(times)} deletes in {times[-1] - times[0]:.1f}s")
+
+
+def test_watch_recovers_after_api_server_restart(
+    control_plane: ControlPlane,
+    controller: Controller,
+    objects: Objects,
+    namespace: str,
+    make_node: Any,
+) -> None:
+    control_plane.restart_apiserver()
+    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
+    await_(
+        lambda: objects.read_pod(namespace, pod["name"]) is None,
+        120,
+        "force-delete after the API server restart",
+    )
+    assert controller.alive()
+
+
+def test_schema_rejects_invalid_policy(objects: Objects) -> None:
+    with pytest.raises(ApiException) as err:
+        objects.create_policy("t-invalid", policy_spec(actions=["explode"], slackSeconds=-1))
+    assert err.value.status == 422
+    assert "explode" in str(err.value.body)
