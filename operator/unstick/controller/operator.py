@@ -106,7 +106,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             state.runtime.policies_changed()
 
     @kopf.on.event(GROUP, VERSION, "remediations", registry=registry)
-    def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
+    async def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
         state: State = memo.state
         uid = (body.get("spec") or {}).get("podUID")
         if not uid or state.runtime is None:
@@ -122,7 +122,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
                 state.runtime.poke(uid)
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
-    def node_event(type: str, body: Any, name: str, memo: Any, **_: Any) -> None:
+    async def node_event(type: str, body: Any, name: str, memo: Any, **_: Any) -> None:
         state: State = memo.state
         if state.runtime is None:
             return

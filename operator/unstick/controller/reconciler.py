@@ -37,6 +37,7 @@ log = logging.getLogger("unstick.decisions")
 
 RECHECK_AFTER_CONFLICT_S = 1.0
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
+RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +97,7 @@ class Reconciler:
         self.namespaces = namespaces
         self.settings = settings
         self.clock = clock
-        self.budget = ActionBudget(BUILTIN.cluster_per_minute, BUILTIN.node_per_minute)
+        self.budgets: dict[str, ActionBudget] = {}  # one per policy: its own rate limits
         self.budget_lock = threading.Lock()
         self.stuck = metrics.StuckPods()
 
@@ -142,7 +143,7 @@ class Reconciler:
             return now + self.settings.recheck_s
         d = decision.diagnosis
         if not d.stuck:
-            return record.deletion_timestamp + decision.policy.slack_s
+            return max(record.deletion_timestamp + decision.policy.slack_s, now + 1.0)
         if rem is None:
             metrics.DETECTION_LAG.observe(
                 max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
@@ -159,10 +160,6 @@ class Reconciler:
         self.stuck.set(record.uid, record.namespace, str(d.cause))
         if status.get("cause") != str(d.cause):
             self._announce(pod, record, decision, now)
-        with self.budget_lock:
-            self.budget.reconfigure(
-                decision.policy.cluster_per_minute, decision.policy.node_per_minute
-            )
         return self._advance(pod, record, rem, decision, now)
 
     def _announce(self, pod: JSON, record: TerminatingPod, dec: Decision, now: float) -> None:
@@ -211,9 +208,9 @@ class Reconciler:
             return now + self.settings.recheck_s
         if step.action in NODE_ACTIONS:
             return self._node_steps(p)
-        wait = self._take_budget(record.node, now)
+        wait = self._take_budget(dec.policy, record.node, now)
         if wait > 0:
-            self._write(p, "Remediating", waitingFor=f"rate limit ({wait:.1f}s)")
+            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return now + wait
         return self._act_on_api(p, step)
 
@@ -309,9 +306,9 @@ class Reconciler:
                 )
         wait = 0.0
         for _ in steps:
-            wait = max(wait, self._take_budget(p.record.node, p.now))
+            wait = max(wait, self._take_budget(p.dec.policy, p.record.node, p.now))
         if wait > 0:
-            self._write(p, "Remediating", waitingFor=f"rate limit ({wait:.1f}s)")
+            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait
         records.patch_spec(
             self.kube,
@@ -352,9 +349,15 @@ class Reconciler:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _take_budget(self, node: str, now: float) -> float:
+    def _take_budget(self, policy: Policy, node: str, now: float) -> float:
         with self.budget_lock:
-            return self.budget.try_acquire(node or "(none)", now)
+            budget = self.budgets.get(policy.name)
+            if budget is None:
+                budget = self.budgets[policy.name] = ActionBudget(
+                    policy.cluster_per_minute, policy.node_per_minute
+                )
+            budget.reconfigure(policy.cluster_per_minute, policy.node_per_minute)
+            return budget.try_acquire(node or "(none)", now)
 
     def _count_once(
         self,
