@@ -95,7 +95,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
         if type == "DELETED":
             state.policies.remove(name)
         else:
-            raw = {"spec": dict(body.get("spec") or {})}
+            raw = {"metadata": {"name": name}, "spec": dict(body.get("spec") or {})}
             error = state.policies.update(name, raw)
             if error:
                 logger.error(
