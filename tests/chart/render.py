@@ -1,0 +1,87 @@
+"""Helpers for the chart tests: find the tools, render the chart, walk the objects."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "unstick"
+ALL_ON = Path(__file__).resolve().parent / "values-all-on.yaml"
+RELEASE = "unstick"
+NAMESPACE = "unstick"
+
+
+def find_tool(name: str) -> str | None:
+    """bin/NAME (built by `make tools`), else NAME on $PATH."""
+    local = REPO / "bin" / name
+    if local.exists() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
+
+
+def helm_env(home: Path) -> dict[str, str]:
+    """Helm with its cache/config/data under `home`, so tests leave nothing behind."""
+    env = dict(os.environ)
+    for var, sub in (
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_DATA_HOME", "data"),
+    ):
+        env[var] = str(home / sub)
+    return env
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def template(helm: str, *args: str) -> list[dict[str, Any]]:
+    """`helm template` the chart (release unstick, namespace unstick) into objects."""
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job")]
+
+
+def containers(workload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    spec = workload["spec"]["template"]["spec"]
+    yield from spec.get("initContainers", [])
+    yield from spec["containers"]
+
+
+def rule_allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    """Whether a ClusterRole's rules grant `verb` on `group`/`resource` (RBAC semantics,
+    wildcards included, so a `*` could not slip past the checks that use this)."""
+    for rule in rules:
+        groups = rule.get("apiGroups", [])
+        resources = rule.get("resources", [])
+        verbs = rule.get("verbs", [])
+        if (
+            (group in groups or "*" in groups)
+            and (resource in resources or "*" in resources)
+            and (verb in verbs or "*" in verbs)
+        ):
+            return True
+    return False
