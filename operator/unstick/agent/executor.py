@@ -145,6 +145,10 @@ class Executor:
         if fn is None:
             return self._result(action, target, REFUSED, f"{action!r} is not a node action")
         try:
+            pod_dir(self.root, uid)
+        except ValueError as exc:
+            return self._result(action, target, REFUSED, str(exc))
+        try:
             message = fn(uid, target, dry_run)
         except Refused as exc:
             return self._result(action, target, REFUSED, str(exc))

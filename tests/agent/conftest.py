@@ -1,0 +1,78 @@
+"""Helpers for the agent tests: run a scenario inside a private mount namespace.
+
+`run_scenario(name, workdir)` starts `unshare -m --propagation private python
+mountns_scenarios.py NAME WORKDIR` in its own process group. The scenario mounts a tmpfs
+on WORKDIR first, so every mount it makes lives in that namespace only and disappears with
+it; whatever happens, the whole process group (scenario, holders, CSI server) is killed
+by its id at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+SCENARIOS = HERE / "mountns_scenarios.py"
+
+
+def run_scenario(name: str, workdir: Path, *args: str, timeout: float = 120) -> dict[str, Any]:
+    """Run one scenario in a private mount namespace; its JSON result."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, str(SCENARIOS), name]
+    proc = subprocess.Popen(
+        [*cmd, str(workdir), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the scenario and everything it started
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    if proc.returncode != 0:
+        pytest.fail(f"scenario {name} exited {proc.returncode}:\n{err[-4000:]}")
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"scenario {name} printed no result:\n{out}\n{err[-4000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def host_mounts_under(path: Path) -> list[str]:
+    """Mount points under `path` in the test's own (host) namespace: must stay empty."""
+    prefix = str(path)
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """The scenario's work dir, with a short path (unix socket paths are limited to 107
+    bytes); afterwards no mount under it may exist in the host namespace."""
+    path = Path(tempfile.mkdtemp(prefix="ua-", dir="/tmp"))
+    try:
+        yield path
+        assert host_mounts_under(path) == [], "a mount leaked into the host namespace"
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def scenario() -> Callable[..., dict[str, Any]]:
+    """`scenario(name, workdir)`: run a mountns scenario, its JSON result."""
+    return run_scenario

@@ -1,0 +1,424 @@
+"""Agent scenarios with real mounts, run INSIDE a private mount namespace by conftest.
+
+Usage: `unshare -m --propagation private python mountns_scenarios.py NAME WORKDIR`.
+WORKDIR gets a tmpfs first; the kubelet root and all data live on it. Each scenario lays
+out pods the way the kubelet does, runs the agent's probe/executor/handler against them,
+kills every process it started (by pid, in finally) and prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from unstick.agent.executor import Executor
+from unstick.agent.handler import Handler
+from unstick.agent.probe import probe_pod
+from unstick.agent.proto import csi_pb2, csi_pb2_grpc
+from unstick.agent.settings import AgentSettings
+from unstick.core.mountinfo import parse_mountinfo
+
+UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+UID_B = "bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
+DRIVER = "hostpath.csi.k8s.io"
+HERE = Path(__file__).parent
+
+
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def mount_points() -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return [m.mount_point for m in parse_mountinfo(f.read())]
+
+
+class Node:
+    """A kubelet root on the scenario's tmpfs, with helpers that lay out pod volumes."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.root = work / "kubelet"
+        self.data = work / "data"
+        self.data.mkdir()
+        self.root.mkdir()
+        self.procs: list[subprocess.Popen[Any]] = []
+        self.settings = AgentSettings(
+            node_name="test-node",
+            kubelet_root=str(self.root),
+            host_proc="/proc",
+            mountinfo_path="/proc/self/mountinfo",
+            kubelet_healthz="http://127.0.0.1:9/healthz",
+            state_dir=str(work / "state"),
+            grpc_timeout_s=5.0,
+        )
+
+    def pod(self, uid: str) -> Path:
+        return self.root / "pods" / uid
+
+    def csi_volume(self, uid: str, pv: str, handle: str, bind: bool = True) -> Path:
+        vol = self.pod(uid) / "volumes" / "kubernetes.io~csi" / pv
+        (vol / "mount").mkdir(parents=True)
+        data = {"specVolID": pv, "volumeHandle": handle, "driverName": DRIVER, "nodeName": "n"}
+        (vol / "vol_data.json").write_text(json.dumps(data))
+        if bind:
+            src = self.data / handle
+            src.mkdir(exist_ok=True)
+            (src / "file.txt").write_text("user data\n")
+            sh("mount", "--bind", str(src), str(vol / "mount"))
+        return vol / "mount"
+
+    def projected(self, uid: str, name: str) -> Path:
+        path = self.pod(uid) / "volumes" / "kubernetes.io~projected" / name
+        path.mkdir(parents=True)
+        sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path))
+        (path / "token").write_text("secret\n")
+        return path
+
+    def subpath(self, uid: str, source: Path) -> Path:
+        path = self.pod(uid) / "volume-subpaths" / "data" / "app" / "0"
+        path.mkdir(parents=True)
+        sh("mount", "--bind", str(source), str(path))
+        return path
+
+    def staging(self, handle: str) -> Path:
+        digest = hashlib.sha256(handle.encode()).hexdigest()
+        path = self.root / "plugins" / "kubernetes.io" / "csi" / DRIVER / digest / "globalmount"
+        path.mkdir(parents=True)
+        src = self.data / handle
+        src.mkdir(exist_ok=True)
+        sh("mount", "--bind", str(src), str(path))
+        return path
+
+    def start(self, *cmd: str, **kw: Any) -> subprocess.Popen[Any]:
+        proc = subprocess.Popen(cmd, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[Any]) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)
+
+    def executor(self) -> Executor:
+        return Executor(self.settings)
+
+    def probe(self, uid: str) -> dict[str, Any]:
+        return probe_pod(self.settings, uid)
+
+
+def step(
+    ex: Executor, uid: str, action: str, target: str = "", dry: bool = False
+) -> dict[str, str]:
+    return ex.run_step(uid, action, target, dry_run=dry, lazy_unmount=False).to_json()
+
+
+def tree(path: Path) -> list[str]:
+    """Every path below `path`, without following symlinks."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        found.extend(os.path.join(dirpath, n) for n in dirnames + filenames)
+    return sorted(found)
+
+
+def layout(node: Node) -> dict[str, str]:
+    """Pod A: CSI volume, projected tmpfs, subpath bind, stale empty-dir; the CSI volume's
+    global staging mount; pod B (decoy) with its own CSI and projected mounts."""
+    paths = {
+        "staging": str(node.staging("vol-a")),
+        "a_csi": str(node.csi_volume(UID_A, "pvc-a", "vol-a")),
+        "a_projected": str(node.projected(UID_A, "kube-api-access-x")),
+        "b_csi": str(node.csi_volume(UID_B, "pvc-b", "vol-b")),
+        "b_projected": str(node.projected(UID_B, "kube-api-access-y")),
+    }
+    paths["a_subpath"] = str(node.subpath(UID_A, node.data / "vol-a"))
+    stale = node.pod(UID_A) / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    stale.mkdir(parents=True)
+    paths["a_stale"] = str(stale)
+    return paths
+
+
+def scenario_layout(node: Node) -> dict[str, Any]:
+    paths = layout(node)
+    probe = node.probe(UID_A)
+    ex = node.executor()
+    unmount = step(ex, UID_A, "unmount")
+    rmdir = step(ex, UID_A, "rmdir-stale")
+    return {
+        "paths": paths,
+        "probe": probe,
+        "unmount": unmount,
+        "rmdir": rmdir,
+        "mounts_after": mount_points(),
+        "pod_a_tree_after": tree(node.pod(UID_A)),
+        "probe_after": node.probe(UID_A),
+    }
+
+
+def scenario_dry_run(node: Node) -> dict[str, Any]:
+    paths = layout(node)
+    before = (mount_points(), tree(node.pod(UID_A)))
+    ex = node.executor()
+    results = [step(ex, UID_A, a, dry=True) for a in ("unmount", "rmdir-stale", "replay-unpublish")]
+    after = (mount_points(), tree(node.pod(UID_A)))
+    return {"paths": paths, "results": results, "unchanged": before == after}
+
+
+def scenario_holders(node: Node) -> dict[str, Any]:
+    v1 = node.projected(UID_A, "cwd-held")
+    v2 = node.projected(UID_A, "fd-held")
+    v3 = node.projected(UID_A, "ns-held")
+    try:
+        by_cwd = node.start("sleep", "600", cwd=v1)
+        by_fd = node.start("tail", "-f", str(v2 / "token"), stdout=subprocess.DEVNULL)
+        wait_for("tail to open the file", lambda: _has_fd(by_fd.pid, str(v2 / "token")))
+        own_ns = os.readlink("/proc/self/ns/mnt")
+        by_ns = node.start("unshare", "-m", "--propagation", "private", "sleep", "600")
+        wait_for(
+            "the namespace holder", lambda: _comm(by_ns.pid) == "sleep" and _ns(by_ns.pid) != own_ns
+        )
+        probe = node.probe(UID_A)
+        ex = node.executor()
+        refused = {
+            name: step(ex, UID_A, "unmount", str(p))
+            for name, p in (("cwd", v1), ("fd", v2), ("mountns", v3))
+        }
+        refused["all"] = step(ex, UID_A, "unmount")
+        still = mount_points()
+        node.stop(by_ns)
+        after_release = step(ex, UID_A, "unmount", str(v3))
+        return {
+            "paths": {"cwd": str(v1), "fd": str(v2), "mountns": str(v3)},
+            "pids": {"cwd": by_cwd.pid, "fd": by_fd.pid, "mountns": by_ns.pid},
+            "probe": probe,
+            "refused": refused,
+            "mounts_while_held": still,
+            "after_release": after_release,
+            "mounts_after": mount_points(),
+        }
+    finally:
+        node.cleanup()
+
+
+def _has_fd(pid: int, path: str) -> bool:
+    try:
+        return any(
+            os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")
+        )
+    except OSError:
+        return False
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return ""
+
+
+def scenario_symlinks(node: Node) -> dict[str, Any]:
+    """Symlinks planted in pod A's dirs, pointing at /etc and at pod B's mounts."""
+    b_proj = node.projected(UID_B, "kube-api-access-b")
+    b_csi = node.csi_volume(UID_B, "pvc-b", "vol-b")
+    a_vols = node.pod(UID_A) / "volumes"
+    (a_vols / "kubernetes.io~empty-dir").mkdir(parents=True)
+    (a_vols / "kubernetes.io~empty-dir" / "evil").symlink_to("/etc")
+    (a_vols / "kubernetes.io~secret").symlink_to(b_proj.parent)
+    sub = node.pod(UID_A) / "volume-subpaths" / "data" / "app"
+    sub.mkdir(parents=True)
+    (sub / "0").symlink_to(b_csi)
+    etc_before = sorted(os.listdir("/etc"))
+    through = a_vols / "kubernetes.io~secret" / b_proj.name
+    ex = node.executor()
+    results = {
+        "unmount_through_symlink": step(ex, UID_A, "unmount", str(through)),
+        "rmdir_through_symlink": step(ex, UID_A, "rmdir-stale", str(through)),
+        "unmount_all": step(ex, UID_A, "unmount"),
+        "rmdir_all": step(ex, UID_A, "rmdir-stale"),
+    }
+    return {
+        "probe": node.probe(UID_A),
+        "results": results,
+        "etc_unchanged": sorted(os.listdir("/etc")) == etc_before,
+        "b_mounts": [str(b_proj), str(b_csi)],
+        "mounts_after": mount_points(),
+        "b_token": (b_proj / "token").read_text(),
+        "pod_a_tree_after": tree(node.pod(UID_A)),
+    }
+
+
+def scenario_other_uid(node: Node) -> dict[str, Any]:
+    paths = layout(node)
+    ex = node.executor()
+    b_pv_dir = str(Path(paths["b_csi"]).parent)
+    return {
+        "paths": paths,
+        "unmount_b_as_a": step(ex, UID_A, "unmount", paths["b_csi"]),
+        "replay_b_as_a": step(ex, UID_A, "replay-unpublish", paths["b_csi"]),
+        "rmdir_b_as_a": step(ex, UID_A, "rmdir-stale", b_pv_dir),
+        "staging_as_a": step(ex, UID_A, "unmount", paths["staging"]),
+        "bad_uid": step(ex, "../" + UID_B, "unmount"),
+        "mounts_after": mount_points(),
+    }
+
+
+class CSIServer:
+    """tests/agent/csi_server.py as a process of this namespace."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        registry = node.root / "plugins_registry"
+        plugin_dir = node.root / "plugins" / DRIVER
+        registry.mkdir(parents=True, exist_ok=True)
+        plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.csi_socket = str(plugin_dir / "csi.sock")
+        self.args = [
+            sys.executable, str(HERE / "csi_server.py"), "--name", DRIVER,
+            "--csi-socket", self.csi_socket,
+            "--registration-socket", str(registry / f"{DRIVER}-reg.sock"),
+            "--data-dir", str(node.data), "--state-file", str(node.work / "csi-state.json"),
+        ]  # fmt: skip
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = self.node.start(*self.args, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"csi server did not start: {line!r}"
+
+    def restart_with_state_lost(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+        (self.node.work / "csi-state.json").unlink()
+        self.start()
+
+    def publish(self, uid: str, pv: str, handle: str) -> tuple[str, str]:
+        """What the kubelet does: NodeStageVolume, NodePublishVolume, vol_data.json."""
+        digest = hashlib.sha256(handle.encode()).hexdigest()
+        staging = (
+            self.node.root / "plugins" / "kubernetes.io" / "csi" / DRIVER / digest / "globalmount"
+        )
+        target = self.node.csi_volume(uid, pv, handle, bind=False)
+        with grpc.insecure_channel(f"unix://{self.csi_socket}") as ch:
+            node = csi_pb2_grpc.NodeStub(ch)
+            if not staging.exists() or str(staging) not in mount_points():
+                node.NodeStageVolume(
+                    csi_pb2.NodeStageVolumeRequest(
+                        volume_id=handle, staging_target_path=str(staging)
+                    ),
+                    timeout=10,
+                )
+            node.NodePublishVolume(
+                csi_pb2.NodePublishVolumeRequest(
+                    volume_id=handle, staging_target_path=str(staging), target_path=str(target)
+                ),
+                timeout=10,
+            )
+        return str(staging), str(target)
+
+
+def _run_handler_steps(node: Node, uid: str, steps: list[str]) -> dict[str, Any]:
+    patches: list[dict[str, Any]] = []
+    handler = Handler(node.settings, node.executor(), lambda ns, name, p: patches.append(p))
+    remediation = {
+        "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},
+        "spec": {
+            "podName": "web-0", "podUID": uid, "nodeName": "test-node",
+            "nodeSteps": [{"action": a, "target": "", "reason": "test"} for a in steps],
+            "nodeStepsRequestedAt": "2026-01-01T00:00:00Z", "dryRun": False,
+        },
+        "status": {},
+    }  # fmt: skip
+    handler.handle(remediation)
+    handler.handle(remediation)  # the same request again: already served, no second run
+    return {"patches": patches}
+
+
+def scenario_csi_replay(node: Node) -> dict[str, Any]:
+    """A healthy driver: replay-unpublish unpublishes and unstages."""
+    server = CSIServer(node)
+    try:
+        server.start()
+        staging, target = server.publish(UID_A, "pvc-1", "vol-1")
+        probe = node.probe(UID_A)
+        result = _run_handler_steps(node, UID_A, ["replay-unpublish"])
+        return {"staging": staging, "target": target, "probe": probe, **result,
+                "mounts_after": mount_points()}  # fmt: skip
+    finally:
+        node.cleanup()
+
+
+def scenario_csi_lost_state(node: Node) -> dict[str, Any]:
+    """The driver restarts with its state lost: NodeUnpublishVolume answers OK and leaves
+    the mount; the agent must notice and fall through to unmount, then rmdir-stale."""
+    server = CSIServer(node)
+    try:
+        server.start()
+        staging, target = server.publish(UID_A, "pvc-1", "vol-1")
+        _, other = server.publish(UID_B, "pvc-1", "vol-1")  # another pod uses the volume
+        server.restart_with_state_lost()
+        probe = node.probe(UID_A)
+        result = _run_handler_steps(node, UID_A, ["replay-unpublish", "unmount", "rmdir-stale"])
+        return {"staging": staging, "target": target, "other": other, "probe": probe, **result,
+                "mounts_after": mount_points(), "pod_a_tree_after": tree(node.pod(UID_A))}  # fmt: skip
+    finally:
+        node.cleanup()
+
+
+SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
+    "layout": scenario_layout,
+    "dry_run": scenario_dry_run,
+    "holders": scenario_holders,
+    "symlinks": scenario_symlinks,
+    "other_uid": scenario_other_uid,
+    "csi_replay": scenario_csi_replay,
+    "csi_lost_state": scenario_csi_lost_state,
+}
+
+
+def main() -> int:
+    name, work = sys.argv[1], Path(sys.argv[2])
+    # Everything below lives on this tmpfs, in this (private) mount namespace only.
+    sh("mount", "--make-rprivate", "/")
+    sh("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(work))
+    node = Node(work)
+    try:
+        result = SCENARIOS[name](node)
+    finally:
+        node.cleanup()
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
