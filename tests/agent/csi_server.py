@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 
@@ -91,9 +91,9 @@ class Node(csi_pb2_grpc.NodeServicer):
         )
 
     def NodeStageVolume(self, request, context):
-        source = os.path.join(self.data_dir, request.volume_id)
-        os.makedirs(source, exist_ok=True)
-        os.makedirs(request.staging_target_path, exist_ok=True)
+        source = str(Path(self.data_dir) / request.volume_id)
+        Path(source).mkdir(parents=True, exist_ok=True)
+        Path(request.staging_target_path).mkdir(parents=True, exist_ok=True)
         _mount("--bind", source, request.staging_target_path)
         return csi_pb2.NodeStageVolumeResponse()
 
@@ -102,8 +102,8 @@ class Node(csi_pb2_grpc.NodeServicer):
         return csi_pb2.NodeUnstageVolumeResponse()
 
     def NodePublishVolume(self, request, context):
-        source = request.staging_target_path or os.path.join(self.data_dir, request.volume_id)
-        os.makedirs(request.target_path, exist_ok=True)
+        source = request.staging_target_path or str(Path(self.data_dir) / request.volume_id)
+        Path(request.target_path).mkdir(parents=True, exist_ok=True)
         _mount("--bind", source, request.target_path)
         with self.state.lock:
             data = self.state.load()
@@ -147,8 +147,7 @@ def main() -> int:
     p.add_argument("--state-file", required=True)
     args = p.parse_args()
     for sock in (args.csi_socket, args.registration_socket):
-        if os.path.exists(sock):
-            os.unlink(sock)
+        Path(sock).unlink(missing_ok=True)
     csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     csi_pb2_grpc.add_IdentityServicer_to_server(Identity(args.name), csi)
     csi_pb2_grpc.add_NodeServicer_to_server(Node(args.data_dir, State(args.state_file)), csi)

@@ -139,7 +139,7 @@ def tree(path: Path) -> list[str]:
     """Every path below `path`, without following symlinks."""
     found = []
     for dirpath, dirnames, filenames in os.walk(path):
-        found.extend(os.path.join(dirpath, n) for n in dirnames + filenames)
+        found.extend(str(Path(dirpath) / n) for n in dirnames + filenames)
     return sorted(found)
 
 
@@ -194,7 +194,7 @@ def scenario_holders(node: Node) -> dict[str, Any]:
         by_cwd = node.start("sleep", "600", cwd=v1)
         by_fd = node.start("tail", "-f", str(v2 / "token"), stdout=subprocess.DEVNULL)
         wait_for("tail to open the file", lambda: _has_fd(by_fd.pid, str(v2 / "token")))
-        own_ns = os.readlink("/proc/self/ns/mnt")
+        own_ns = _ns(os.getpid())
         by_ns = node.start("unshare", "-m", "--propagation", "private", "sleep", "600")
         wait_for(
             "the namespace holder", lambda: _comm(by_ns.pid) == "sleep" and _ns(by_ns.pid) != own_ns
@@ -224,9 +224,7 @@ def scenario_holders(node: Node) -> dict[str, Any]:
 
 def _has_fd(pid: int, path: str) -> bool:
     try:
-        return any(
-            os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")
-        )
+        return any(str(fd.readlink()) == path for fd in Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False
 
@@ -240,7 +238,7 @@ def _comm(pid: int) -> str:
 
 def _ns(pid: int) -> str:
     try:
-        return os.readlink(f"/proc/{pid}/ns/mnt")
+        return str(Path(f"/proc/{pid}/ns/mnt").readlink())
     except OSError:
         return ""
 
@@ -256,7 +254,7 @@ def scenario_symlinks(node: Node) -> dict[str, Any]:
     sub = node.pod(UID_A) / "volume-subpaths" / "data" / "app"
     sub.mkdir(parents=True)
     (sub / "0").symlink_to(b_csi)
-    etc_before = sorted(os.listdir("/etc"))
+    etc_before = sorted(p.name for p in Path("/etc").iterdir())
     through = a_vols / "kubernetes.io~secret" / b_proj.name
     ex = node.executor()
     results = {
@@ -268,7 +266,7 @@ def scenario_symlinks(node: Node) -> dict[str, Any]:
     return {
         "probe": node.probe(UID_A),
         "results": results,
-        "etc_unchanged": sorted(os.listdir("/etc")) == etc_before,
+        "etc_unchanged": sorted(p.name for p in Path("/etc").iterdir()) == etc_before,
         "b_mounts": [str(b_proj), str(b_csi)],
         "mounts_after": mount_points(),
         "b_token": (b_proj / "token").read_text(),
@@ -389,8 +387,9 @@ def scenario_csi_lost_state(node: Node) -> dict[str, Any]:
         server.restart_with_state_lost()
         probe = node.probe(UID_A)
         result = _run_handler_steps(node, UID_A, ["replay-unpublish", "unmount", "rmdir-stale"])
+        after = {"mounts_after": mount_points(), "pod_a_tree_after": tree(node.pod(UID_A))}
         return {"staging": staging, "target": target, "other": other, "probe": probe, **result,
-                "mounts_after": mount_points(), "pod_a_tree_after": tree(node.pod(UID_A))}  # fmt: skip
+                **after}  # fmt: skip
     finally:
         node.cleanup()
 

@@ -1,0 +1,297 @@
+"""Agent parts that need no mounts: kubelet health over real HTTP, plugin registration over
+real gRPC unix sockets, path checks, holder matching rules, restart-kubelet rate limit,
+Remediation validation, and containers from a real cgroup."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent import futures
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from unstick.agent.containers import cgroup_containers
+from unstick.agent.executor import Executor
+from unstick.agent.handler import Handler
+from unstick.agent.holders import _is_copy
+from unstick.agent.kubelet_health import kubelet_healthy
+from unstick.agent.plugins import registered_plugins
+from unstick.agent.proto import pluginregistration_pb2, pluginregistration_pb2_grpc
+from unstick.agent.safepath import UnsafePath, check_path
+from unstick.agent.settings import AgentSettings
+from unstick.core.mountinfo import parse_mountinfo
+
+UID = "cccccccc-3333-4333-8333-cccccccccccc"
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="ua-", dir="/tmp"))  # unix socket paths are short
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+# --- kubelet health ------------------------------------------------------------------
+
+
+class _Healthz(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 500)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+def test_kubelet_health_true_false_and_unknown() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthz)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        assert kubelet_healthy(f"http://127.0.0.1:{port}/healthz") is True
+        assert kubelet_healthy(f"http://127.0.0.1:{port}/broken") is False
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert kubelet_healthy(f"http://127.0.0.1:{free}/healthz", timeout_s=2) is None
+
+
+# --- plugin registration ---------------------------------------------------------------
+
+
+class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
+    def __init__(self, kind: str, name: str, endpoint: str) -> None:
+        self.info = pluginregistration_pb2.PluginInfo(
+            type=kind, name=name, endpoint=endpoint, supported_versions=["1.0.0"]
+        )
+
+    def GetInfo(self, request: Any, context: Any) -> Any:
+        return self.info
+
+
+def test_registered_plugins_over_real_registration_sockets(short_tmp: Path) -> None:
+    registry = short_tmp / "plugins_registry"
+    registry.mkdir()
+    servers = []
+    for kind, name in (("CSIPlugin", "a.csi.example.com"), ("DRAPlugin", "gpu.example.com")):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
+            _Registration(kind, name, f"/plugins/{name}/csi.sock"), server
+        )
+        server.add_insecure_port(f"unix://{registry}/{name}-reg.sock")
+        server.start()
+        servers.append(server)
+    stale = socket.socket(socket.AF_UNIX)  # a socket file whose driver is gone
+    stale.bind(str(registry / "dead.csi.example.com-reg.sock"))
+    stale.close()
+    (registry / "notes.sock").write_text("not a socket")
+    try:
+        plugins = registered_plugins(str(registry), timeout_s=2)
+    finally:
+        for server in servers:
+            server.stop(0)
+    assert list(plugins) == ["a.csi.example.com"]
+    assert plugins["a.csi.example.com"].endpoint == "/plugins/a.csi.example.com/csi.sock"
+
+
+# --- paths and holders -----------------------------------------------------------------
+
+
+def test_check_path_refuses_any_symlink_component(tmp_path: Path) -> None:
+    real = tmp_path / "pods" / UID / "volumes" / "p" / "v"
+    real.mkdir(parents=True)
+    check_path(str(real), is_mount_point=False)
+    (tmp_path / "link").symlink_to(tmp_path / "pods")
+    with pytest.raises(UnsafePath):
+        check_path(str(tmp_path / "link" / UID / "volumes" / "p" / "v"), is_mount_point=True)
+    (real / "evil").symlink_to("/etc")
+    with pytest.raises(UnsafePath):
+        check_path(str(real / "evil"), is_mount_point=False)
+    with pytest.raises(UnsafePath):
+        check_path(str(real / ".." / "v"), is_mount_point=False)
+
+
+def _mount(line: str) -> Any:
+    return parse_mountinfo(line)[0]
+
+
+def test_a_copy_in_another_namespace_holds_unless_it_is_a_propagation_peer() -> None:
+    pod = _mount("100 22 8:1 /data/x /k/pods/u/volumes/p/v rw shared:7 - ext4 /dev/sda1 rw")
+    private = _mount("300 290 8:1 /data/x /data rw - ext4 /dev/sda1 rw")
+    below = _mount("301 290 8:1 /data/x/sub /data rw - ext4 /dev/sda1 rw")
+    peer = _mount("302 290 8:1 /data/x /k/pods/u/volumes/p/v rw shared:7 - ext4 /dev/sda1 rw")
+    slave = _mount("303 290 8:1 /data/x /k/pods/u/volumes/p/v rw master:7 - ext4 /dev/sda1 rw")
+    other_dev = _mount("304 290 8:2 /data/x /data rw - ext4 /dev/sdb1 rw")
+    above = _mount("305 290 8:1 /data /data rw - ext4 /dev/sda1 rw")
+    assert _is_copy(private, pod) and _is_copy(below, pod)
+    assert not _is_copy(peer, pod) and not _is_copy(slave, pod)
+    assert not _is_copy(other_dev, pod) and not _is_copy(above, pod)
+
+
+# --- restart-kubelet -------------------------------------------------------------------
+
+
+def test_restart_kubelet_at_most_once_per_hour(tmp_path: Path) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    settings = AgentSettings(
+        node_name=node, state_dir=str(tmp_path / "state"), restart_kubelet_command=("true",)
+    )
+
+    def run(at: datetime, dry: bool = False) -> str:
+        ex = Executor(settings, clock=lambda: at)
+        return ex.run_step(UID, "restart-kubelet", "", dry_run=dry, lazy_unmount=False).result
+
+    assert run(now, dry=True) == "dry_run"
+    assert run(now) == "succeeded"
+    assert run(now + timedelta(minutes=59)) == "refused"
+    assert (tmp_path / "state" / "last-kubelet-restart").exists()
+    assert run(now + timedelta(minutes=61)) == "succeeded"
+    failing = AgentSettings(
+        node_name=node + "-f", state_dir=str(tmp_path / "s2"), restart_kubelet_command=("false",)
+    )
+    result = Executor(failing, clock=lambda: now).run_step(
+        UID, "restart-kubelet", dry_run=False, lazy_unmount=False
+    )
+    assert result.result == "failed" and "exited 1" in result.message
+
+
+# --- Remediation handling --------------------------------------------------------------
+
+
+def _handler(tmp_path: Path, mountinfo: str = "") -> tuple[Handler, list[dict[str, Any]]]:
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    settings = AgentSettings(
+        node_name="node-1",
+        kubelet_root=str(tmp_path / "kubelet"),
+        host_proc=str(tmp_path / "proc"),
+        mountinfo_path=str(tmp_path / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        plugins_registry=str(tmp_path / "registry"),
+    )
+    patches: list[dict[str, Any]] = []
+    handler = Handler(settings, Executor(settings), lambda ns, n, p: patches.append(p))
+    return handler, patches
+
+
+def _rem(spec: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    base = {"podName": "web-0", "podUID": UID, "nodeName": "node-1"}
+    return {
+        "metadata": {"namespace": "default", "name": "web-0-cccccccc", "uid": "r1"},
+        "spec": {**base, **spec},
+        "status": status or {},
+    }
+
+
+def test_probe_is_served_once_per_request(tmp_path: Path) -> None:
+    pods = f"{tmp_path}/kubelet/pods"
+    line = f"50 22 0:40 / {pods}/{UID}/volumes/kubernetes.io~projected/t rw - tmpfs tmpfs rw\n"
+    decoy = f"51 22 0:41 / {pods}/other/volumes/kubernetes.io~projected/t rw - tmpfs tmpfs rw\n"
+    handler, patches = _handler(tmp_path, line + decoy)
+    rem = _rem({"probeRequestedAt": "2026-01-01T00:00:00Z"})
+    handler.handle(rem)
+    handler.handle(rem)
+    assert len(patches) == 1
+    probe = patches[0]["probe"]
+    assert probe["mountinfo"] == line and probe["nodeName"] == "node-1"
+    assert probe["containers"] == [] and probe["registeredPlugins"] == []
+    answered = _rem({"probeRequestedAt": "2026-01-01T00:00:00Z"}, {"probe": probe})
+    handler.served_probes.clear()  # e.g. after an agent restart: probedAt already newer
+    handler.handle(answered)
+    assert len(patches) == 1
+
+
+@pytest.mark.parametrize(
+    ("steps", "field"),
+    [
+        ([{"action": "force-delete"}], "spec.nodeSteps[0].action"),
+        ([{"action": "unmount", "target": 7}], "spec.nodeSteps[0].target"),
+        ("unmount", "spec.nodeSteps"),
+    ],
+)
+def test_bad_node_steps_are_refused_naming_the_field(
+    tmp_path: Path, steps: Any, field: str
+) -> None:
+    handler, patches = _handler(tmp_path)
+    handler.handle(_rem({"nodeSteps": steps, "nodeStepsRequestedAt": "2026-01-01T00:00:00Z"}))
+    (patch,) = patches
+    (action,) = patch["nodeActions"]
+    assert action["result"] == "refused" and action["message"].startswith(field)
+    assert patch["nodeStepsDoneAt"] >= "2026-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"podUID": "../etc"},
+        {"nodeName": "another-node"},
+        {"probeRequestedAt": "yesterday"},
+    ],
+)
+def test_bad_remediations_cause_nothing(tmp_path: Path, spec: dict[str, Any]) -> None:
+    handler, patches = _handler(tmp_path)
+    handler.handle(_rem({"probeRequestedAt": "2026-01-01T00:00:00Z", **spec}))
+    assert patches == []
+
+
+def test_target_text_from_the_cr_is_never_used_as_a_path(tmp_path: Path) -> None:
+    mount = f"{tmp_path}/kubelet/pods/{UID}/volumes/kubernetes.io~projected/t"
+    Path(mount).mkdir(parents=True)  # (nothing is mounted there: the table is a text file)
+    handler, _ = _handler(tmp_path, f"50 22 0:40 / {mount} rw - tmpfs tmpfs rw\n")
+    ex = handler.executor
+    for target in ("/etc", f"{mount}/../../../../../../etc", f"{tmp_path}/kubelet/pods/x"):
+        result = ex.run_step(UID, "unmount", target, dry_run=False, lazy_unmount=False)
+        assert result.result == "refused", (target, result)
+    dry = ex.run_step(UID, "unmount", mount + "/", dry_run=True, lazy_unmount=False)
+    assert dry.result == "dry_run" and mount in dry.message
+
+
+# --- containers from a real cgroup -----------------------------------------------------
+
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+
+
+@pytest.mark.mountns
+@pytest.mark.skipif(not os.access(PIDS_CGROUP, os.W_OK), reason="needs a writable pids cgroup")
+def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) -> None:
+    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
+    container = top / "kubepods" / "besteffort" / f"pod{UID}" / "cri-containerd-abc123.scope"
+    container.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        (container / "cgroup.procs").write_text(str(proc.pid))
+        found = cgroup_containers("/proc", UID)
+        assert found is not None
+        assert [(c.id, c.state) for c in found] == [("abc123", "running")]
+        mount = f"{tmp_path}/kubelet/pods/{UID}/volumes/kubernetes.io~projected/t"
+        handler, _ = _handler(tmp_path, f"50 22 0:40 / {mount} rw - tmpfs tmpfs rw\n")
+        (tmp_path / "proc").rmdir()
+        (tmp_path / "proc").symlink_to("/proc")
+        result = handler.executor.run_step(UID, "unmount", "", dry_run=False, lazy_unmount=False)
+        assert result.result == "refused" and "still run" in result.message
+    finally:
+        proc.kill()
+        proc.wait()
+        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+            if path.is_dir():
+                path.rmdir()
+        top.rmdir()
