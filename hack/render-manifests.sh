@@ -60,7 +60,7 @@ cp -r "$root/charts/unstick" "$out/chart"
 rm -rf "$out/chart/crds" && cp -r "$out/chart-crds" "$out/chart/crds"
 {
   echo "$header"
-  echo "# Apply manifests/crds.yaml first: kubectl apply -f manifests/crds.yaml -f manifests/unstick.yaml"
+  echo "# Apply manifests/crds.yaml first and wait for the CRDs to be Established (docs/install.md)."
   cat <<'NS'
 ---
 apiVersion: v1
