@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -20,13 +21,18 @@ from typing import Any
 import grpc
 import pytest
 
-from unstick.agent.containers import cgroup_containers
+from unstick.agent.containers import cgroup_containers, pod_containers
 from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
 from unstick.agent.holders import _is_copy
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.plugins import registered_plugins
-from unstick.agent.proto import pluginregistration_pb2, pluginregistration_pb2_grpc
+from unstick.agent.proto import (
+    cri_pb2,
+    cri_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+)
 from unstick.agent.safepath import UnsafePath, check_path
 from unstick.agent.settings import AgentSettings
 from unstick.core.mountinfo import parse_mountinfo
@@ -295,3 +301,81 @@ def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) 
             if path.is_dir():
                 path.rmdir()
         top.rmdir()
+
+
+# --- containers from the CRI -----------------------------------------------------------
+
+
+class _FakeRuntime(cri_pb2_grpc.RuntimeServiceServicer):
+    """A stand-in for containerd/CRI-O's RuntimeService (no container runtime can run in
+    this test environment): answers ListContainers from a fixed list, applying the label
+    selector like a runtime does."""
+
+    def __init__(self, containers: list[Any]) -> None:
+        self.containers = containers
+        self.requests: list[Any] = []
+
+    def ListContainers(self, request: Any, context: Any) -> Any:
+        self.requests.append(request)
+        wanted = dict(request.filter.label_selector)
+        return cri_pb2.ListContainersResponse(
+            containers=[
+                c for c in self.containers if all(c.labels.get(k) == v for k, v in wanted.items())
+            ]
+        )
+
+
+def test_containers_from_the_cri_socket(short_tmp: Path) -> None:
+    def container(cid: str, name: str, uid: str, state: int) -> Any:
+        return cri_pb2.Container(
+            id=cid,
+            metadata=cri_pb2.ContainerMetadata(name=name),
+            state=state,
+            labels={"io.kubernetes.pod.uid": uid},
+        )
+
+    runtime = _FakeRuntime(
+        [
+            container("c1", "app", UID, cri_pb2.CONTAINER_RUNNING),
+            container("c2", "init", UID, cri_pb2.CONTAINER_EXITED),
+            container("c3", "other", "another-pod", cri_pb2.CONTAINER_RUNNING),
+        ]
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    cri_pb2_grpc.add_RuntimeServiceServicer_to_server(runtime, server)
+    sock = short_tmp / "cri.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    try:
+        found, source = pod_containers("/nonexistent", UID, str(sock))
+    finally:
+        server.stop(0)
+    assert source == "cri"
+    assert found is not None
+    assert [c.to_json() for c in found] == [
+        {"podUID": UID, "name": "app", "id": "c1", "state": "running"},
+        {"podUID": UID, "name": "init", "id": "c2", "state": "exited"},
+    ]
+    (request,) = runtime.requests
+    assert dict(request.filter.label_selector) == {"io.kubernetes.pod.uid": UID}
+    # no runtime socket and an unreadable proc: unknown, not "no containers"
+    assert pod_containers("/nonexistent", UID, str(short_tmp / "missing.sock")) == (None, None)
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+def test_agent_command_explains_a_missing_mount_table(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "unstick", "agent", "--node-name", "n1",
+         "--host-proc", str(tmp_path / "no-proc"), "--kubeconfig", str(tmp_path / "kc")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "cannot read the mount table" in done.stderr and "--host-proc" in done.stderr
+    assert "Traceback" not in done.stderr
+    relative = subprocess.run(
+        [sys.executable, "-m", "unstick", "agent", "--node-name", "n1", "--kubelet-root", "var"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert relative.returncode == 2 and "--kubelet-root" in relative.stderr
