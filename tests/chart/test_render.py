@@ -122,13 +122,44 @@ def test_controller_probes_hit_the_kopf_liveness_endpoint(defaults: list[dict[st
         "containers"
     ]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    liveness_flags = [a for a in c["args"] if a.startswith("--liveness=")]
-    assert liveness_flags == [f"--liveness=http://0.0.0.0:{ports['health']}/healthz"]
+    # `unstick controller --health-port` serves Kopf's liveness at /healthz (docs/controller.md).
+    assert c["args"] == [
+        "controller",
+        "--peering=unstick",
+        f"--health-port={ports['health']}",
+        f"--metrics-port={ports['metrics']}",
+    ]
     for probe in (c["livenessProbe"], c["readinessProbe"]):
         assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert c["args"][0] == "controller"
-    assert f"--metrics-port={ports['metrics']}" in c["args"]
-    assert ports["metrics"] == 9100
+    assert ports == {"metrics": 9100, "health": 8080}
+
+
+def test_controller_flags_from_values(helm: str) -> None:
+    objects = template(
+        helm,
+        "-f",
+        str(ALL_ON),
+        "--set",
+        "controller.namespaceScope={a,b}",
+        "--set",
+        "controller.verbose=true",
+        "--set",
+        "controller.peeringName=other",
+    )
+    (c,) = one(objects, "Deployment", "unstick-controller")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert c["args"] == [
+        "controller",
+        "--peering=other",
+        "--health-port=8080",
+        "--metrics-port=9100",
+        "--namespace-scope=a",
+        "--namespace-scope=b",
+        "--verbose",
+        "--workers=16",
+    ]
+    assert one(objects, "ClusterKopfPeering", "other")
 
 
 def test_agent_daemonset(defaults: list[dict[str, Any]]) -> None:
@@ -237,12 +268,14 @@ def test_agent_cannot_change_pods_or_nodes(defaults: list[dict[str, Any]]) -> No
     for verb in ("delete", "patch", "update", "create", "deletecollection"):
         assert not rule_allows(rules, "", "pods", verb), verb
         assert not rule_allows(rules, "", "nodes", verb), verb
+        # it writes a Remediation's status, never its spec (docs/agent.md)
+        assert not rule_allows(rules, "unstick.dev", "remediations", verb), verb
     assert not rule_allows(rules, "", "pods/eviction", "create")
-    assert not rule_allows(rules, "unstick.dev", "remediations", "delete")
     assert not rule_allows(rules, "unstick.dev", "remediationpolicies", "get")
     assert rule_allows(rules, "unstick.dev", "remediations", "watch")
     assert rule_allows(rules, "unstick.dev", "remediations/status", "patch")
     assert rule_allows(rules, "", "nodes", "get")
+    assert rule_allows(rules, "", "pods", "watch")
 
 
 def test_controller_rbac_covers_its_actions(defaults: list[dict[str, Any]]) -> None:
@@ -251,21 +284,26 @@ def test_controller_rbac_covers_its_actions(defaults: list[dict[str, Any]]) -> N
         assert rule_allows(rules, "", "pods", verb), verb
     assert not rule_allows(rules, "", "pods", "create")
     assert not rule_allows(rules, "", "nodes", "patch")
-    for group, resource in (
-        ("", "nodes"),
-        ("", "namespaces"),
-        ("", "persistentvolumeclaims"),
-        ("", "persistentvolumes"),
-        ("storage.k8s.io", "csinodes"),
-        ("storage.k8s.io", "volumeattachments"),
+    for group, resource, verb in (
+        ("", "nodes", "watch"),
+        ("", "namespaces", "watch"),
+        ("", "persistentvolumeclaims", "get"),
+        ("", "persistentvolumes", "get"),
+        ("storage.k8s.io", "csinodes", "get"),
+        ("storage.k8s.io", "volumeattachments", "list"),
+        ("unstick.dev", "remediations", "create"),
+        ("unstick.dev", "remediations/status", "patch"),
+        ("unstick.dev", "remediationpolicies", "watch"),
+        ("unstick.dev", "remediationpolicies/status", "patch"),
+        ("kopf.dev", "clusterkopfpeerings", "patch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ):
-        assert rule_allows(rules, group, resource, "list"), resource
+        assert rule_allows(rules, group, resource, verb), (resource, verb)
     for group in ("", "events.k8s.io"):
         assert rule_allows(rules, group, "events", "create")
         assert rule_allows(rules, group, "events", "patch")
-    assert rule_allows(rules, "unstick.dev", "remediations", "create")
-    assert rule_allows(rules, "unstick.dev", "remediations/status", "patch")
-    assert rule_allows(rules, "kopf.dev", "clusterkopfpeerings", "patch")
+    assert not rule_allows(rules, "unstick.dev", "remediationpolicies", "patch")
+    assert not rule_allows(rules, "apiextensions.k8s.io", "customresourcedefinitions", "create")
 
 
 def test_bindings_point_at_their_own_service_accounts(rendered: list[dict[str, Any]]) -> None:

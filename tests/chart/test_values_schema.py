@@ -35,7 +35,8 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
             "must be one of",
         ),
         (("--set", "image.pullPolicy=Sometimes"), "/image/pullPolicy", "must be one of"),
-        (("--set", "controller.logLevel=chatty"), "/controller/logLevel", "must be one of"),
+        (("--set", "agent.logLevel=chatty"), "/agent/logLevel", "must be one of"),
+        (("--set", "controller.verbose=yes"), "/controller/verbose", "want boolean"),
     ],
 )
 def test_bad_values_fail_with_the_schema_message(
