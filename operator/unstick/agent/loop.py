@@ -84,6 +84,7 @@ class Agent:
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
         self.last_sync = 0.0
+        self._response: Any = None
 
     # --- API -----------------------------------------------------------------------
 
@@ -130,6 +131,7 @@ class Agent:
     def _watch(self, version: str) -> str:
         query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
         response = self.kube.watch_stream(REMEDIATIONS, query, self.loop.watch_timeout_s)
+        self._response = response
         try:
             for line in _lines(response):
                 if self.stop.is_set():
@@ -143,8 +145,20 @@ class Agent:
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._dispatch(obj, deleted=kind == "DELETED")
         finally:
+            self._response = None
             response.release_conn()
+        self.last_sync = time.monotonic()  # a watch that timed out quietly is healthy too
         return version
+
+    def shutdown(self) -> None:
+        """Stop the loop now: also ends a watch that is waiting for the next event."""
+        self.stop.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except Exception as exc:  # already closed, or an older urllib3
+                log.debug("closing the watch: %s", exc)
 
     def run_watch(self) -> None:
         """List+watch until stopped; relist on 410 and after errors (with backoff)."""

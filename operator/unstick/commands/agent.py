@@ -117,6 +117,6 @@ def run(args: argparse.Namespace) -> int:
         settings, LoopSettings(kubeconfig=args.kubeconfig, metrics_port=args.metrics_port)
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: agent.stop.set())
+        signal.signal(sig, lambda *_: agent.shutdown())
     agent.run()
     return 0
