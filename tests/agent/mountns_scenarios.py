@@ -345,14 +345,19 @@ class CSIServer:
         return str(staging), str(target)
 
 
-def _run_handler_steps(node: Node, uid: str, steps: list[str]) -> dict[str, Any]:
+def _run_handler_steps(
+    node: Node, uid: str, steps: list[str] | list[tuple[str, str]]
+) -> dict[str, Any]:
     patches: list[dict[str, Any]] = []
     handler = Handler(node.settings, node.executor(), lambda ns, name, p: patches.append(p))
     remediation = {
         "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},
         "spec": {
             "podName": "web-0", "podUID": uid, "nodeName": "test-node",
-            "nodeSteps": [{"action": a, "target": "", "reason": "test"} for a in steps],
+            "nodeSteps": [
+                {"action": a, "target": t, "reason": "test"}
+                for a, t in ((s, "") if isinstance(s, str) else s for s in steps)
+            ],
             "nodeStepsRequestedAt": "2026-01-01T00:00:00Z", "dryRun": False,
         },
         "status": {},
@@ -369,7 +374,11 @@ def scenario_csi_replay(node: Node) -> dict[str, Any]:
         server.start()
         staging, target = server.publish(UID_A, "pvc-1", "vol-1")
         probe = node.probe(UID_A)
-        result = _run_handler_steps(node, UID_A, ["replay-unpublish"])
+        pv_dir = str(Path(target).parent)
+        # the plan the core makes for OrphanedMount: per-target steps, deepest first
+        steps = [("replay-unpublish", target), ("unmount", target), ("rmdir-stale", target),
+                 ("rmdir-stale", pv_dir), ("rmdir-stale", str(Path(pv_dir).parent))]  # fmt: skip
+        result = _run_handler_steps(node, UID_A, steps)
         return {"staging": staging, "target": target, "probe": probe, **result,
                 "mounts_after": mount_points()}  # fmt: skip
     finally:

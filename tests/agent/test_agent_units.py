@@ -379,3 +379,25 @@ def test_agent_command_explains_a_missing_mount_table(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert relative.returncode == 2 and "--kubelet-root" in relative.stderr
+
+
+def test_planned_targets_already_done_are_nothing_to_do(tmp_path: Path) -> None:
+    pod = tmp_path / "kubelet" / "pods" / UID
+    plain = pod / "volumes" / "kubernetes.io~projected" / "t"
+    plain.mkdir(parents=True)
+    data = pod / "volumes" / "kubernetes.io~empty-dir" / "d" / "user-dir"
+    data.mkdir(parents=True)
+    handler, _ = _handler(tmp_path)  # empty mount table: nothing is mounted
+    ex = handler.executor
+
+    def run(action: str, target: Path) -> Any:
+        return ex.run_step(UID, action, str(target), dry_run=False, lazy_unmount=False)
+
+    assert run("unmount", plain).result == "succeeded"  # not mounted: nothing to do
+    assert run("unmount", pod / "volumes" / "gone" / "x").result == "succeeded"
+    assert run("rmdir-stale", pod / "volumes" / "gone" / "x").result == "succeeded"
+    # an existing dir the agent does not list (user data inside a volume) is not removed
+    assert run("rmdir-stale", data).result == "refused"
+    assert data.is_dir()
+    assert run("rmdir-stale", plain).result == "succeeded"
+    assert not plain.exists()

@@ -106,12 +106,15 @@ def test_replay_unpublish_with_a_healthy_driver_unmounts_and_unstages(scenario, 
     assert _points(r["probe"]["mountinfo"]) == {r["target"]}
     assert len(r["patches"]) == 1, "the same request must be served once"
     patch = r["patches"][0]
-    (action,) = patch["nodeActions"]
-    assert action["action"] == "replay-unpublish" and action["result"] == "succeeded", action
-    assert "NodeUnstageVolume" in action["message"]
+    replay, unmount, *rmdirs = patch["nodeActions"]
+    assert replay["action"] == "replay-unpublish" and replay["result"] == "succeeded", replay
+    assert "NodeUnstageVolume" in replay["message"]
+    # the driver already unmounted: the planned unmount has nothing left to do
+    assert unmount["result"] == "succeeded" and "nothing to do" in unmount["message"], unmount
+    assert [x["result"] for x in rmdirs] == ["succeeded"] * 3, rmdirs
     assert r["target"] not in r["mounts_after"] and r["staging"] not in r["mounts_after"]
     assert patch["nodeStepsDoneAt"] >= "2026-01-01T00:00:00Z"
-    assert patch["probe"]["mountinfo"] == ""
+    assert patch["probe"]["mountinfo"] == "" and patch["probe"]["volumeDirs"] == []
 
 
 def test_driver_that_lost_its_state_falls_through_to_unmount(scenario, work: Path) -> None:

@@ -26,7 +26,7 @@ from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable, read_mount_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
-from unstick.agent.safepath import UnsafePath, check_path, parent_fd
+from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd
 from unstick.agent.settings import AgentSettings
 from unstick.agent.umount import MNT_DETACH, umount2
 from unstick.agent.volumedirs import volume_dirs
@@ -88,19 +88,49 @@ class Executor:
     def _table(self) -> MountTable:
         return read_mount_table(self.settings.mountinfo)
 
-    def _select(self, uid: str, target: str, derived: list[str], what: str) -> list[str]:
-        """The derived paths the target selects: all for "" or the pod dir, else the one
-        derived path equal to it (plus those below it). Anything else is refused."""
+    def _select(
+        self,
+        uid: str,
+        target: str,
+        derived: list[str],
+        what: str,
+        *,
+        table: MountTable,
+        exists_ok: bool,
+    ) -> list[str]:
+        """The derived paths the target selects: all for "" or the pod dir, else the derived
+        path equal to it plus those below it. A target of this pod that was not derived is
+        accepted only when there is nothing to do at it (see `_nothing_there`)."""
         wanted = normalise(target) if target else ""
         if wanted is None:
             raise Refused(f"target {target!r} is not a normalised absolute path")
         if wanted in ("", pod_dir(self.root, uid)):
             return derived
-        if wanted not in derived:
-            raise Refused(
-                f"target {target!r} is not one of the {what} the agent derived for pod {uid}"
-            )
-        return [p for p in derived if p == wanted or p.startswith(wanted + "/")]
+        if wanted in derived:
+            return [p for p in derived if p == wanted or p.startswith(wanted + "/")]
+        self._nothing_there(uid, wanted, what, table, exists_ok)
+        return []
+
+    def _nothing_there(
+        self, uid: str, path: str, what: str, table: MountTable, exists_ok: bool
+    ) -> None:
+        """Raise Refused unless `path`, under this pod's volume dirs, is already gone (or, with
+        `exists_ok`, is a plain directory, not through any symlink, and not mounted): then a
+        step planned from an older probe has nothing left to do there."""
+        not_derived = f"target {path!r} is not one of the {what} the agent derived for pod {uid}"
+        if not is_pod_volume_path(path, self.root, uid):
+            raise Refused(not_derived)
+        for mount in table.pod_mounts(self.root, uid):
+            if path.startswith(mount.mount_point.rstrip("/") + "/"):
+                raise Refused(f"{not_derived}: it is inside the mount {mount.mount_point}")
+        try:
+            check_path(path, is_mount_point=False)
+        except PathGone:
+            return
+        except UnsafePath as exc:
+            raise Refused(f"unsafe path: {exc}") from None
+        if not exists_ok:
+            raise Refused(not_derived)
 
     def _check_pod(self, uid: str) -> None:
         containers, source = pod_containers(
@@ -162,12 +192,13 @@ class Executor:
     def unmount(self, uid: str, target: str, dry_run: bool, *, lazy: bool = False) -> str:
         """Unmount the pod's volume/subpath mounts (deepest first); plain umount, lazy
         (MNT_DETACH) only if `lazy` and the plain one failed with EBUSY; never MNT_FORCE."""
-        mounts = self._table().pod_mounts(self.root, uid)
+        table = self._table()
+        mounts = table.pod_mounts(self.root, uid)
         points = list(dict.fromkeys(m.mount_point for m in mounts))
-        selected = self._select(uid, target, points, "mount points")
+        selected = self._select(uid, target, points, "mount points", table=table, exists_ok=True)
         todo = [m for m in mounts if m.mount_point in selected]
         if not todo:
-            return "nothing of this pod is mounted"
+            return "not mounted (nothing to do)"
         self._check_pod(uid)
         for mount in todo:
             self._check_mount(uid, mount)
@@ -204,10 +235,12 @@ class Executor:
         dirs = [d.path for d in volume_dirs(self.root, uid, table.mount_points())]
         subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
         candidates = [*dirs, subpaths] if os.path.isdir(subpaths) else dirs
-        selected = self._select(uid, target, candidates, "volume directories")
+        selected = self._select(
+            uid, target, candidates, "volume directories", table=table, exists_ok=False
+        )
         selected.sort(key=lambda p: -depth(p))
         if not selected:
-            return "no volume directories left"
+            return "no volume directories left (nothing to do)"
         if dry_run:
             return "would remove the empty ones of " + ", ".join(selected)
         removed, kept = [], []
@@ -235,7 +268,7 @@ class Executor:
                     raise Refused(f"{path} is not a directory (symlinks are never followed)")
                 self._remove_vol_data(uid, path, name, fd)
                 os.rmdir(name, dir_fd=fd)
-        except FileNotFoundError:
+        except (FileNotFoundError, PathGone):
             return True
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
@@ -274,7 +307,9 @@ class Executor:
             if (c := classify(m.mount_point, self.root, uid)) and c.csi_volume and c.rest == "mount"
         ]
         points = list(dict.fromkeys(m.mount_point for m in csi))
-        selected = self._select(uid, target, points, "CSI target paths")
+        selected = self._select(
+            uid, target, points, "CSI target paths", table=table, exists_ok=True
+        )
         if not selected:
             return "no CSI volume of this pod is mounted"
         self._check_pod(uid)

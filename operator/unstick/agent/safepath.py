@@ -8,6 +8,7 @@ the way makes the walk fail instead of leading elsewhere (e.g. to `/etc` or anot
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -17,6 +18,10 @@ _DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
 class UnsafePath(Exception):
     """The path has a symlink (or non-directory) component, or is not absolute."""
+
+
+class PathGone(UnsafePath):
+    """A component of the path does not exist."""
 
 
 def _components(path: str) -> list[str]:
@@ -40,6 +45,8 @@ def parent_fd(path: str) -> Iterator[tuple[int, str]]:
                 nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 where = "/" + "/".join(parts[: i + 1])
+                if exc.errno == errno.ENOENT:
+                    raise PathGone(f"{where} does not exist") from None
                 raise UnsafePath(f"{where}: not a plain directory ({exc.strerror})") from None
             os.close(fd)
             fd = nfd
@@ -61,6 +68,8 @@ def check_path(path: str, *, is_mount_point: bool) -> None:
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise PathGone(f"{path} does not exist") from None
             raise UnsafePath(f"{path}: {exc.strerror}") from None
         if stat.S_ISLNK(st.st_mode):
             raise UnsafePath(f"{path} is a symlink")
