@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from unstick.agent.executor import REFUSED, Executor, StepResult
@@ -145,9 +145,7 @@ class Handler:
             results.append(result)
             if result.result in ("failed", "refused"):
                 break
-        done = max(self.clock(), requested)
-        if done.microsecond:  # whole seconds, never earlier than the request
-            done = done.replace(microsecond=0) + timedelta(seconds=1)
+        done = max(self.clock(), requested)  # never earlier than the request (clock skew)
         patch: JSON = {
             "nodeActions": [r.to_json() for r in results],
             "nodeStepsDoneAt": rfc3339(done),

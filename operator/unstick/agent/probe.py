@@ -25,8 +25,8 @@ from unstick.core.kubelet_paths import is_pod_volume_path, normalise
 
 
 def rfc3339(when: datetime) -> str:
-    """`2026-11-20T10:00:00Z` (UTC, whole seconds)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """`2026-11-20T10:00:00.123456Z` (UTC, microseconds, like the controller writes)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def probe_pod(
