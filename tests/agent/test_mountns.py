@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from unstick.core.snapshot import parse_probe
+
 pytestmark = pytest.mark.mountns
 
 UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -29,6 +31,8 @@ def test_probe_finds_exactly_this_pods_mounts_and_cleanup_leaves_dirs_clean(
         "mountinfo", "volumeDirs", "holders", "containers",
     }  # fmt: skip
     assert probe["nodeName"] == "test-node"
+    parsed = parse_probe(probe)  # what the core reads from status.probe
+    assert {m.mount_point for m in parsed.mounts} == _points(probe["mountinfo"])
     assert probe["kubeletHealthy"] is None  # nothing listens: unknown, not False
     assert probe["holders"] == []
     assert probe["containers"] == [] and probe["containersSource"] == "proc-cgroup"
@@ -59,6 +63,7 @@ def test_dry_run_changes_nothing(scenario, work: Path) -> None:
 def test_held_mounts_are_reported_and_not_unmounted(scenario, work: Path) -> None:
     r = scenario("holders", work)
     held = {(h["mountPoint"], h["pid"], h["via"]) for h in r["probe"]["holders"]}
+    assert len(parse_probe(r["probe"]).holders) == len(r["probe"]["holders"])
     comms = {(h["pid"], h["comm"]) for h in r["probe"]["holders"]}
     paths, pids = r["paths"], r["pids"]
     assert (paths["cwd"], pids["cwd"], "cwd") in held
