@@ -201,7 +201,7 @@ class Agent:
         count = orphaned_mounts(
             table,
             self.settings.kubelet_root,
-            set(self.stuck_uids.values()),
+            set(self.stuck_uids.copy().values()),  # copy(): atomic vs. the watch thread
             self._live_pod_uids(),
         )
         self.metrics.orphaned.labels(node=self.settings.node_name).set(count)
