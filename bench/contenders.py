@@ -1,0 +1,97 @@
+"""The four contenders, each a subprocess with its own User-Agent in the audit log.
+
+- `unstick`: `unstick controller` as shipped (lean watcher + Kopf for the CRDs);
+- `naive`: `bench/naive.py`, LIST everything every 30 s and force-delete what is overdue;
+- `kopf_native`: `bench/kopf_native.py`, unstick's logic fed by Kopf's own pod watch;
+- `podgc`: `kube-controller-manager --controllers=podgc`, Kubernetes' own pod garbage
+  collector, which force-deletes pods bound to nodes that no longer exist.
+
+Every process is a `unstick.devcluster.process.Process`: killed with the benchmark
+(PR_SET_PDEATHSIG) and stopped by PID (TERM, then KILL).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.kopf_native import USER_AGENT as KOPF_NATIVE_UA
+from bench.naive import USER_AGENT as NAIVE_UA
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import Process, env_with_path, free_port
+
+ALL = ("unstick", "naive", "kopf_native", "podgc")
+KOPF_UA = "kopf/"  # Kopf's own aiohttp client (unstick's and kopf_native's CRD/Node watches)
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    agents: tuple[str, ...]  # User-Agent prefixes of its requests
+    ready_verb: str  # its start-up is done once it made this request on pods ("watch"/"list")
+    acts_on_finalizers: bool  # whether it records FinalizerBlocked pods (Remediations)
+
+
+CONTENDERS = {
+    "unstick": Contender("unstick", ("unstick-controller/", KOPF_UA), "watch", True),
+    "naive": Contender("naive", (NAIVE_UA,), "list", False),
+    "kopf_native": Contender("kopf_native", (KOPF_NATIVE_UA, KOPF_UA), "watch", True),
+    "podgc": Contender("podgc", ("kube-controller-manager/",), "watch", False),
+}
+
+
+@dataclass(frozen=True)
+class StartSettings:
+    slack_s: int
+    naive_interval_s: float = 30.0
+    terminated_pod_gc_threshold: int = 12500
+
+
+def _python_argv(module: str) -> list[str]:
+    return [sys.executable, "-m", module]
+
+
+def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
+    kubeconfig = str(cp.kubeconfig)
+    if name == "unstick":
+        exe = Path(sys.executable).parent / "unstick"
+        base = [str(exe)] if exe.exists() else _python_argv("unstick")
+        return [
+            *base,
+            "controller",
+            f"--kubeconfig={kubeconfig}",
+            "--standalone",
+            f"--metrics-port={free_port()}",
+            "--health-port=0",
+        ]
+    if name == "naive":
+        return [
+            *_python_argv("bench.naive"),
+            f"--kubeconfig={kubeconfig}",
+            f"--interval={settings.naive_interval_s}",
+            f"--slack={settings.slack_s}",
+        ]
+    if name == "kopf_native":
+        return [*_python_argv("bench.kopf_native"), f"--kubeconfig={kubeconfig}"]
+    if name == "podgc":
+        return [
+            str(cp.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            "--controllers=podgc",
+            "--leader-elect=false",
+            "--use-service-account-credentials=false",
+            f"--terminated-pod-gc-threshold={settings.terminated_pod_gc_threshold}",
+            "--secure-port=0",
+            "--v=1",
+        ]
+    raise ValueError(f"unknown contender {name!r}; choose from {', '.join(ALL)}")
+
+
+def start(name: str, cp: ControlPlane, settings: StartSettings, log: Path) -> Process:
+    """Start one contender; its output goes to `log`."""
+    repo = Path(__file__).resolve().parents[1]
+    env = env_with_path(cp.bin_dir)
+    env["PYTHONPATH"] = f"{repo}:{env.get('PYTHONPATH', '')}".rstrip(":")
+    env["PYTHONUNBUFFERED"] = "1"
+    return Process(name, argv_for(name, cp, settings), log, env=env).start()

@@ -1,0 +1,48 @@
+"""The benchmark's picture: detection-lag CDF per contender, and RSS over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {"unstick": "#1b9e77", "naive": "#d95f02", "kopf_native": "#7570b3", "podgc": "#e7298a"}
+
+
+def draw(
+    path: Path,
+    title: str,
+    lags: dict[str, list[float]],
+    rss: dict[str, list[tuple[float, float]]],
+) -> None:
+    """`lags`: contender → detection lags (s); `rss`: contender → (s since strike, MiB)."""
+    fig, (ax_lag, ax_rss) = plt.subplots(1, 2, figsize=(13, 5))
+    for name, values in lags.items():
+        if not values:
+            continue
+        ordered = sorted(values)
+        fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        ax_lag.step(ordered, fractions, where="post", label=name, color=COLORS.get(name))
+    ax_lag.set_xlabel("detection lag: deletionTimestamp + slack → force-deleted (s)")
+    ax_lag.set_ylabel("fraction of NodeGone pods")
+    ax_lag.set_ylim(0, 1.02)
+    ax_lag.grid(alpha=0.3)
+    ax_lag.legend()
+    ax_lag.set_title("detection lag (CDF)")
+    for name, series in rss.items():
+        if series:
+            xs, ys = zip(*series, strict=True)
+            ax_rss.plot(xs, ys, label=name, color=COLORS.get(name))
+    ax_rss.axvline(0, color="grey", linestyle="--", linewidth=1)
+    ax_rss.set_xlabel("seconds since the stuck pods were made (dashed line)")
+    ax_rss.set_ylabel("RSS of the contender process, MiB")
+    ax_rss.grid(alpha=0.3)
+    ax_rss.legend()
+    ax_rss.set_title("memory over time")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

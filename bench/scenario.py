@@ -1,0 +1,254 @@
+"""One contender's run, on its own fresh control plane (etcd + kube-apiserver + kwok):
+
+1. build the workload (nodes, healthy pods — for unstick in stages, measuring its RSS
+   with nothing stuck at each stage —, the pods that will get stuck);
+2. start the contender, wait until its start-up is done (its pod WATCH, or for the naive
+   reaper its first LIST, is in the audit log), then a quiet window with nothing stuck;
+3. strike: delete the kubelet-less nodes and then all doomed pods at once;
+4. wait until every NodeGone pod is gone (bounded), stop the contender, read the audit log.
+
+Every process started here is stopped by PID in `finally`, also on Ctrl-C or failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import contenders, measure
+from bench.workload import (
+    Api,
+    WorkloadSize,
+    create_base,
+    create_doomed,
+    create_healthy,
+    wait_running,
+)
+from bench.workload import strike as make_stuck
+from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
+from unstick.devcluster.process import Process
+
+CRDS = Path(__file__).resolve().parents[1] / "operator" / "unstick" / "crds"
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ScenarioSettings:
+    size: WorkloadSize
+    slack_s: int = 5
+    quiet_s: float = 10.0  # nothing stuck, contender running: LISTs here must be 0
+    gone_timeout_s: float = 150.0  # how long to wait for the NodeGone pods to be gone
+    running_timeout_s: float = 120.0  # how long to wait for kwok to run the healthy pods
+    naive_interval_s: float = 30.0  # the naive reaper's round (30 s: the usual cron-like loop)
+    settle_s: float = 4.0  # steady-state RSS sampling after start-up, per stage
+    rss_stages: tuple[int, ...] = ()  # healthy-pod counts where unstick's RSS is measured
+    logs: Path = Path()
+
+
+@dataclass
+class Outcome:
+    result: dict[str, Any]
+    lags: list[float]
+    rss_series: list[tuple[float, float]]  # (seconds since strike, MiB)
+    rss_by_pods: dict[int, float] = field(default_factory=dict)
+
+
+def policy(slack_s: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "unstick.dev/v1alpha1",
+        "kind": "RemediationPolicy",
+        "metadata": {"name": "default"},
+        "spec": {
+            "dryRun": False,
+            "actions": ["observe", "force-delete", "remove-finalizer"],
+            "slackSeconds": slack_s,
+            "finalizerAllowlist": [],
+            "rateLimits": {"clusterPerMinute": 1_000_000, "nodePerMinute": 1_000_000},
+        },
+    }
+
+
+def _wait_ready(
+    cp: ControlPlane, proc: Process, who: contenders.Contender, timeout_s: float = 180.0
+) -> float:
+    """Wait for the contender's first pod WATCH (or LIST); returns when that happened."""
+    tail = measure.AuditTail(cp.audit_log)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for ev in tail.new_events():
+            ref = ev.get("objectRef") or {}
+            # a WATCH is logged at ResponseStarted already; a LIST once it is complete
+            if (
+                ev.get("verb") == who.ready_verb
+                and ref.get("resource") == "pods"
+                and measure.made_by(ev, who.agents)
+            ):
+                return measure.audit_time(ev["requestReceivedTimestamp"])
+        if not proc.alive():
+            raise RuntimeError(f"{who.name} exited during start-up:\n{proc.log_tail()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{who.name} did not start within {timeout_s:.0f}s")
+        time.sleep(0.25)
+
+
+def _install(cp: ControlPlane, api: Api, slack_s: int) -> None:
+    cp.kubectl("apply", "-f", str(CRDS))
+    for crd in ("remediations.unstick.dev", "remediationpolicies.unstick.dev"):
+        cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    api.call("POST", "/apis/unstick.dev/v1alpha1/remediationpolicies", policy(slack_s))
+
+
+def _measure_rss_stage(
+    cp: ControlPlane, s: ScenarioSettings, start: contenders.StartSettings, pods: int, say: Say
+) -> float:
+    """Start unstick with `pods` healthy pods and nothing stuck; its steady RSS (MiB)."""
+    who = contenders.CONTENDERS["unstick"]
+    proc = contenders.start("unstick", cp, start, s.logs / f"unstick-at-{pods}.log")
+    sampler = measure.Sampler(proc.pid or 0).start()
+    try:
+        ready = _wait_ready(cp, proc, who)
+        time.sleep(s.settle_s)
+        rss = max(sampler.rss_between(ready, time.time()), default=sampler.peak_rss_mib)
+    finally:
+        sampler.stop()
+        proc.stop()
+    say(f"    unstick at {pods} healthy pods, nothing stuck: RSS {rss:.1f} MiB")
+    return rss
+
+
+def _build(
+    cp: ControlPlane,
+    api: Api,
+    *,
+    name: str,
+    s: ScenarioSettings,
+    start: contenders.StartSettings,
+    say: Say,
+) -> tuple[int, dict[int, float]]:
+    """Nodes, doomed pods, healthy pods (in stages for unstick's RSS); pods Running."""
+    size = s.size
+    create_base(api, size)
+    create_doomed(api, size)
+    say(f"  [{name}] control plane up; {size.nodes} kwok nodes; creating {size.pods} pods")
+    rss_by_pods: dict[int, float] = {}
+    done = 0
+    for target in sorted({*s.rss_stages, size.pods}):
+        create_healthy(api, size, done, target)
+        done = target
+        if name == "unstick" and target in s.rss_stages:
+            wait_running(api, target, s.running_timeout_s)
+            rss_by_pods[target] = _measure_rss_stage(cp, s, start, target, say)
+    return wait_running(api, size.pods, s.running_timeout_s), rss_by_pods
+
+
+def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
+    who = contenders.CONTENDERS[name]
+    start = contenders.StartSettings(slack_s=s.slack_s, naive_interval_s=s.naive_interval_s)
+    size = s.size
+    cp = ControlPlane(ControlPlaneSettings())
+    kwok: Kwok | None = None
+    proc: Process | None = None
+    sampler: measure.Sampler | None = None
+    try:
+        t0 = time.monotonic()
+        cp.start()
+        kwok = Kwok(cp).start()
+        api = Api(cp)
+        _install(cp, api, s.slack_s)
+        running, rss_by_pods = _build(cp, api, name=name, s=s, start=start, say=say)
+        build_s = time.monotonic() - t0
+        say(f"  [{name}] workload built in {build_s:.0f}s ({running} healthy pods Running)")
+
+        proc = contenders.start(name, cp, start, s.logs / f"{name}.log")
+        sampler = measure.Sampler(proc.pid or 0).start()
+        ready = _wait_ready(cp, proc, who)
+        say(f"  [{name}] started (pid {proc.pid}); {s.quiet_s:.0f}s with nothing stuck")
+        time.sleep(s.quiet_s)
+
+        struck = time.time()
+        stamps = make_stuck(api, size)
+        eligible = {n: stamps[n] + s.slack_s for n in size.doomed_names() if n in stamps}
+        say(
+            f"  [{name}] {len(eligible)} NodeGone + {size.finalizer} finalizer pods stuck "
+            f"(deleted in {time.time() - struck:.1f}s); waiting for the NodeGone ones to go"
+        )
+        left = _wait_gone(api, s.gone_timeout_s, say, name)
+        time.sleep(2.0)  # let the audit log catch up
+        end = time.time()
+        sampler.stop()
+        proc.stop()
+        window = measure.Window(ready=ready, strike=struck, end=end)
+        req = measure.read_requests(cp.audit_events(), who.agents, window)
+        extra = {"healthy_running": running, "workload_build_s": round(build_s, 1)}
+        outcome = _outcome(who, req, sampler, eligible, left, struck, extra)
+        outcome.rss_by_pods = rss_by_pods
+        return outcome
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        if proc is not None:
+            proc.stop()
+        if kwok is not None:
+            kwok.stop()
+        cp.stop()
+
+
+def _wait_gone(api: Api, timeout_s: float, say: Say, name: str) -> int:
+    deadline = time.monotonic() + timeout_s
+    last_report = time.monotonic()
+    while True:
+        left = api.count_pods("role=doomed")
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        if time.monotonic() - last_report >= 15:
+            say(f"  [{name}] {left} NodeGone pods still there")
+            last_report = time.monotonic()
+        time.sleep(0.5)
+
+
+def _outcome(  # noqa: PLR0917 (the pieces of one measurement)
+    who: contenders.Contender,
+    req: measure.Requests,
+    sampler: measure.Sampler,
+    eligible: dict[str, float],
+    left: int,
+    struck: float,
+    extra: dict[str, Any],
+) -> Outcome:
+    acted = {n: req.first_delete[n] for n in eligible if n in req.first_delete}
+    lags = [acted[n] - eligible[n] for n in acted]
+    all_gone_s = (
+        round(max(acted.values()) - min(eligible.values()), 3)
+        if left == 0 and acted and len(acted) == len(eligible)
+        else None
+    )
+    result: dict[str, Any] = {
+        **measure.lag_stats(lags),
+        "all_gone_s": all_gone_s,
+        "rss_peak_mib": round(sampler.peak_rss_mib, 1),
+        "cpu_s": round(sampler.cpu_s, 2),
+        "requests": measure.verb_counts(req.by_verb),
+        "writes_to_healthy_pods": req.writes_to_healthy,
+        "lists_after_startup_while_quiet": req.lists_while_quiet,
+        "nodegone_pods": len(eligible),
+        "nodegone_acted": len(acted),
+        "nodegone_left": left,
+        "acted_before_eligible": sum(1 for lag in lags if lag < 0),
+        **extra,
+    }
+    if who.acts_on_finalizers:
+        # First diagnosis: Remediation created (one per stuck pod, any cause).
+        diag = [
+            t - eligible[pod]
+            for rem, t in req.remediation_created.items()
+            if (pod := rem.rsplit("-", 1)[0]) in eligible
+        ]
+        stats = measure.lag_stats(diag)
+        result["diagnosis_lag_p50_s"] = stats["lag_p50_s"]
+        result["diagnosis_lag_p99_s"] = stats["lag_p99_s"]
+        result["remediations_created"] = len(req.remediation_created)
+    series = [(t - struck, rss) for t, rss in sampler.series]
+    return Outcome(result, lags, series)
