@@ -70,6 +70,8 @@ metadata:
   labels:
     app.kubernetes.io/name: unstick
     app.kubernetes.io/part-of: unstick
+    # The agent is privileged (hostPID, hostNetwork, Bidirectional mounts).
+    pod-security.kubernetes.io/enforce: privileged
 NS
   "$helm" template unstick "$out/chart" --namespace unstick
 } > "$out/manifests/unstick.yaml"

@@ -96,6 +96,7 @@ def test_install_is_deployed_and_says_what_to_do(release: tuple[Release, str]) -
     assert status["info"]["status"] == "deployed"
     assert "kubectl annotate pod POD unstick.dev/remediate=true" in notes
     assert "kubectl get remediations -A" in notes
+    assert "DRY-RUN" in notes
     assert "--set policy.dryRun=false" in notes
 
 
@@ -196,5 +197,8 @@ def test_service_account_permissions(
 
 def test_turning_dry_run_off_is_one_upgrade(release: tuple[Release, str]) -> None:
     rel, _ = release
-    rel.run("upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "policy.dryRun=false")
+    proc = rel.run("upgrade", RELEASE, str(CHART), "--reuse-values", "--set", "policy.dryRun=false")
     assert rel.get("remediationpolicy", POLICY)["spec"]["dryRun"] is False
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "kubectl get remediations -A" in notes
+    assert "DRY-RUN" not in notes

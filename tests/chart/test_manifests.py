@@ -64,7 +64,11 @@ def test_manifests_hold_every_crd_and_the_default_install(helm: str) -> None:
         "kind": "Namespace",
         "metadata": {
             "name": "unstick",
-            "labels": {"app.kubernetes.io/name": "unstick", "app.kubernetes.io/part-of": "unstick"},
+            "labels": {
+                "app.kubernetes.io/name": "unstick",
+                "app.kubernetes.io/part-of": "unstick",
+                "pod-security.kubernetes.io/enforce": "privileged",
+            },
         },
     }
     assert docs[1:] == template(helm)
