@@ -4,14 +4,38 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("demo", help="run the local demo: control plane, stuck pods, unstick fixing them", description="run the local demo: control plane, stuck pods, unstick fixing them")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo",
+        help="run the local demo: control plane, stuck pods, unstick fixing them",
+        description=(
+            "Start a local control plane (etcd + kube-apiserver + kwok nodes), a storage node "
+            "with real mounts in a private mount namespace, the unstick controller and agent; "
+            "reproduce the classic stuck terminations and show live what unstick does. Needs "
+            "root and the binaries `make tools` builds. Leaves nothing running."
+        ),
+    )
+    p.add_argument(
+        "--non-interactive",
+        action="store_true",
+        help="print the table when it changes instead of redrawing the screen (for logs, CI)",
+    )
+    p.add_argument("--timeout", type=float, default=100.0, help="give up after S seconds")
+    p.add_argument("--summary", type=Path, help="write the outcome of each scenario as JSON")
     p.set_defaults(command="demo")
 
 
 def run(args: argparse.Namespace) -> int:
-    print("unstick demo: not implemented yet", file=sys.stderr)
-    return 1
+    from unstick.demo.run import DemoSettings
+    from unstick.demo.run import run as run_demo
+
+    settings = DemoSettings(
+        interactive=sys.stdout.isatty() and not args.non_interactive,
+        timeout_s=args.timeout,
+        summary_path=args.summary,
+    )
+    return run_demo(settings)

@@ -1,0 +1,249 @@
+"""`unstick demo`: a local control plane, a small cluster, the classic stuck terminations,
+and unstick (controller + agent) diagnosing and fixing them — shown live."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from unstick.demo import cluster
+from unstick.demo.scenarios import AGENT_NODE, GONE_NODE, NAMESPACE, SCENARIOS
+from unstick.demo.table import Row, render
+from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
+from unstick.devcluster.process import Process, free_port, wait_until
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    interactive: bool
+    timeout_s: float = 100.0
+    summary_path: Path | None = None
+
+
+class NodeProcess:
+    """The demo node (mounts, CSI driver, agent, kubelet stand-in) in its own mount namespace."""
+
+    def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
+        cfg_path = workdir / "node.json"
+        cfg_path.write_text(json.dumps(cfg))
+        self.log = (workdir / "node.log").open("w")
+        self.popen = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private",
+             sys.executable, "-m", "unstick.demo.node", str(cfg_path)],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
+        )  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                self.events.append(event)
+                if event.get("event") == "ready":
+                    self.ready.set()
+
+    def finalised(self) -> set[str]:
+        return {e["pod"] for e in self.events if e.get("event") == "finalised"}
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left behind
+        self.popen.wait()
+        self.log.close()
+
+
+def _rows(custom: client.CustomObjectsApi, core: client.CoreV1Api, node: NodeProcess) -> list[Row]:
+    rems = custom.list_namespaced_custom_object(
+        "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
+    )
+    by_pod = {r["spec"]["podName"]: r for r in rems["items"]}
+    present = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
+    finalised = node.finalised()
+    rows = []
+    for sc in SCENARIOS:
+        status = by_pod.get(sc.pod, {}).get("status", {})
+        plan = "→".join(step["action"] for step in status.get("plan", []))
+        done = [
+            f"{a['action']} {'✓' if a.get('result') == 'succeeded' else a.get('result', '')}"
+            for a in status.get("actions", [])
+        ]
+        gone = sc.pod not in present
+        if gone and f"{NAMESPACE}/{sc.pod}" in finalised:
+            done.append("kubelet stand-in finalised ✓")
+        rows.append(
+            Row(
+                scenario=sc,
+                cause=status.get("cause", ""),
+                phase=status.get("phase", ""),
+                plan=plan,
+                actions=", ".join(done),
+                pod_gone=gone,
+                finalised_by="kubelet stand-in" if f"{NAMESPACE}/{sc.pod}" in finalised else "",
+            )
+        )
+    return rows
+
+
+def _metrics(port: int, prefix: str = "unstick_") -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError as e:
+        return [f"(metrics not reachable: {e})"]
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(prefix) and not line.split("{")[0].endswith(("_created", "_bucket"))
+    ]
+
+
+def _show(text: str, interactive: bool, last: list[str]) -> None:
+    if interactive:
+        sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+        sys.stdout.flush()
+    elif text.split("\n", 1)[1] != (last[0].split("\n", 1)[1] if last else ""):
+        print(text + "\n", flush=True)
+    last[:] = [text]
+
+
+def run(settings: DemoSettings) -> int:
+    if os.geteuid() != 0:
+        print(
+            "unstick demo needs root: its storage node makes real mounts in a private mount "
+            "namespace (unshare -m). Run it with sudo.",
+            file=sys.stderr,
+        )
+        return 2
+    print("starting a local control plane (etcd + kube-apiserver) and kwok nodes…", flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="unstick-demo-"))
+    cp = ControlPlane(ControlPlaneSettings(workdir=workdir / "cp", audit=False))
+    stack = contextlib.ExitStack()
+    rows: list[Row] = []
+    try:
+        stack.callback(cp.stop)
+        core, custom, uids = _start_cluster(cp, stack)
+        print("setting up the storage node's mounts, CSI driver and agent…", flush=True)
+        node = NodeProcess(
+            {
+                "work": str(workdir / "node"),
+                "kubeconfig": str(cp.kubeconfig),
+                "node": AGENT_NODE,
+                "csi_pod_uid": uids["db-0"],
+                "busy_pod_uid": uids["uploader"],
+                "pv": cluster.PV,
+                "handle": cluster.HANDLE,
+                "agent_metrics_port": free_port(),
+            },
+            workdir,
+        )
+        stack.callback(node.stop)
+        if not node.ready.wait(60):
+            raise RuntimeError(f"the demo node did not come up; see {workdir / 'node.log'}")
+
+        metrics_port = free_port()
+        controller = Process(
+            "unstick controller",
+            [sys.executable, "-m", "unstick", "controller", f"--kubeconfig={cp.kubeconfig}",
+             "--standalone", f"--metrics-port={metrics_port}", "--health-port=0"],
+            workdir / "controller.log",
+        ).start()  # fmt: skip
+        stack.callback(controller.stop)
+
+        for sc in SCENARIOS:
+            core.delete_namespaced_pod(sc.pod, NAMESPACE)
+        core.delete_node(GONE_NODE)
+        print(
+            "deleted the scenario pods and node-vanished; unstick takes over.\n"
+            "(No real kubelet runs here: a stand-in finalises a pod on node-storage once "
+            "nothing of it is left on the node, as the kubelet would.)\n",
+            flush=True,
+        )
+        start = time.monotonic()
+        last: list[str] = []
+        while True:
+            rows = _rows(custom, core, node)
+            _show(render(rows, time.monotonic() - start), settings.interactive, last)
+            if all(r.done for r in rows) or time.monotonic() - start > settings.timeout_s:
+                break
+            if not controller.alive():
+                raise RuntimeError(f"the controller exited:\n{controller.log_tail()}")
+            time.sleep(0.5)
+
+        print("\nmetrics (controller /metrics):")
+        print("\n".join("  " + line for line in _metrics(metrics_port)))
+        ok = all(r.done for r in rows)
+        print(
+            "\nall outcomes as expected." if ok else
+            f"\nsome outcomes were not reached in {settings.timeout_s:.0f}s; logs in {workdir}"
+        )  # fmt: skip
+        return 0 if ok else 1
+    finally:
+        if settings.summary_path is not None:
+            settings.summary_path.write_text(json.dumps(_summary(rows), indent=2))
+        stack.close()
+        print("stopped everything: no processes or mounts left behind.", flush=True)
+
+
+def _start_cluster(
+    cp: ControlPlane, stack: contextlib.ExitStack
+) -> tuple[client.CoreV1Api, client.CustomObjectsApi, dict[str, str]]:
+    cp.start()
+    stack.enter_context(Kwok(cp))
+    api = cp.api_client()
+    stack.callback(api.close)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    cluster.apply_crds(api)
+    wait_until(lambda: _crds_ready(custom), timeout=30, what="unstick CRDs")
+    custom.create_cluster_custom_object(
+        "unstick.dev", "v1alpha1", "remediationpolicies", cluster.policy()
+    )
+    cluster.create_nodes(core, client.StorageV1Api(api))
+    uids = cluster.create_workload(core)
+    print(f"cluster ready: kubectl --kubeconfig {cp.kubeconfig} get pods -A", flush=True)
+    return core, custom, uids
+
+
+def _crds_ready(custom: client.CustomObjectsApi) -> bool:
+    try:
+        custom.list_cluster_custom_object("unstick.dev", "v1alpha1", "remediationpolicies")
+    except client.ApiException:
+        return False
+    return True
+
+
+def _summary(rows: list[Row]) -> dict[str, Any]:
+    return {
+        row.scenario.pod: {
+            "expected_cause": row.scenario.cause,
+            "cause": row.cause,
+            "expected": row.scenario.expectation,
+            "pod_gone": row.pod_gone,
+            "phase": row.phase,
+            "plan": row.plan,
+            "actions": row.actions,
+            "done": row.done,
+        }
+        for row in rows
+    }

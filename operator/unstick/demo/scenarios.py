@@ -1,0 +1,37 @@
+"""The classic stuck terminations the demo reproduces, and what unstick must do about each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAMESPACE = "shop"
+AGENT_NODE = "node-storage"  # kubelet-less node the demo's agent serves (real mounts)
+GONE_NODE = "node-vanished"  # deleted while its pod terminates
+QUIET_NODE = "node-silent"  # stops reporting, not fenced
+KWOK_NODES = ("node-a", "node-b", "node-c")
+CSI_DRIVER = "hostpath.csi.unstick.dev"
+ABANDONED_FINALIZER = "demo.unstick.dev/abandoned-controller"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    pod: str
+    node: str
+    title: str
+    cause: str
+    fixed: bool  # True: the pod must end gone; False: unstick must leave it alone
+
+    @property
+    def expectation(self) -> str:
+        return "fixed" if self.fixed else "left alone"
+
+
+SCENARIOS = (
+    Scenario("cache-0", GONE_NODE, "node disappeared", "NodeGone", fixed=True),
+    Scenario("report-job", KWOK_NODES[0], "abandoned finalizer", "FinalizerBlocked", fixed=True),
+    Scenario(
+        "db-0", AGENT_NODE, "CSI driver restarted and forgot the mount", "OrphanedMount", True
+    ),
+    Scenario("uploader", AGENT_NODE, "mount held by a process", "MountBusy", fixed=False),
+    Scenario("web-7", QUIET_NODE, "node stopped reporting, not fenced", "NodeUnreachable", False),
+)

@@ -1,0 +1,63 @@
+"""The demo's live table: one row per scenario — cause, plan, outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unstick.demo.scenarios import Scenario
+
+_WIDTHS = (11, 8, 14, 38, 22, 40)
+_HEADER = ("POD", "NODE", "CAUSE", "WHAT HAPPENED", "PLAN", "OUTCOME")
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: Scenario
+    cause: str  # from the Remediation, "" until diagnosed
+    phase: str
+    plan: str
+    actions: str  # actions carried out, with results
+    pod_gone: bool
+    finalised_by: str  # "" or who deleted the pod last
+
+    @property
+    def done(self) -> bool:
+        """The expected outcome is reached (left-alone pods: diagnosed and observed)."""
+        if self.scenario.fixed:
+            return self.pod_gone
+        return self.cause == self.scenario.cause and self.phase in ("Observing", "Resolved")
+
+    @property
+    def outcome(self) -> str:
+        if self.scenario.fixed:
+            if self.pod_gone:
+                return f"✔ fixed: {self.actions or 'pod gone'}"
+            return f"… {self.actions or self.phase or 'waiting to become stuck'}"
+        if self.done:
+            return "✔ left alone, as it must be"
+        return f"… {self.phase or 'waiting to become stuck'}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render(rows: list[Row], elapsed_s: float) -> str:
+    lines = [
+        f"unstick demo — {elapsed_s:5.1f}s — stuck pods and what unstick does about them",
+        "",
+        "  ".join(h.ljust(w) for h, w in zip(_HEADER, _WIDTHS, strict=True)),
+    ]
+    for row in rows:
+        cells = (
+            row.scenario.pod,
+            row.scenario.node.removeprefix("node-"),
+            row.cause or "—",
+            row.scenario.title,
+            row.plan or "—",
+            row.outcome,
+        )
+        lines.append(
+            "  ".join(_cut(c, w).ljust(w) for c, w in zip(cells, _WIDTHS, strict=True)).rstrip()
+        )
+    return "\n".join(lines)
