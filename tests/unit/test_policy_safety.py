@@ -1,0 +1,166 @@
+"""RemediationPolicy parsing and the safety predicates, directly."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
+from unstick.core.safety import (
+    RateLimiter,
+    finalizer_allowed,
+    force_delete_safe,
+    fresh_probe,
+    opted_in,
+    replay_unpublish_safe,
+    restart_kubelet_allowed,
+    rmdir_safe,
+    unmount_safe,
+)
+from unstick.core.vocabulary import Action, Cause
+
+NOW = datetime.fromisoformat("2026-11-20T10:00:00+00:00")
+ROOT = "/var/lib/kubelet"
+UID = "u-1"
+MOUNT = f"{ROOT}/pods/{UID}/volumes/kubernetes.io~csi/pv-1/mount"
+
+FULL = {
+    "apiVersion": "unstick.dev/v1alpha1",
+    "kind": "RemediationPolicy",
+    "metadata": {"name": "default"},
+    "spec": {
+        "dryRun": False,
+        "actions": ["observe", "unmount", "force-delete"],
+        "slackSeconds": 30,
+        "nodeLostAfterSeconds": 600.5,
+        "probeMaxAgeSeconds": 60,
+        "finalizerAllowlist": ["example.com/cleanup"],
+        "rateLimits": {"clusterPerMinute": 10, "nodePerMinute": 2},
+        "lazyUnmount": True,
+    },
+}
+
+
+def test_whole_object_and_spec_alone_mean_the_same() -> None:
+    whole = parse_policy(FULL)
+    assert whole == parse_policy(FULL["spec"])
+    assert whole.dry_run is False
+    assert whole.actions == {Action.OBSERVE, Action.UNMOUNT, Action.FORCE_DELETE}
+    assert whole.settings.slack_s == 30 and whole.settings.node_lost_after_s == 600.5
+    assert whole.rate_limits.node_per_minute == 2 and whole.lazy_unmount is True
+
+
+def test_defaults_are_safe() -> None:
+    p = parse_policy({})
+    assert p == RemediationPolicy()
+    assert p.dry_run is True
+    assert p.finalizer_allowlist == ()
+    assert [a for a in Action if p.permits(a)] == [Action.OBSERVE]
+
+
+def test_name_comes_from_metadata() -> None:
+    assert parse_policy({**FULL, "metadata": {"name": "gold"}}).name == "gold"
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"actions": "unmount"}, "spec.actions"),
+        ({"actions": ["observe", "delete-everything"]}, "spec.actions[1]"),
+        ({"probeMaxAgeSeconds": True}, "spec.probeMaxAgeSeconds"),
+        ({"nodeLostAfterSeconds": -0.5}, "spec.nodeLostAfterSeconds"),
+        ({"rateLimits": {"clusterPerMinute": 1.5}}, "spec.rateLimits.clusterPerMinute"),
+        ({"rateLimits": []}, "spec.rateLimits"),
+        ({"finalizerAllowlist": ["Example.com/x"]}, "spec.finalizerAllowlist[0]"),
+        ({"finalizerAllowlist": ["example.com/"]}, "spec.finalizerAllowlist[0]"),
+        ({"finalizerAllowlist": [3]}, "spec.finalizerAllowlist[0]"),
+        ({"lazyUnmount": "false"}, "spec.lazyUnmount"),
+        ({"dryrun": True}, "spec.dryrun"),
+    ],
+)
+def test_bad_policies_name_the_field(spec: dict[str, object], field: str) -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy({"spec": spec})
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: ")
+
+
+def test_fresh_probe() -> None:
+    assert fresh_probe("n1", NOW - timedelta(seconds=120), "n1", NOW, 120)
+    assert not fresh_probe("n1", NOW - timedelta(seconds=121), "n1", NOW, 120)
+    assert not fresh_probe("n2", NOW, "n1", NOW, 120)
+    assert not fresh_probe(None, None, "n1", NOW, 120)
+    assert "probeMaxAge" in fresh_probe("n1", NOW - timedelta(hours=1), "n1", NOW, 120).reason
+
+
+def test_unmount_safe() -> None:
+    assert unmount_safe(MOUNT, ROOT, UID, holders=0, containers_running=False)
+    assert not unmount_safe(MOUNT, ROOT, UID, holders=1, containers_running=False)
+    assert not unmount_safe(MOUNT, ROOT, UID, holders=0, containers_running=True)
+    assert not unmount_safe(MOUNT, ROOT, "u-2", holders=0, containers_running=False)
+    assert not unmount_safe(f"{ROOT}/pods/{UID}/volumes", ROOT, UID, 0, False)
+    assert not unmount_safe(f"{ROOT}/pods/{UID}/volumes/x/../../etc", ROOT, UID, 0, False)
+
+
+def test_rmdir_and_replay_unpublish_safe() -> None:
+    assert rmdir_safe(MOUNT, ROOT, UID, empty=True)
+    assert rmdir_safe(MOUNT, ROOT, UID, empty=None)
+    assert "never deletes data" in rmdir_safe(MOUNT, ROOT, UID, empty=False).reason
+    assert not rmdir_safe(f"{ROOT}/pods/{UID}", ROOT, UID, empty=True)
+    assert replay_unpublish_safe(MOUNT, ROOT, UID, driver_registered=True)
+    assert not replay_unpublish_safe(MOUNT, ROOT, UID, driver_registered=None)
+    sub = f"{ROOT}/pods/{UID}/volume-subpaths/data/app/0"
+    assert not replay_unpublish_safe(sub, ROOT, UID, driver_registered=True)
+
+
+@pytest.mark.parametrize(
+    ("cause", "fenced", "nothing_left", "fresh", "ok"),
+    [
+        (Cause.NodeGone, None, False, False, True),
+        (Cause.NodeUnreachable, True, False, False, True),
+        (Cause.NodeUnreachable, False, False, False, False),
+        (Cause.KubeletNotProgressing, False, True, True, True),
+        (Cause.KubeletNotProgressing, False, True, False, False),
+        (Cause.OrphanedMount, True, False, True, False),
+        (Cause.FinalizerBlocked, True, False, True, False),
+        (Cause.Unknown, True, False, False, False),
+    ],
+)
+def test_force_delete_safe(
+    cause: Cause, fenced: bool | None, nothing_left: bool, fresh: bool, ok: bool
+) -> None:
+    assert bool(force_delete_safe(cause, fenced, nothing_left, fresh)) is ok
+
+
+def test_finalizer_allowed() -> None:
+    assert finalizer_allowed("example.com/x", ("example.com/x",))
+    assert not finalizer_allowed("example.com/x", ())
+    assert not finalizer_allowed("example.com/x", ("example.com/y",))
+
+
+def test_opt_in() -> None:
+    key = "unstick.dev/remediate"
+    assert opted_in({key: "true"}, None, "default")
+    assert opted_in({key: "gold"}, None, "gold")
+    assert not opted_in({key: "gold"}, None, "default")
+    assert not opted_in({key: "True "}, None, "default")
+    assert not opted_in({}, None, "default")
+    assert opted_in({}, {key: "true"}, "default")
+    assert not opted_in({}, {key: "yes"}, "default")
+
+
+def test_rate_limiter_per_node_and_cluster() -> None:
+    r = RateLimiter(cluster_per_minute=3, node_per_minute=2)
+    assert r.acquire("a", NOW)
+    assert r.acquire("a", NOW + timedelta(seconds=1))
+    assert "node a" in r.acquire("a", NOW + timedelta(seconds=2)).reason
+    assert r.acquire("b", NOW + timedelta(seconds=3))
+    assert "cluster" in r.acquire("c", NOW + timedelta(seconds=4)).reason
+    assert r.acquire("a", NOW + timedelta(seconds=61))
+
+
+def test_restart_kubelet_at_most_hourly() -> None:
+    assert restart_kubelet_allowed(None, NOW)
+    assert not restart_kubelet_allowed(NOW - timedelta(minutes=59), NOW)
+    assert restart_kubelet_allowed(NOW - timedelta(hours=1), NOW)
