@@ -1,0 +1,173 @@
+"""The agent loop against a real kube-apiserver: it sees only Remediations labelled for its
+node, answers a probe request, runs node steps (rmdir-stale on a real stale dir) and
+reports them in status, and serves /metrics and /healthz. No mounts: the mount table is a
+text file here (the mount work is covered by test_mountns.py)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from unstick.agent.loop import Agent, LoopSettings
+from unstick.agent.settings import AgentSettings
+from unstick.kube.client import ClientSettings, Kube, remediation_path
+
+pytestmark = pytest.mark.envtest
+
+CRD = Path(__file__).parents[2] / "operator" / "unstick" / "crds" / "remediations.yaml"
+UID = "dddddddd-4444-4444-8444-dddddddddddd"
+ORPHAN = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
+
+
+def wait_for(what: str, get: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture
+def kube(control_plane: Any) -> Iterator[Kube]:
+    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    try:
+        k.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                  body=yaml.safe_load(CRD.read_text()))  # fmt: skip
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+    def established() -> bool:
+        crd = k.get(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/remediations.unstick.dev"
+        )
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for("the Remediation CRD", established)
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_agent_probes_and_runs_node_steps_for_its_node_only(
+    control_plane: Any, kube: Kube, tmp_path: Path
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    ns = f"agent-{uuid.uuid4().hex[:6]}"
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    root = tmp_path / "kubelet"
+    stale = root / "pods" / UID / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    stale.mkdir(parents=True)
+    orphan = f"{root}/pods/{ORPHAN}/volumes/kubernetes.io~projected/tok"
+    (tmp_path / "mountinfo").write_text(f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
+    (tmp_path / "proc").mkdir()
+    settings = AgentSettings(
+        node_name=node,
+        kubelet_root=str(root),
+        host_proc=str(tmp_path / "proc"),
+        mountinfo_path=str(tmp_path / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        state_dir=str(tmp_path / "state"),
+    )
+    port = _free_port()
+    agent = Agent(
+        settings,
+        LoopSettings(
+            kubeconfig=str(control_plane.kubeconfig),
+            metrics_port=port,
+            metrics_host="127.0.0.1",
+            watch_timeout_s=5,
+            summary_interval_s=0.5,
+        ),
+    )
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    try:
+
+        def remediation(name: str, for_node: str, uid: str) -> dict[str, Any]:
+            return {
+                "apiVersion": "unstick.dev/v1alpha1",
+                "kind": "Remediation",
+                "metadata": {"name": name, "labels": {"unstick.dev/node": for_node}},
+                "spec": {"podName": name, "podUID": uid, "nodeName": for_node,
+                         "probeRequestedAt": now()},
+            }  # fmt: skip
+
+        kube.request("POST", remediation_path(ns), body=remediation("web-0", node, UID))
+        kube.request("POST", remediation_path(ns), body=remediation("other", "elsewhere", ORPHAN))
+
+        def status(name: str) -> dict[str, Any]:
+            return (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
+
+        probe = wait_for("the probe", lambda: status("web-0").get("probe"))
+        assert probe["nodeName"] == node
+        assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
+        assert probe["mountinfo"] == ""
+
+        step = {"action": "rmdir-stale", "target": "", "reason": "test"}
+        kube.request(
+            "PATCH",
+            remediation_path(ns, "web-0"),
+            body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": now(), "dryRun": False}},
+            content_type="application/merge-patch+json",
+        )
+        done = wait_for(
+            "the node steps", lambda: status("web-0").get("nodeStepsDoneAt") and status("web-0")
+        )
+        (action,) = done["nodeActions"]
+        assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
+        assert not stale.exists() and (root / "pods" / UID / "volumes").is_dir()
+        assert done["probe"]["volumeDirs"] == []
+
+        def orphan_gauge() -> bool:
+            code, text = _get(f"http://127.0.0.1:{port}/metrics")
+            return code == 200 and f'unstick_node_orphaned_mounts{{node="{node}"}} 1.0' in text
+
+        wait_for("the orphaned-mount gauge", orphan_gauge)
+        _, text = _get(f"http://127.0.0.1:{port}/metrics")
+        assert "unstick_node_probe_duration_seconds_count" in text
+        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        assert "probe" not in status("other"), "a Remediation of another node was touched"
+    finally:
+        agent.shutdown()
+        thread.join(timeout=60)
+        try:
+            kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+        except ApiException:
+            pass
+    assert not thread.is_alive()
