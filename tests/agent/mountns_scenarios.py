@@ -403,6 +403,78 @@ def scenario_csi_lost_state(node: Node) -> dict[str, Any]:
         node.cleanup()
 
 
+def _bundle(probe: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot bundle around a live probe: pod A (opted in, deleted long ago) on a Ready
+    node, with a PVC bound to the CSI PV `pvc-1` (handle `vol-1`) of the test driver."""
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    return {
+        "apiVersion": "unstick.dev/v1alpha1", "kind": "Snapshot",
+        "capturedAt": probe["probedAt"],
+        "pod": {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-0", "namespace": "default", "uid": UID_A,
+                "annotations": {"unstick.dev/remediate": "true"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-02T00:00:00Z", "deletionGracePeriodSeconds": 30,
+            },
+            "spec": {
+                "nodeName": "test-node",
+                "containers": [{"name": "app", "image": "app:1"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}}],
+            },
+            "status": {"phase": "Running"},
+        },
+        "node": {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "test-node"},
+                 "status": {"conditions": [ready]}},
+        "csiNode": {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                    "metadata": {"name": "test-node"},
+                    "spec": {"drivers": [{"name": DRIVER, "nodeID": "test-node"}]}},
+        "persistentVolumeClaims": [{
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data-web-0", "namespace": "default"},
+            "spec": {"volumeName": "pvc-1"}, "status": {"phase": "Bound"},
+        }],
+        "persistentVolumes": [{
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pvc-1"},
+            "spec": {"csi": {"driver": DRIVER, "volumeHandle": "vol-1"},
+                     "claimRef": {"namespace": "default", "name": "data-web-0"}},
+            "status": {"phase": "Bound"},
+        }],
+        "volumeAttachments": [], "events": [],
+        "probe": probe,
+    }  # fmt: skip
+
+
+def scenario_core_plan(node: Node) -> dict[str, Any]:
+    """The whole node side: live probe -> the core's diagnosis and plan -> the plan's node
+    steps through the agent's handler -> a fresh probe -> the core's diagnosis again."""
+    from unstick.core.diagnosis import diagnose
+    from unstick.core.planner import plan
+    from unstick.core.snapshot import parse_bundle
+    from unstick.core.vocabulary import NODE_ACTIONS
+
+    server = CSIServer(node)
+    try:
+        server.start()
+        _, target = server.publish(UID_A, "pvc-1", "vol-1")
+        token = node.projected(UID_A, "kube-api-access-x")
+        server.restart_with_state_lost()
+        before = diagnose(parse_bundle(_bundle(node.probe(UID_A))))
+        steps = [(str(s.action), s.target) for s in plan(before, None).steps
+                 if s.action in NODE_ACTIONS]  # fmt: skip
+        result = _run_handler_steps(node, UID_A, steps)
+        after_probe = result["patches"][0]["probe"]
+        after = diagnose(parse_bundle(_bundle(after_probe)))
+        return {
+            "target": target, "token": str(token),
+            "cause_before": str(before.cause), "steps": steps, **result,
+            "cause_after": str(after.cause), "mounts_after": mount_points(),
+        }  # fmt: skip
+    finally:
+        node.cleanup()
+
+
 SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "layout": scenario_layout,
     "dry_run": scenario_dry_run,
@@ -411,6 +483,7 @@ SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "other_uid": scenario_other_uid,
     "csi_replay": scenario_csi_replay,
     "csi_lost_state": scenario_csi_lost_state,
+    "core_plan": scenario_core_plan,
 }
 
 

@@ -135,3 +135,18 @@ def test_driver_that_lost_its_state_falls_through_to_unmount(scenario, work: Pat
     assert {r["other"], r["staging"]} <= mounts  # another pod's mount and the staging stay
     assert patch["probe"]["mountinfo"] == "" and patch["probe"]["volumeDirs"] == []
     assert r["pod_a_tree_after"] == [str(work / "kubelet" / "pods" / UID_A / "volumes")]
+
+
+def test_the_cores_plan_runs_through_the_agent(scenario, work: Path) -> None:
+    """Live probe -> core diagnosis (OrphanedMount) and plan -> the plan's node steps via
+    the handler -> fresh probe -> nothing of the pod left (KubeletNotProgressing)."""
+    r = scenario("core_plan", work)
+    assert r["cause_before"] == "OrphanedMount"
+    actions = [a for a, _ in r["steps"]]
+    assert actions[0] == "replay-unpublish" and "unmount" in actions and "rmdir-stale" in actions
+    (patch,) = r["patches"]
+    results = [(a["action"], a["result"]) for a in patch["nodeActions"]]
+    assert len(results) == len(r["steps"])
+    assert all(result == "succeeded" for _, result in results), patch["nodeActions"]
+    assert r["target"] not in r["mounts_after"] and r["token"] not in r["mounts_after"]
+    assert r["cause_after"] == "KubeletNotProgressing"
