@@ -475,6 +475,27 @@ def scenario_core_plan(node: Node) -> dict[str, Any]:
         node.cleanup()
 
 
+def scenario_lazy(node: Node) -> dict[str, Any]:
+    """A holder the agent cannot see (its host /proc is empty here, as without hostPID):
+    the plain unmount fails with EBUSY; only with lazyUnmount does MNT_DETACH follow."""
+    from dataclasses import replace
+
+    vol = node.projected(UID_A, "busy")
+    blind = node.work / "empty-proc"
+    blind.mkdir()
+    ex = Executor(replace(node.settings, host_proc=str(blind)))
+    try:
+        node.start("sleep", "600", cwd=vol)
+        plain = ex.run_step(UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=False)
+        still = str(vol) in mount_points()
+        lazy = ex.run_step(UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=True)
+        gone = str(vol) not in mount_points()
+        return {"plain": plain.to_json(), "still_mounted_after_plain": still,
+                "lazy": lazy.to_json(), "mounted_after_lazy": not gone}  # fmt: skip
+    finally:
+        node.cleanup()
+
+
 SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "layout": scenario_layout,
     "dry_run": scenario_dry_run,
@@ -484,6 +505,7 @@ SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "csi_replay": scenario_csi_replay,
     "csi_lost_state": scenario_csi_lost_state,
     "core_plan": scenario_core_plan,
+    "lazy": scenario_lazy,
 }
 
 
