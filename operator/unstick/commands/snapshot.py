@@ -6,8 +6,11 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from unstick.kube.client import Kube
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -46,7 +49,7 @@ class SnapshotError(Exception):
     """A failure to report in one line (pod not found, no kubeconfig, API error)."""
 
 
-def _connect(kubeconfig: str | None) -> Any:
+def _connect(kubeconfig: str | None) -> Kube:
     """The project's raw-JSON client (unstick.kube.client.Kube); one-line errors."""
     import kubernetes.config
 
@@ -79,7 +82,7 @@ def _claim_names(pod: JSON) -> list[str]:
     return [n for n in names if n]
 
 
-def _latest_probe(api: Any, namespace: str, uid: str) -> JSON | None:
+def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
     """`status.probe` of the pod's Remediation (the newest, if several); None if none."""
     from kubernetes.client.exceptions import ApiException
 
@@ -97,7 +100,7 @@ def _latest_probe(api: Any, namespace: str, uid: str) -> JSON | None:
     return probes[-1] if probes else None
 
 
-def capture(api: Any, namespace: str, name: str, now: datetime) -> JSON:
+def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
     """The bundle of DESIGN §6 for one pod."""
     ns = quote(namespace)
     pod = api.get(f"/api/v1/namespaces/{ns}/pods/{quote(name)}")
@@ -133,7 +136,9 @@ def capture(api: Any, namespace: str, name: str, now: datetime) -> JSON:
         if a.get("spec", {}).get("nodeName") == node_name
         and a.get("spec", {}).get("source", {}).get("persistentVolumeName") in pv_names
     ]
-    events = api.items(f"/api/v1/namespaces/{ns}/events", fieldSelector=f"involvedObject.uid={uid}")
+    events = api.list_all(
+        f"/api/v1/namespaces/{ns}/events", {"fieldSelector": f"involvedObject.uid={uid}"}
+    )
     return {
         "apiVersion": "unstick.dev/v1alpha1",
         "kind": "Snapshot",
@@ -157,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    import urllib3
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -171,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     except ApiException as err:
         print(f"unstick snapshot: API error {err.status} {err.reason}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as err:  # connection refused, TLS, timeouts (urllib3): one line
+    except (urllib3.exceptions.HTTPError, OSError) as err:  # refused, TLS, timeouts
         print(f"unstick snapshot: cannot reach the API server: {err}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(bundle, indent=2))
