@@ -35,6 +35,14 @@ def read_mount_table(path: str) -> MountTable:
     return MountTable(text=text, mounts=tuple(parse_mountinfo(text)))
 
 
+def read_pod_table(path: str, kubelet_root: str, uid: str) -> MountTable:
+    """Only the mounts under `<root>/pods/<uid>/` (text = those lines): all a probe of one pod
+    needs, without parsing the rest of a large host table. Raises OSError/MountinfoError."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        text = pod_lines(f.read(), kubelet_root, uid)
+    return MountTable(text=text, mounts=tuple(parse_mountinfo(text)))
+
+
 def pod_lines(text: str, kubelet_root: str, uid: str) -> str:
     """The lines of a mountinfo text whose mount point is under `<root>/pods/<uid>/`.
 

@@ -17,7 +17,7 @@ from typing import Any
 from unstick.agent.containers import pod_containers
 from unstick.agent.holders import find_holders
 from unstick.agent.kubelet_health import kubelet_healthy
-from unstick.agent.mounts import MountTable, pod_lines, read_mount_table
+from unstick.agent.mounts import MountTable, pod_lines, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.settings import AgentSettings
 from unstick.agent.volumedirs import volume_dirs
@@ -38,8 +38,8 @@ def probe_pod(
 ) -> dict[str, Any]:
     """Probe this node for one pod UID. Raises OSError/MountinfoError if the mount table
     cannot be read (without it nothing about the node is known)."""
-    table = table or read_mount_table(settings.mountinfo)
     root = normalise(settings.kubelet_root) or settings.kubelet_root
+    table = table or read_pod_table(settings.mountinfo, root, uid)
     mine = table.pod_mounts(root, uid)
     if plugins is None:
         plugins = registered_plugins(settings.registry_dir, settings.grpc_timeout_s)
