@@ -167,6 +167,10 @@ def test_restart_kubelet_at_most_once_per_hour(tmp_path: Path) -> None:
         return ex.run_step(UID, "restart-kubelet", "", dry_run=dry, lazy_unmount=False).result
 
     assert run(now, dry=True) == "dry_run"
+    other = Executor(settings, clock=lambda: now).run_step(
+        UID, "restart-kubelet", "another-node", dry_run=False, lazy_unmount=False
+    )
+    assert other.result == "refused"
     assert run(now) == "succeeded"
     assert run(now + timedelta(minutes=59)) == "refused"
     assert (tmp_path / "state" / "last-kubelet-restart").exists()

@@ -344,5 +344,8 @@ class Executor:
     # --- restart-kubelet -----------------------------------------------------------
 
     def restart_kubelet(self, uid: str, target: str, dry_run: bool) -> str:
-        """Restart the kubelet with the configured host command, at most once an hour."""
+        """Restart the kubelet with the configured host command, at most once an hour.
+        The target is empty or this node's name."""
+        if target not in ("", self.settings.node_name):
+            raise Refused(f"target {target!r} is not this node ({self.settings.node_name})")
         return restart_kubelet(self.settings, self.clock(), dry_run)
