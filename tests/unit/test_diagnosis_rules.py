@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.diagnosis import DiagnosisSettings, diagnose, human
+from unstick.core.diagnosis import DiagnosisSettings, diagnose
+from unstick.core.durations import human
 from unstick.core.snapshot import BundleError, parse_bundle, parse_probe
 from unstick.core.vocabulary import Cause
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from unstick.core import safety
+from unstick.core.durations import human
 from unstick.core.facts import Facts, NodeFacts, Probe, VolumeDir
 from unstick.core.node_facts import (
     RUNNING,
@@ -65,41 +67,23 @@ class Diagnosis:
         return f"{self.namespace}/{self.name}"
 
 
-def human(seconds: float) -> str:
-    """812.4 → "13m32s"; 7300 → "2h1m40s"; 4.2 → "4s"."""
-    s = round(abs(seconds))
-    h, rest = divmod(s, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{h}h{m}m{s}s"
-    return f"{m}m{s}s" if m else f"{s}s"
-
-
 def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
 def _fresh_probe(facts: Facts, settings: DiagnosisSettings, ev: list[Evidence]) -> Probe | None:
+    """The probe, when it is a fresh probe of the pod's node (safety invariant 1)."""
     probe, node = facts.probe, facts.pod.node_name
     if probe is None:
         ev.append(Evidence("probe", "no node probe in the bundle: node-side state is unknown"))
         return None
+    verdict = safety.fresh_probe(
+        probe.node_name, probe.probed_at, node, facts.now, settings.probe_max_age_s
+    )
+    if not verdict:
+        ev.append(Evidence("probe", f"probe ignored: {verdict.reason}"))
+        return None
     age = (facts.now - probe.probed_at).total_seconds()
-    if probe.node_name != node:
-        ev.append(
-            Evidence("probe", f"probe is from node {probe.node_name}, not the pod's node: ignored")
-        )
-        return None
-    if abs(age) > settings.probe_max_age_s:
-        when = f"{human(age)} old" if age > 0 else f"{human(age)} in the future"
-        ev.append(
-            Evidence(
-                "probe",
-                f"probe of node {node} is {when} (probeMaxAge {human(settings.probe_max_age_s)})"
-                ": ignored, node-side state is unknown",
-            )
-        )
-        return None
     health = {True: "healthy", False: "NOT healthy", None: "of unknown health"}
     ev.append(
         Evidence(

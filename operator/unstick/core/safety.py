@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from unstick.core.durations import human
 from unstick.core.kubelet_paths import CSI_PLUGIN, classify, is_pod_volume_path
 from unstick.core.vocabulary import Cause
 
@@ -51,7 +52,11 @@ def fresh_probe(
         return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
     age = (now - probed_at).total_seconds()
     if abs(age) > max_age_s:
-        return refuse(f"the probe of node {node} is {age:.0f}s old (probeMaxAge {max_age_s:g}s)")
+        when = f"{human(age)} old" if age > 0 else f"{human(age)} in the future"
+        return refuse(
+            f"the probe of node {node} is {when} (probeMaxAge {human(max_age_s)}): "
+            "node-side state is unknown"
+        )
     return SAFE
 
 
