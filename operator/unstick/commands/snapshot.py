@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from unstick.kube.client import Kube
+    from unstick.kube.client import JSON, Kube
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -25,8 +25,6 @@ exactly as the API server returns them.
 
 Diagnose it offline with `unstick diagnose --snapshot FILE`, or attach it to a bug
 report. Example:  unstick snapshot shop/web-0 > web-0.json"""
-
-JSON = dict[str, Any]
 
 
 def add_parser(sub: Any) -> None:
@@ -72,16 +70,6 @@ def _connect(kubeconfig: str | None) -> Kube:
         ) from None
 
 
-def _claim_names(pod: JSON) -> list[str]:
-    names = []
-    for vol in pod.get("spec", {}).get("volumes") or []:
-        if vol.get("persistentVolumeClaim"):
-            names.append(vol["persistentVolumeClaim"].get("claimName", ""))
-        elif vol.get("ephemeral"):  # generic ephemeral volume: PVC <pod>-<volume>
-            names.append(f"{pod['metadata']['name']}-{vol['name']}")
-    return [n for n in names if n]
-
-
 def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
     """`status.probe` of the pod's Remediation (the newest, if several); None if none."""
     from kubernetes.client.exceptions import ApiException
@@ -101,57 +89,20 @@ def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
 
 
 def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
-    """The bundle of DESIGN §6 for one pod."""
-    ns = quote(namespace)
-    pod = api.get(f"/api/v1/namespaces/{ns}/pods/{quote(name)}")
+    """The bundle of DESIGN §6 for one pod: the controller's bundle (one code path for both)
+    plus the pod's Events."""
+    from unstick.controller.inputs import build_bundle, fetch_pod
+
+    pod = fetch_pod(api, namespace, name)
     if pod is None:
         raise SnapshotError(f"pod {namespace}/{name} not found")
     uid = pod["metadata"]["uid"]
-    node_name = pod.get("spec", {}).get("nodeName")
-    node = api.get(f"/api/v1/nodes/{quote(node_name)}") if node_name else None
-    csi_node = (
-        api.get(f"/apis/storage.k8s.io/v1/csinodes/{quote(node_name)}") if node_name else None
+    bundle: JSON = build_bundle(api, pod, _latest_probe(api, namespace, uid), now.timestamp())
+    bundle["events"] = api.list_all(
+        f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
+        {"fieldSelector": f"involvedObject.uid={uid}"},
     )
-    claims = [
-        c
-        for c in (
-            api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{quote(n)}")
-            for n in _claim_names(pod)
-        )
-        if c is not None
-    ]
-    volumes = [
-        v
-        for v in (
-            api.get(f"/api/v1/persistentvolumes/{quote(c['spec']['volumeName'])}")
-            for c in claims
-            if (c.get("spec") or {}).get("volumeName")
-        )
-        if v is not None
-    ]
-    pv_names = {v["metadata"]["name"] for v in volumes}
-    attachments = [
-        a
-        for a in api.list_all("/apis/storage.k8s.io/v1/volumeattachments")
-        if a.get("spec", {}).get("nodeName") == node_name
-        and a.get("spec", {}).get("source", {}).get("persistentVolumeName") in pv_names
-    ]
-    events = api.list_all(
-        f"/api/v1/namespaces/{ns}/events", {"fieldSelector": f"involvedObject.uid={uid}"}
-    )
-    return {
-        "apiVersion": "unstick.dev/v1alpha1",
-        "kind": "Snapshot",
-        "capturedAt": now.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "pod": pod,
-        "node": node,
-        "csiNode": csi_node,
-        "persistentVolumeClaims": claims,
-        "persistentVolumes": volumes,
-        "volumeAttachments": attachments,
-        "events": events,
-        "probe": _latest_probe(api, namespace, uid),
-    }
+    return bundle
 
 
 def run(args: argparse.Namespace) -> int:
