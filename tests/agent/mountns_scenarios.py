@@ -290,7 +290,7 @@ def scenario_other_uid(node: Node) -> dict[str, Any]:
 
 
 class CSIServer:
-    """tests/agent/csi_server.py as a process of this namespace."""
+    """unstick.devcluster.csi_hostpath as a process of this namespace."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -300,7 +300,7 @@ class CSIServer:
         plugin_dir.mkdir(parents=True, exist_ok=True)
         self.csi_socket = str(plugin_dir / "csi.sock")
         self.args = [
-            sys.executable, str(HERE / "csi_server.py"), "--name", DRIVER,
+            sys.executable, "-m", "unstick.devcluster.csi_hostpath", "--name", DRIVER,
             "--csi-socket", self.csi_socket,
             "--registration-socket", str(registry / f"{DRIVER}-reg.sock"),
             "--data-dir", str(node.data), "--state-file", str(node.work / "csi-state.json"),

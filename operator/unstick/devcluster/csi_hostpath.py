@@ -1,8 +1,9 @@
-"""A small CSI node plugin for the agent tests: real gRPC over unix sockets, real mounts.
+"""A small CSI node plugin for the agent tests and the demo: real gRPC over unix sockets,
+real mounts. It stands in for csi-driver-host-path, which cannot be run here.
 
-Run as a script (inside the test's private mount namespace)::
+Run it inside a private mount namespace::
 
-    python csi_server.py --name NAME --csi-socket S --registration-socket R \
+    python -m unstick.devcluster.csi_hostpath --name NAME --csi-socket S --registration-socket R \
         --data-dir D --state-file F
 
 - Registration.GetInfo on the registration socket (as node-driver-registrar serves it in
