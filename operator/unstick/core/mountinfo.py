@@ -12,7 +12,7 @@ file and never `stat`s a mount point (a hung NFS server would block it forever).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 _SEPARATOR = "-"
@@ -29,9 +29,9 @@ class MountinfoError(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """One mount as the kernel reports it, with paths unescaped."""
+class Mount(NamedTuple):
+    """One mount as the kernel reports it, with paths unescaped. (A NamedTuple, not a frozen
+    dataclass: building 10,000 of them is several times faster, and it is just as immutable.)"""
 
     mount_id: int
     parent_id: int
