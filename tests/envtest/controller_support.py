@@ -172,6 +172,25 @@ class Objects:
         }
         self.custom.create_cluster_custom_object(GROUP, VERSION, "remediationpolicies", body)
 
+    def replace_policy(self, name: str, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Set a policy's spec (None: delete it); returns the spec it had (None: absent)."""
+        try:
+            old = self.custom.get_cluster_custom_object(GROUP, VERSION, "remediationpolicies", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            old = None
+        if old is not None and spec is not None:
+            patch = {"spec": spec}
+            self.custom.patch_cluster_custom_object(
+                GROUP, VERSION, "remediationpolicies", name, patch
+            )
+        elif spec is not None:
+            self.create_policy(name, spec)
+        elif old is not None:
+            self.delete_policy(name)
+        return None if old is None else dict(old.get("spec") or {})
+
     def delete_policy(self, name: str) -> None:
         try:
             self.custom.delete_cluster_custom_object(GROUP, VERSION, "remediationpolicies", name)

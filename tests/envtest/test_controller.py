@@ -24,6 +24,7 @@ from unstick.devcluster import ControlPlane
 pytestmark = pytest.mark.envtest
 
 POLICIES = {
+    "default": policy_spec(),  # pods that did not name a policy take their timing from it
     "t-remediate": policy_spec(),
     "t-dryrun": policy_spec(dryRun=True),
     "t-allow-fin": policy_spec(finalizerAllowlist=["example.com/keep"]),
@@ -35,14 +36,12 @@ POLICIES = {
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
     with crds_installed(control_plane):
         objs = Objects(control_plane)
-        for name, spec in POLICIES.items():
-            objs.delete_policy(name)
-            objs.create_policy(name, spec)
+        before = {name: objs.replace_policy(name, spec) for name, spec in POLICIES.items()}
         try:
             yield objs
         finally:
-            for name in POLICIES:
-                objs.delete_policy(name)
+            for name, spec in before.items():
+                objs.replace_policy(name, spec)
             objs.api_client.close()
 
 

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstick.controller.policies import NamespaceLabels, PolicyBook
@@ -56,6 +56,7 @@ class Runtime:
         self.pods: dict[str, TerminatingPod] = {}
         self._running: set[str] = set()
         self._again: set[str] = set()
+        self._resolve_after: dict[str, TerminatingPod] = {}
         self._wake = asyncio.Event()
         self._pool = ThreadPoolExecutor(
             max_workers=settings.workers, thread_name_prefix="reconcile"
@@ -76,14 +77,20 @@ class Runtime:
         if record is None:
             gone = self.pods.pop(uid, None)
             self.scheduler.cancel(uid)
-            if gone is not None:
+            if gone is not None and uid in self._running:
+                self._resolve_after[uid] = gone  # never concurrently with its reconcile
+            elif gone is not None:
                 self._spawn(self._resolve(gone))
             return
-        known = uid in self.pods
+        known = self.pods.get(uid)
+        if known is not None and known.deletion_timestamp < record.deletion_timestamp:
+            # A force delete moves deletionTimestamp to "now"; keep the first one, which
+            # time-to-resolution and stuckSince are measured from.
+            record = replace(record, deletion_timestamp=known.deletion_timestamp)
         self.pods[uid] = record
         slack = self.policies.timing(_policy_name(record.remediate)).slack_s
         due = record.deletion_timestamp + slack
-        if known:
+        if known is not None:
             due = max(due, self.clock())  # something changed: look again (once stuck)
             self.scheduler.schedule_earliest(uid, due)
         else:
@@ -171,6 +178,9 @@ class Runtime:
             next_due = self.clock() + 10.0
         finally:
             self._running.discard(uid)
+        gone = self._resolve_after.pop(uid, None)
+        if gone is not None:
+            await self._resolve(gone)
         if uid not in self.pods:
             return
         if uid in self._again:
