@@ -37,7 +37,7 @@ def test_demo_reaches_every_expected_outcome(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for sc in SCENARIOS:
         row = outcome[sc.pod]
-        assert row["cause"] == sc.cause, (sc.pod, row)
+        assert row["causes"][0] == sc.cause, (sc.pod, row)
         assert row["pod_gone"] is sc.fixed, (sc.pod, row)
     # What must be left alone was only observed: nothing changed it.
     assert "force-delete" not in outcome["web-7"]["actions"]

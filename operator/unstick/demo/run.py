@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,7 +75,13 @@ class NodeProcess:
         self.log.close()
 
 
-def _rows(custom: client.CustomObjectsApi, core: client.CoreV1Api, node: NodeProcess) -> list[Row]:
+def _rows(
+    custom: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    node: NodeProcess,
+    causes: dict[str, list[str]],
+) -> list[Row]:
+    """The table's rows; `causes` collects every cause each pod was diagnosed with."""
     rems = custom.list_namespaced_custom_object(
         "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
     )
@@ -84,6 +91,9 @@ def _rows(custom: client.CustomObjectsApi, core: client.CoreV1Api, node: NodePro
     rows = []
     for sc in SCENARIOS:
         status = by_pod.get(sc.pod, {}).get("status", {})
+        seen = causes.setdefault(sc.pod, [])
+        if status.get("cause") and status["cause"] not in seen:
+            seen.append(status["cause"])
         plan = "→".join(step["action"] for step in status.get("plan", []))
         done = [
             f"{a['action']} {'✓' if a.get('result') == 'succeeded' else a.get('result', '')}"
@@ -95,12 +105,11 @@ def _rows(custom: client.CustomObjectsApi, core: client.CoreV1Api, node: NodePro
         rows.append(
             Row(
                 scenario=sc,
-                cause=status.get("cause", ""),
+                causes=tuple(seen),
                 phase=status.get("phase", ""),
                 plan=plan,
                 actions=", ".join(done),
                 pod_gone=gone,
-                finalised_by="kubelet stand-in" if f"{NAMESPACE}/{sc.pod}" in finalised else "",
             )
         )
     return rows
@@ -141,6 +150,8 @@ def run(settings: DemoSettings) -> int:
     cp = ControlPlane(ControlPlaneSettings(workdir=workdir / "cp", audit=False))
     stack = contextlib.ExitStack()
     rows: list[Row] = []
+    # The work dir (logs) stays only when an outcome was missed; removed after everything stopped.
+    stack.callback(lambda: rows and all(r.done for r in rows) and shutil.rmtree(workdir, True))
     try:
         stack.callback(cp.stop)
         core, custom, uids = _start_cluster(cp, stack)
@@ -182,8 +193,9 @@ def run(settings: DemoSettings) -> int:
         )
         start = time.monotonic()
         last: list[str] = []
+        causes: dict[str, list[str]] = {}
         while True:
-            rows = _rows(custom, core, node)
+            rows = _rows(custom, core, node, causes)
             _show(render(rows, time.monotonic() - start), settings.interactive, last)
             if all(r.done for r in rows) or time.monotonic() - start > settings.timeout_s:
                 break
@@ -194,10 +206,10 @@ def run(settings: DemoSettings) -> int:
         print("\nmetrics (controller /metrics):")
         print("\n".join("  " + line for line in _metrics(metrics_port)))
         ok = all(r.done for r in rows)
-        print(
-            "\nall outcomes as expected." if ok else
-            f"\nsome outcomes were not reached in {settings.timeout_s:.0f}s; logs in {workdir}"
-        )  # fmt: skip
+        if ok:
+            print("\nall outcomes as expected.")
+        else:
+            print(f"\nsome outcomes not reached in {settings.timeout_s:.0f}s; logs in {workdir}")
         return 0 if ok else 1
     finally:
         if settings.summary_path is not None:
@@ -237,7 +249,7 @@ def _summary(rows: list[Row]) -> dict[str, Any]:
     return {
         row.scenario.pod: {
             "expected_cause": row.scenario.cause,
-            "cause": row.cause,
+            "causes": list(row.causes),
             "expected": row.scenario.expectation,
             "pod_gone": row.pod_gone,
             "phase": row.phase,

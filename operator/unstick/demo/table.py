@@ -6,26 +6,28 @@ from dataclasses import dataclass
 
 from unstick.demo.scenarios import Scenario
 
-_WIDTHS = (11, 8, 14, 38, 22, 40)
+_WIDTHS = (10, 8, 36, 34, 40, 44)
 _HEADER = ("POD", "NODE", "CAUSE", "WHAT HAPPENED", "PLAN", "OUTCOME")
 
 
 @dataclass(frozen=True)
 class Row:
     scenario: Scenario
-    cause: str  # from the Remediation, "" until diagnosed
+    causes: tuple[str, ...]  # every cause the pod was diagnosed with, first one first
     phase: str
     plan: str
     actions: str  # actions carried out, with results
     pod_gone: bool
-    finalised_by: str  # "" or who deleted the pod last
 
     @property
     def done(self) -> bool:
         """The expected outcome is reached (left-alone pods: diagnosed and observed)."""
         if self.scenario.fixed:
             return self.pod_gone
-        return self.cause == self.scenario.cause and self.phase in ("Observing", "Resolved")
+        return self.causes[-1:] == (self.scenario.cause,) and self.phase in (
+            "Observing",
+            "Resolved",
+        )
 
     @property
     def outcome(self) -> str:
@@ -52,7 +54,7 @@ def render(rows: list[Row], elapsed_s: float) -> str:
         cells = (
             row.scenario.pod,
             row.scenario.node.removeprefix("node-"),
-            row.cause or "—",
+            "→".join(row.causes) or "—",
             row.scenario.title,
             row.plan or "—",
             row.outcome,
