@@ -92,7 +92,8 @@ def _rows(
     for sc in SCENARIOS:
         status = by_pod.get(sc.pod, {}).get("status", {})
         seen = causes.setdefault(sc.pod, [])
-        if status.get("cause") and status["cause"] not in seen:
+        waiting = status.get("phase") == "WaitingForAgent"  # "Unknown" until the probe comes
+        if status.get("cause") and status["cause"] not in seen and not waiting:
             seen.append(status["cause"])
         plan = "→".join(step["action"] for step in status.get("plan", []))
         done = [
@@ -100,7 +101,7 @@ def _rows(
             for a in status.get("actions", [])
         ]
         gone = sc.pod not in present
-        if gone and f"{NAMESPACE}/{sc.pod}" in finalised:
+        if f"{NAMESPACE}/{sc.pod}" in finalised:
             done.append("kubelet stand-in finalised ✓")
         rows.append(
             Row(
