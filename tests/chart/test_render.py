@@ -375,3 +375,12 @@ def test_rendered_yaml_round_trips(rendered: list[dict[str, Any]]) -> None:
     # Every object is plain data (no leftover template syntax in keys or values).
     text = yaml.safe_dump_all(rendered)
     assert "{{ ." not in text and "<no value>" not in text
+
+
+def test_chart_app_version_is_the_package_version() -> None:
+    import tomllib
+
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["appVersion"] == project["version"]
