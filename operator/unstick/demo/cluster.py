@@ -76,7 +76,7 @@ def _node_status(ready: bool, since: dt.datetime) -> dict[str, Any]:
     }
 
 
-def create_nodes(core: client.CoreV1Api, storage: client.StorageV1Api) -> None:
+def create_nodes(core: Any, storage: Any) -> None:
     for name in KWOK_NODES:
         core.create_node(node_manifest(name, kubelet=True))
     now = dt.datetime.now(dt.UTC)
@@ -105,7 +105,7 @@ def _pod(name: str, node: str, **extra: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, **extra}, "spec": spec}
 
 
-def create_workload(core: client.CoreV1Api) -> dict[str, str]:
+def create_workload(core: Any) -> dict[str, str]:
     """Healthy pods and the scenario pods; returns pod name -> uid."""
     core.create_namespace(
         {"metadata": {"name": NAMESPACE, "labels": {"unstick.dev/remediate": "true"}}}

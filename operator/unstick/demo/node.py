@@ -153,7 +153,7 @@ class Node:
                 dirs += [str(p) for p in top.iterdir()]
         return mounts + dirs
 
-    def finalise_clean_pods(self, core: client.CoreV1Api) -> None:
+    def finalise_clean_pods(self, core: Any) -> None:
         pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.cfg['node']}")
         for pod in pods.items:
             meta = pod.metadata

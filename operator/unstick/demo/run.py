@@ -4,6 +4,7 @@ and unstick (controller + agent) diagnosing and fixing them — shown live."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from unstick.demo import cluster
 from unstick.demo.scenarios import AGENT_NODE, GONE_NODE, NAMESPACE, SCENARIOS
@@ -75,13 +76,52 @@ class NodeProcess:
         self.log.close()
 
 
-def _rows(
-    custom: client.CustomObjectsApi,
-    core: client.CoreV1Api,
-    node: NodeProcess,
-    causes: dict[str, list[str]],
-) -> list[Row]:
-    """The table's rows; `causes` collects every cause each pod was diagnosed with."""
+class History:
+    """Every (cause, plan) each scenario pod went through, from a watch on the Remediations
+    (a poll could miss a diagnosis the controller moved past within a second)."""
+
+    def __init__(self, custom: Any) -> None:
+        self.diagnoses: dict[str, list[tuple[str, str]]] = {}
+        self._stopped = threading.Event()
+        self._watch = watch.Watch()
+        threading.Thread(target=self._run, args=(custom,), daemon=True).start()
+
+    def _run(self, custom: Any) -> None:
+        version = ""
+        while not self._stopped.is_set():
+            stream = self._watch.stream(
+                custom.list_namespaced_custom_object, "unstick.dev", "v1alpha1", NAMESPACE,
+                "remediations", resource_version=version, timeout_seconds=5,
+            )  # fmt: skip
+            with contextlib.suppress(client.ApiException):
+                for event in stream:
+                    rem = event["object"]
+                    version = rem["metadata"].get("resourceVersion", version)
+                    self.record(rem["spec"].get("podName", ""), rem.get("status") or {})
+
+    def record(self, pod: str, status: dict[str, Any]) -> None:
+        cause = status.get("cause")
+        if not cause or status.get("phase") == "WaitingForAgent":  # Unknown until the probe
+            return
+        plan = _plan_text([step["action"] for step in status.get("plan", [])])
+        seen = self.diagnoses.setdefault(pod, [])
+        if not seen or seen[-1][0] != cause:
+            seen.append((cause, plan))
+        elif plan and not seen[-1][1]:
+            seen[-1] = (cause, plan)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._watch.stop()
+
+
+def _plan_text(actions: list[str]) -> str:
+    """`a→b→b→b` as `a→b x3`."""
+    groups = [(a, len(list(g))) for a, g in itertools.groupby(actions)]
+    return "→".join(a if n == 1 else f"{a} x{n}" for a, n in groups)
+
+
+def _rows(custom: Any, core: Any, node: NodeProcess, history: History) -> list[Row]:
     rems = custom.list_namespaced_custom_object(
         "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
     )
@@ -91,26 +131,20 @@ def _rows(
     rows = []
     for sc in SCENARIOS:
         status = by_pod.get(sc.pod, {}).get("status", {})
-        seen = causes.setdefault(sc.pod, [])
-        waiting = status.get("phase") == "WaitingForAgent"  # "Unknown" until the probe comes
-        if status.get("cause") and status["cause"] not in seen and not waiting:
-            seen.append(status["cause"])
-        plan = "→".join(step["action"] for step in status.get("plan", []))
+        history.record(sc.pod, status)
         done = [
             f"{a['action']} {'✓' if a.get('result') == 'succeeded' else a.get('result', '')}"
             for a in status.get("actions", [])
         ]
-        gone = sc.pod not in present
         if f"{NAMESPACE}/{sc.pod}" in finalised:
             done.append("kubelet stand-in finalised ✓")
         rows.append(
             Row(
                 scenario=sc,
-                causes=tuple(seen),
+                diagnoses=tuple(history.diagnoses.get(sc.pod, ())),
                 phase=status.get("phase", ""),
-                plan=plan,
                 actions=", ".join(done),
-                pod_gone=gone,
+                pod_gone=sc.pod not in present,
             )
         )
     return rows
@@ -152,7 +186,7 @@ def run(settings: DemoSettings) -> int:
     stack = contextlib.ExitStack()
     rows: list[Row] = []
     # The work dir (logs) stays only when an outcome was missed; removed after everything stopped.
-    stack.callback(lambda: rows and all(r.done for r in rows) and shutil.rmtree(workdir, True))
+    stack.callback(lambda: _remove_if(bool(rows) and all(r.done for r in rows), workdir))
     try:
         stack.callback(cp.stop)
         core, custom, uids = _start_cluster(cp, stack)
@@ -194,9 +228,10 @@ def run(settings: DemoSettings) -> int:
         )
         start = time.monotonic()
         last: list[str] = []
-        causes: dict[str, list[str]] = {}
+        history = History(custom)
+        stack.callback(history.stop)
         while True:
-            rows = _rows(custom, core, node, causes)
+            rows = _rows(custom, core, node, history)
             _show(render(rows, time.monotonic() - start), settings.interactive, last)
             if all(r.done for r in rows) or time.monotonic() - start > settings.timeout_s:
                 break
@@ -219,9 +254,14 @@ def run(settings: DemoSettings) -> int:
         print("stopped everything: no processes or mounts left behind.", flush=True)
 
 
+def _remove_if(condition: bool, path: Path) -> None:
+    if condition:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _start_cluster(
     cp: ControlPlane, stack: contextlib.ExitStack
-) -> tuple[client.CoreV1Api, client.CustomObjectsApi, dict[str, str]]:
+) -> tuple[Any, Any, dict[str, str]]:
     cp.start()
     stack.enter_context(Kwok(cp))
     api = cp.api_client()
@@ -238,7 +278,7 @@ def _start_cluster(
     return core, custom, uids
 
 
-def _crds_ready(custom: client.CustomObjectsApi) -> bool:
+def _crds_ready(custom: Any) -> bool:
     try:
         custom.list_cluster_custom_object("unstick.dev", "v1alpha1", "remediationpolicies")
     except client.ApiException:
@@ -251,10 +291,10 @@ def _summary(rows: list[Row]) -> dict[str, Any]:
         row.scenario.pod: {
             "expected_cause": row.scenario.cause,
             "causes": list(row.causes),
+            "plans": [plan for _, plan in row.diagnoses],
             "expected": row.scenario.expectation,
             "pod_gone": row.pod_gone,
             "phase": row.phase,
-            "plan": row.plan,
             "actions": row.actions,
             "done": row.done,
         }

@@ -13,11 +13,18 @@ _HEADER = ("POD", "NODE", "CAUSE", "WHAT HAPPENED", "PLAN", "OUTCOME")
 @dataclass(frozen=True)
 class Row:
     scenario: Scenario
-    causes: tuple[str, ...]  # every cause the pod was diagnosed with, first one first
+    diagnoses: tuple[tuple[str, str], ...]  # every (cause, plan) of the pod, first one first
     phase: str
-    plan: str
     actions: str  # actions carried out, with results
     pod_gone: bool
+
+    @property
+    def causes(self) -> tuple[str, ...]:
+        return tuple(cause for cause, _ in self.diagnoses)
+
+    @property
+    def plan(self) -> str:
+        return ", then ".join(plan for _, plan in self.diagnoses if plan)
 
     @property
     def done(self) -> bool:

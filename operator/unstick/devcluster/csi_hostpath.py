@@ -29,6 +29,7 @@ import sys
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -50,7 +51,8 @@ class State:
     def load(self) -> dict[str, list[str]]:
         try:
             with open(self.path, encoding="utf-8") as f:
-                return json.load(f)
+                data: dict[str, list[str]] = json.load(f)
+                return data
         except FileNotFoundError:
             return {}
 
@@ -71,7 +73,7 @@ class Identity(csi_pb2_grpc.IdentityServicer):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def GetPluginInfo(self, request, context):
+    def GetPluginInfo(self, request: Any, context: Any) -> Any:
         return csi_pb2.GetPluginInfoResponse(name=self.name, vendor_version="0.1.0-test")
 
 
@@ -80,10 +82,10 @@ class Node(csi_pb2_grpc.NodeServicer):
         self.data_dir = data_dir
         self.state = state
 
-    def NodeGetInfo(self, request, context):
+    def NodeGetInfo(self, request: Any, context: Any) -> Any:
         return csi_pb2.NodeGetInfoResponse(node_id="test-node")
 
-    def NodeGetCapabilities(self, request, context):
+    def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
         rpc = csi_pb2.NodeServiceCapability.RPC(
             type=csi_pb2.NodeServiceCapability.RPC.STAGE_UNSTAGE_VOLUME
         )
@@ -91,18 +93,18 @@ class Node(csi_pb2_grpc.NodeServicer):
             capabilities=[csi_pb2.NodeServiceCapability(rpc=rpc)]
         )
 
-    def NodeStageVolume(self, request, context):
+    def NodeStageVolume(self, request: Any, context: Any) -> Any:
         source = str(Path(self.data_dir) / request.volume_id)
         Path(source).mkdir(parents=True, exist_ok=True)
         Path(request.staging_target_path).mkdir(parents=True, exist_ok=True)
         _mount("--bind", source, request.staging_target_path)
         return csi_pb2.NodeStageVolumeResponse()
 
-    def NodeUnstageVolume(self, request, context):
+    def NodeUnstageVolume(self, request: Any, context: Any) -> Any:
         _umount(request.staging_target_path)
         return csi_pb2.NodeUnstageVolumeResponse()
 
-    def NodePublishVolume(self, request, context):
+    def NodePublishVolume(self, request: Any, context: Any) -> Any:
         source = request.staging_target_path or str(Path(self.data_dir) / request.volume_id)
         Path(request.target_path).mkdir(parents=True, exist_ok=True)
         _mount("--bind", source, request.target_path)
@@ -112,7 +114,7 @@ class Node(csi_pb2_grpc.NodeServicer):
             self.state.save(data)
         return csi_pb2.NodePublishVolumeResponse()
 
-    def NodeUnpublishVolume(self, request, context):
+    def NodeUnpublishVolume(self, request: Any, context: Any) -> Any:
         with self.state.lock:
             data = self.state.load()
             targets = data.get(request.volume_id, [])
@@ -130,12 +132,12 @@ class Registration(pluginregistration_pb2_grpc.RegistrationServicer):
         self.name = name
         self.endpoint = endpoint
 
-    def GetInfo(self, request, context):
+    def GetInfo(self, request: Any, context: Any) -> Any:
         return pluginregistration_pb2.PluginInfo(
             type="CSIPlugin", name=self.name, endpoint=self.endpoint, supported_versions=["1.0.0"]
         )
 
-    def NotifyRegistrationStatus(self, request, context):
+    def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
         return pluginregistration_pb2.RegistrationStatusResponse()
 
 
