@@ -12,6 +12,8 @@ Every process is a `unstick.devcluster.process.Process`: killed with the benchma
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +91,31 @@ def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
 
 
 def start(name: str, cp: ControlPlane, settings: StartSettings, log: Path) -> Process:
-    """Start one contender; its output goes to `log`."""
+    """Start one contender; its output goes to `log`.
+
+    With $BENCH_PYSPY_DIR set, the Python contenders run under `py-spy record --idle`
+    (collapsed stacks in that directory, one file per run): where their wall time goes.
+    RSS and CPU then include py-spy's own; use it for profiling runs only.
+    """
     repo = Path(__file__).resolve().parents[1]
     env = env_with_path(cp.bin_dir)
     env["PYTHONPATH"] = f"{repo}:{env.get('PYTHONPATH', '')}".rstrip(":")
     env["PYTHONUNBUFFERED"] = "1"
-    return Process(name, argv_for(name, cp, settings), log, env=env).start()
+    argv = argv_for(name, cp, settings)
+    profile_dir = os.environ.get("BENCH_PYSPY_DIR")
+    if profile_dir and name != "podgc":
+        out = Path(profile_dir) / f"{log.stem}.txt"
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        argv = [
+            spy,
+            "record",
+            "--idle",
+            "--threads",
+            "--format",
+            "raw",
+            "-o",
+            str(out),
+            "--",
+            *argv,
+        ]
+    return Process(name, argv, log, env=env).start()

@@ -79,11 +79,19 @@ def audit_time(value: str) -> float:
 
 @dataclass
 class AuditTail:
-    """Reads an audit log incrementally (only the lines written since the last call)."""
+    """Reads an audit log incrementally (only the lines written since the last call).
+
+    `from_end=True` starts at the log's current end: only requests made from now on.
+    """
 
     path: Path
+    from_end: bool = False
     _offset: int = field(default=0, init=False)
     _partial: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if self.from_end and self.path.exists():
+            self._offset = self.path.stat().st_size
 
     def new_events(self) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
@@ -96,8 +104,12 @@ class AuditTail:
         lines = text.split("\n")
         self._partial = lines.pop()  # an incomplete last line waits for the next call
         for line in lines:
-            if line.strip():
+            if not line.strip():
+                continue
+            try:
                 yield json.loads(line)
+            except ValueError:
+                continue  # from_end may start inside a line: its rest is no event
 
 
 def made_by(event: dict[str, Any], agents: tuple[str, ...]) -> bool:

@@ -43,7 +43,7 @@ class Preset:
 PRESETS = {
     "full": Preset(WorkloadSize(200, 20_000, 2_000, 500, 20), 20.0, 240.0, 300.0,
                    (5_000, 10_000, 20_000)),
-    "quick": Preset(WorkloadSize(50, 2_000, 200, 50, 4), 8.0, 100.0, 60.0, (500, 1_000, 2_000)),
+    "quick": Preset(WorkloadSize(50, 2_000, 200, 50, 4), 5.0, 100.0, 60.0, (500, 1_000, 2_000)),
     "tiny": Preset(WorkloadSize(5, 50, 10, 5, 1), 3.0, 90.0, 30.0, (50,), naive_interval_s=5.0),
 }  # fmt: skip
 
@@ -114,6 +114,11 @@ def run_bench(
             lo, hi = min(by_pods), max(by_pods)
             slope = (by_pods[hi] - by_pods[lo]) * 1024 / (hi - lo)
             result["unstick_rss_slope_kib_per_pod"] = round(slope, 4)
+    # The raw samples behind the picture (lags of the NodeGone pods; RSS every 0.5 s).
+    result["lag_samples_s"] = {c: [round(x, 3) for x in o.lags] for c, o in outcomes.items()}
+    result["rss_series_mib"] = {
+        c: [[round(t, 1), round(m, 1)] for t, m in o.rss_series] for c, o in outcomes.items()
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot.draw(

@@ -33,6 +33,7 @@ from unstick.devcluster.process import Process
 
 CRDS = Path(__file__).resolve().parents[1] / "operator" / "unstick" / "crds"
 Say = Callable[[str], None]
+STARTUP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,9 @@ def policy(slack_s: int) -> dict[str, Any]:
 
 
 def _wait_ready(
-    cp: ControlPlane, proc: Process, who: contenders.Contender, timeout_s: float = 180.0
+    tail: measure.AuditTail, proc: Process, who: contenders.Contender, timeout_s: float = 180.0
 ) -> float:
     """Wait for the contender's first pod WATCH (or LIST); returns when that happened."""
-    tail = measure.AuditTail(cp.audit_log)
     deadline = time.monotonic() + timeout_s
     while True:
         for ev in tail.new_events():
@@ -106,10 +106,11 @@ def _measure_rss_stage(
 ) -> float:
     """Start unstick with `pods` healthy pods and nothing stuck; its steady RSS (MiB)."""
     who = contenders.CONTENDERS["unstick"]
+    tail = measure.AuditTail(cp.audit_log, from_end=True)
     proc = contenders.start("unstick", cp, start, s.logs / f"unstick-at-{pods}.log")
     sampler = measure.Sampler(proc.pid or 0).start()
     try:
-        ready = _wait_ready(cp, proc, who)
+        ready = _wait_ready(tail, proc, who)
         time.sleep(s.settle_s)
         rss = max(sampler.rss_between(ready, time.time()), default=sampler.peak_rss_mib)
     finally:
@@ -162,11 +163,15 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         build_s = time.monotonic() - t0
         say(f"  [{name}] workload built in {build_s:.0f}s ({running} healthy pods Running)")
 
+        tail = measure.AuditTail(cp.audit_log, from_end=True)
         proc = contenders.start(name, cp, start, s.logs / f"{name}.log")
         sampler = measure.Sampler(proc.pid or 0).start()
-        ready = _wait_ready(cp, proc, who)
+        watching = _wait_ready(tail, proc, who)
+        # Start-up = up to the pod watch, plus a grace for the other initial LISTs (Kopf
+        # starts its CRD/Node watches after the on.startup handler that starts the lean one).
+        ready = watching + STARTUP_GRACE_S
         say(f"  [{name}] started (pid {proc.pid}); {s.quiet_s:.0f}s with nothing stuck")
-        time.sleep(s.quiet_s)
+        time.sleep(max(0.0, ready - time.time()) + s.quiet_s)
 
         struck = time.time()
         stamps = make_stuck(api, size)
