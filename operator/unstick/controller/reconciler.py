@@ -17,73 +17,36 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from unstick.controller import metrics, records
 from unstick.controller.inputs import build_bundle, fetch_pod, rfc3339
+from unstick.controller.nodeside import (
+    RATE_LIMITED,
+    Decision,
+    NodeSide,
+    Pass,
+    ReconcileSettings,
+    status_summary,
+)
 from unstick.controller.policies import BUILTIN, NamespaceLabels, Policy, PolicyBook, opt_in
 from unstick.controller.ratelimit import ActionBudget
 from unstick.core import safety
-from unstick.core.diagnosis import Diagnosis, diagnose
+from unstick.core.diagnosis import diagnose
 from unstick.core.planner import plan as make_plan
 from unstick.core.snapshot import BundleError, parse_bundle
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import TerminatingPod, parse_time
+from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
 
 RECHECK_AFTER_CONFLICT_S = 1.0
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
-RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 
 
-@dataclass(frozen=True, slots=True)
-class ReconcileSettings:
-    recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
-    reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    diagnosis: Diagnosis
-    steps: tuple[Any, ...]  # core planner Steps
-    refused: tuple[Any, ...]
-    policy: Policy
-    opted_in: bool
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """One reconcile pass over one pod: what it decided and what it has recorded."""
-
-    record: TerminatingPod
-    rem: JSON
-    dec: Decision
-    now: float
-    done: list[Any]  # status.actions, appended to during the pass
-    summary: dict[str, Any]  # the status keys every write carries
-
-
-def _summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
-    d = dec.diagnosis
-    return {
-        "cause": str(d.cause),
-        "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
-        "evidence": [{"kind": e.kind, "message": e.message} for e in d.evidence],
-        "plan": [
-            {"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps
-        ],
-        "refused": [{"action": str(r.action), "reason": r.reason} for r in dec.refused],
-        "optedIn": dec.opted_in,
-        "policy": dec.policy.name,
-    }
-
-
-class Reconciler:
+class Reconciler(NodeSide):
     def __init__(
         self,
         kube: Kube,
@@ -189,7 +152,9 @@ class Reconciler:
     ) -> float | None:
         d = dec.diagnosis
         status = rem.get("status") or {}
-        p = Pass(record, rem, dec, now, list(status.get("actions") or []), _summary(record, dec))
+        p = Pass(
+            record, rem, dec, now, list(status.get("actions") or []), status_summary(record, dec)
+        )
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
         if d.cause == Cause.Unknown and not d.probe_fresh and record.node:
             return self._wait_for_probe(p)
@@ -276,76 +241,6 @@ class Reconciler:
         )
         self._write(p, "Remediating", waitingFor=None)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
-
-    def _node_steps(self, p: Pass) -> float | None:
-        """Hand node steps to the agent (spec.nodeSteps) and read its results back."""
-        spec = p.rem.get("spec") or {}
-        status = p.rem.get("status") or {}
-        steps = [
-            {"action": str(s.action), "target": s.target, "reason": s.reason}
-            for s in p.dec.steps
-            if s.action in NODE_ACTIONS
-        ]
-        requested = spec.get("nodeStepsRequestedAt")
-        done_at = status.get("nodeStepsDoneAt")
-        finished = bool(requested and done_at and parse_time(done_at) >= parse_time(requested))
-        if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
-            return self._wait_for_probe(p)
-        if requested and spec.get("nodeSteps") == steps and not finished:
-            self._write(p, "Remediating")
-            return parse_time(requested) + p.dec.policy.probe_max_age_s * 2
-        if finished:
-            for item in status.get("nodeActions") or []:
-                self._count_once(
-                    p,
-                    item.get("action"),
-                    item.get("target", ""),
-                    item.get("result", "failed"),
-                    item.get("message", ""),
-                    by="agent",
-                )
-        wait = 0.0
-        for _ in steps:
-            wait = max(wait, self._take_budget(p.dec.policy, p.record.node, p.now))
-        if wait > 0:
-            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
-            return p.now + wait
-        records.patch_spec(
-            self.kube,
-            p.rem,
-            {
-                "nodeSteps": steps,
-                "nodeStepsRequestedAt": rfc3339(p.now),
-                "dryRun": False,
-                "lazyUnmount": p.dec.policy.lazy_unmount,
-            },
-        )
-        log.info(
-            "pod=%s uid=%s cause=%s action=%s result=requested-from-agent",
-            p.record.key,
-            p.record.uid,
-            p.dec.diagnosis.cause,
-            ",".join(s["action"] for s in steps),
-        )
-        self._write(p, "Remediating")
-        return p.now + p.dec.policy.probe_max_age_s * 2
-
-    def _wait_for_probe(self, p: Pass) -> float:
-        requested = (p.rem.get("spec") or {}).get("probeRequestedAt")
-        asked = parse_time(requested) if requested else None
-        if asked is None or p.now - asked >= self.settings.reprobe_s:
-            records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
-            asked = p.now
-        deadline = asked + p.dec.policy.probe_max_age_s
-        if p.now < deadline:
-            self._write(p, "WaitingForAgent")
-            return deadline
-        # No fresh probe in time: node state is unknown — observe only (DESIGN §2).
-        self._count_once(
-            p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
-        )
-        self._write(p, "Observing")
-        return asked + self.settings.reprobe_s
 
     # -- helpers ----------------------------------------------------------------------
 

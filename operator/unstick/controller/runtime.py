@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
-from unstick.controller.reconciler import Reconciler, ReconcileSettings
+from unstick.controller.reconciler import Reconciler
 from unstick.controller.scheduler import Scheduler
 from unstick.kube.client import Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings

@@ -1,0 +1,186 @@
+"""Node-side steps and probes: the controller's half of the channel to the node agent.
+
+Node actions are never run by the controller: it writes the approved steps to the
+Remediation (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`) and asks for probes
+(`spec.probeRequestedAt`); the agent answers in `status.probe`, `status.nodeActions` and
+`status.nodeStepsDoneAt`. Steps are only handed over with a fresh probe of the node
+(invariant 1), and judged by a probe taken after they ran — never re-issued in a loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from unstick.controller import records
+from unstick.controller.inputs import rfc3339
+from unstick.controller.policies import Policy
+from unstick.core.diagnosis import Diagnosis
+from unstick.core.vocabulary import NODE_ACTIONS, Action
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod, parse_time
+
+log = logging.getLogger("unstick.decisions")
+
+AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
+RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSettings:
+    recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
+    reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    diagnosis: Diagnosis
+    steps: tuple[Any, ...]  # core planner Steps
+    refused: tuple[Any, ...]
+    policy: Policy
+    opted_in: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One reconcile pass over one pod: what it decided and what it has recorded."""
+
+    record: TerminatingPod
+    rem: JSON
+    dec: Decision
+    now: float
+    done: list[Any]  # status.actions, appended to during the pass
+    summary: dict[str, Any]  # the status keys every write carries
+
+
+def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
+    d = dec.diagnosis
+    return {
+        "cause": str(d.cause),
+        "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
+        "evidence": [{"kind": e.kind, "message": e.message} for e in d.evidence],
+        "plan": [
+            {"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps
+        ],
+        "refused": [{"action": str(r.action), "reason": r.reason} for r in dec.refused],
+        "optedIn": dec.opted_in,
+        "policy": dec.policy.name,
+    }
+
+
+class NodeSide:
+    """Mixin of the Reconciler: everything that goes through the agent."""
+
+    kube: Kube
+    settings: ReconcileSettings
+
+    def _write(self, p: Pass, phase: str, **extra: Any) -> None:
+        raise NotImplementedError
+
+    def _count_once(
+        self,
+        p: Pass,
+        action: Any,
+        target: str,
+        result: str,
+        message: str,
+        *,
+        by: str = "controller",
+        force: bool = False,
+    ) -> None:
+        raise NotImplementedError
+
+    def _take_budget(self, policy: Policy, node: str, now: float) -> float:
+        raise NotImplementedError
+
+    def _node_steps(self, p: Pass) -> float | None:
+        """Hand node steps to the agent (spec.nodeSteps) and read its results back."""
+        spec = p.rem.get("spec") or {}
+        status = p.rem.get("status") or {}
+        steps = [
+            {"action": str(s.action), "target": s.target, "reason": s.reason}
+            for s in p.dec.steps
+            if s.action in NODE_ACTIONS
+        ]
+        requested: str = spec.get("nodeStepsRequestedAt") or ""
+        done_at: str = status.get("nodeStepsDoneAt") or ""
+        finished = bool(requested and done_at and parse_time(done_at) >= parse_time(requested))
+        if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
+            return self._wait_for_probe(p)
+        if requested and spec.get("nodeSteps") == steps and not finished:
+            self._write(p, "Remediating")
+            return parse_time(requested) + p.dec.policy.probe_max_age_s * 2
+        if finished:
+            for item in status.get("nodeActions") or []:
+                self._count_once(
+                    p,
+                    item.get("action"),
+                    item.get("target", ""),
+                    item.get("result", "failed"),
+                    item.get("message", ""),
+                    by="agent",
+                )
+            probed = ((status.get("probe") or {}).get("probedAt")) or ""
+            if not probed or parse_time(probed) < parse_time(done_at):
+                # Judge the node steps by a probe taken after them, never by the old one.
+                asked = spec.get("probeRequestedAt")
+                if not asked or parse_time(asked) < parse_time(done_at):
+                    records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
+                self._write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
+                return p.now + p.dec.policy.probe_max_age_s
+            if spec.get("nodeSteps") == steps:
+                # The same steps again after they ran: they did not help. Do not loop.
+                self._write(p, "Failed", waitingFor=None)
+                log.info(
+                    "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
+                    "agent ran them",
+                    p.record.key,
+                    p.record.uid,
+                    p.dec.diagnosis.cause,
+                    ",".join(s["action"] for s in steps),
+                )
+                return p.now + self.settings.recheck_s
+        wait = 0.0
+        for _ in steps:
+            wait = max(wait, self._take_budget(p.dec.policy, p.record.node, p.now))
+        if wait > 0:
+            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
+            return p.now + wait
+        records.patch_spec(
+            self.kube,
+            p.rem,
+            {
+                "nodeSteps": steps,
+                "nodeStepsRequestedAt": rfc3339(p.now),
+                "dryRun": False,
+                "lazyUnmount": p.dec.policy.lazy_unmount,
+            },
+        )
+        log.info(
+            "pod=%s uid=%s cause=%s action=%s result=requested-from-agent",
+            p.record.key,
+            p.record.uid,
+            p.dec.diagnosis.cause,
+            ",".join(s["action"] for s in steps),
+        )
+        self._write(p, "Remediating")
+        return p.now + p.dec.policy.probe_max_age_s * 2
+
+    def _wait_for_probe(self, p: Pass) -> float:
+        requested = (p.rem.get("spec") or {}).get("probeRequestedAt")
+        asked = parse_time(requested) if requested else None
+        if asked is None or p.now - asked >= self.settings.reprobe_s:
+            records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
+            asked = p.now
+        deadline = asked + p.dec.policy.probe_max_age_s
+        if p.now < deadline:
+            self._write(p, "WaitingForAgent")
+            return deadline
+        # No fresh probe in time: node state is unknown — observe only (DESIGN §2).
+        self._count_once(
+            p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
+        )
+        self._write(p, "Observing")
+        return asked + self.settings.reprobe_s
