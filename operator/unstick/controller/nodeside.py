@@ -89,6 +89,7 @@ class NodeSide:
         *,
         by: str = "controller",
         force: bool = False,
+        cause: str | None = None,
     ) -> None:
         raise NotImplementedError
 
@@ -113,15 +114,6 @@ class NodeSide:
             self._write(p, "Remediating")
             return parse_time(requested) + p.dec.policy.probe_max_age_s * 2
         if finished:
-            for item in status.get("nodeActions") or []:
-                self._count_once(
-                    p,
-                    item.get("action"),
-                    item.get("target", ""),
-                    item.get("result", "failed"),
-                    item.get("message", ""),
-                    by="agent",
-                )
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
             if not probed or parse_time(probed) < parse_time(done_at):
                 # Judge the node steps by a probe taken after them, never by the old one.
@@ -168,10 +160,31 @@ class NodeSide:
         self._write(p, "Remediating")
         return p.now + p.dec.policy.probe_max_age_s * 2
 
+    def record_agent_results(self, p: Pass) -> None:
+        """Copy the agent's finished node actions into status.actions (by: agent), once."""
+        spec = p.rem.get("spec") or {}
+        status = p.rem.get("status") or {}
+        requested: str = spec.get("nodeStepsRequestedAt") or ""
+        done_at: str = status.get("nodeStepsDoneAt") or ""
+        if not (requested and done_at and parse_time(done_at) >= parse_time(requested)):
+            return
+        for item in status.get("nodeActions") or []:
+            self._count_once(
+                p,
+                item.get("action"),
+                item.get("target", ""),
+                item.get("result", "failed"),
+                item.get("message", ""),
+                by="agent",
+                cause=status.get("cause"),  # the cause the steps were planned for
+            )
+
     def _wait_for_probe(self, p: Pass) -> float:
         requested = (p.rem.get("spec") or {}).get("probeRequestedAt")
         asked = parse_time(requested) if requested else None
-        if asked is None or p.now - asked >= self.settings.reprobe_s:
+        steps_done = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
+        outdated = bool(asked is not None and steps_done and asked < parse_time(steps_done))
+        if asked is None or outdated or p.now - asked >= self.settings.reprobe_s:
             records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
             asked = p.now
         deadline = asked + p.dec.policy.probe_max_age_s

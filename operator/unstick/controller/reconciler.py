@@ -155,6 +155,7 @@ class Reconciler(NodeSide):
         p = Pass(
             record, rem, dec, now, list(status.get("actions") or []), status_summary(record, dec)
         )
+        self.record_agent_results(p)
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
         if d.cause == Cause.Unknown and not d.probe_fresh and record.node:
             return self._wait_for_probe(p)
@@ -264,6 +265,7 @@ class Reconciler(NodeSide):
         *,
         by: str = "controller",
         force: bool = False,
+        cause: str | None = None,
     ) -> None:
         """Append to status.actions and count the metric, once per (action, target, result)."""
         entry = {"action": str(action), "target": target, "result": result}
@@ -271,7 +273,8 @@ class Reconciler(NodeSide):
             return
         p.done.append({**entry, "message": message, "time": rfc3339(p.now), "by": by})
         del p.done[:-MAX_RECORDED_ACTIONS]
-        metrics.REMEDIATIONS.labels(str(action), str(p.dec.diagnosis.cause), result).inc()
+        cause = cause or str(p.dec.diagnosis.cause)
+        metrics.REMEDIATIONS.labels(str(action), cause, result).inc()
 
     def _write(self, p: Pass, phase: str, **extra: Any) -> None:
         self._patch(p.rem, {**p.summary, "phase": phase, "actions": p.done, **extra})
