@@ -24,6 +24,9 @@ from unstick.devcluster import ControlPlane
 from unstick.devcluster.process import Process, env_with_path, free_port
 
 ALL = ("unstick", "naive", "kopf_native", "podgc")
+# Extra, on request (--contenders): unstick as shipped but with `--workers 32`, to show how
+# its reconcile throughput scales with the one knob it has for bursts.
+EXTRA = ("unstick_w32",)
 KOPF_UA = "kopf/"  # Kopf's own aiohttp client (unstick's and kopf_native's CRD/Node watches)
 
 
@@ -37,6 +40,7 @@ class Contender:
 
 CONTENDERS = {
     "unstick": Contender("unstick", ("unstick-controller/", KOPF_UA), "watch", True),
+    "unstick_w32": Contender("unstick_w32", ("unstick-controller/", KOPF_UA), "watch", True),
     "naive": Contender("naive", (NAIVE_UA,), "list", False),
     "kopf_native": Contender("kopf_native", (KOPF_NATIVE_UA, KOPF_UA), "watch", True),
     "podgc": Contender("podgc", ("kube-controller-manager/",), "watch", False),
@@ -56,9 +60,10 @@ def _python_argv(module: str) -> list[str]:
 
 def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
     kubeconfig = str(cp.kubeconfig)
-    if name == "unstick":
+    if name in ("unstick", "unstick_w32"):
         exe = Path(sys.executable).parent / "unstick"
         base = [str(exe)] if exe.exists() else _python_argv("unstick")
+        workers = ["--workers=32"] if name == "unstick_w32" else []
         return [
             *base,
             "controller",
@@ -66,6 +71,7 @@ def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
             "--standalone",
             f"--metrics-port={free_port()}",
             "--health-port=0",
+            *workers,
         ]
     if name == "naive":
         return [

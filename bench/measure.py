@@ -128,6 +128,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass(frozen=True)
 class Window:
+    start: float  # the contender process was started (earlier requests are not its own)
     ready: float  # the contender finished starting up (its pod watch/list is there)
     strike: float  # the stuck pods were made (nodes deleted, pods deleted)
     end: float  # the contender was stopped
@@ -140,6 +141,8 @@ class Requests:
     writes_to_healthy: int = 0
     first_delete: dict[str, float] = field(default_factory=dict)  # pod name → time
     remediation_created: dict[str, float] = field(default_factory=dict)  # rem name → time
+    after_strike: int = 0  # requests made once the pods were stuck
+    server_ms_after_strike: list[float] = field(default_factory=list)  # API server's time
 
 
 def read_requests(
@@ -153,7 +156,13 @@ def read_requests(
         verb = ev.get("verb") or ""
         ref = ev.get("objectRef") or {}
         when = audit_time(ev.get("requestReceivedTimestamp") or ev["stageTimestamp"])
+        if when < window.start:
+            continue  # e.g. unstick's steady-RSS runs at smaller sizes, before this one
         out.by_verb[verb] += 1
+        if when >= window.strike and verb != "watch":
+            out.after_strike += 1
+            done_at = audit_time(ev["stageTimestamp"])
+            out.server_ms_after_strike.append((done_at - when) * 1000)
         if verb == "list" and window.ready < when < window.strike:
             out.lists_while_quiet += 1
         if ref.get("resource") != "pods" and ref.get("resource") != "remediations":

@@ -151,13 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--contenders",
         default=",".join(contenders.ALL),
-        help=f"comma-separated subset of {','.join(contenders.ALL)} (default: all)",
+        help=f"comma-separated subset of {','.join(contenders.ALL + contenders.EXTRA)} "
+        f"(default: {','.join(contenders.ALL)})",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     parser.add_argument("--pods", type=int, help="override the number of healthy pods")
     args = parser.parse_args(argv)
     chosen = tuple(c.strip() for c in args.contenders.split(",") if c.strip())
-    unknown = [c for c in chosen if c not in contenders.ALL]
+    unknown = [c for c in chosen if c not in contenders.ALL + contenders.EXTRA]
     if unknown or not chosen:
         parser.error(f"--contenders: unknown {unknown}; choose from {', '.join(contenders.ALL)}")
     preset = PRESETS[args.name]

@@ -164,6 +164,7 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         say(f"  [{name}] workload built in {build_s:.0f}s ({running} healthy pods Running)")
 
         tail = measure.AuditTail(cp.audit_log, from_end=True)
+        started = time.time()
         proc = contenders.start(name, cp, start, s.logs / f"{name}.log")
         sampler = measure.Sampler(proc.pid or 0).start()
         watching = _wait_ready(tail, proc, who)
@@ -185,10 +186,10 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         end = time.time()
         sampler.stop()
         proc.stop()
-        window = measure.Window(ready=ready, strike=struck, end=end)
+        window = measure.Window(start=started, ready=ready, strike=struck, end=end)
         req = measure.read_requests(cp.audit_events(), who.agents, window)
         extra = {"healthy_running": running, "workload_build_s": round(build_s, 1)}
-        outcome = _outcome(who, req, sampler, eligible, left, struck, extra)
+        outcome = _outcome(who, req, sampler, eligible, left, struck, extra, size.finalizer)
         outcome.rss_by_pods = rss_by_pods
         return outcome
     finally:
@@ -199,6 +200,10 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         if kwok is not None:
             kwok.stop()
         cp.stop()
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def _wait_gone(api: Api, timeout_s: float, say: Say, name: str) -> int:
@@ -222,6 +227,7 @@ def _outcome(  # noqa: PLR0917 (the pieces of one measurement)
     left: int,
     struck: float,
     extra: dict[str, Any],
+    n_fin: int,
 ) -> Outcome:
     acted = {n: req.first_delete[n] for n in eligible if n in req.first_delete}
     lags = [acted[n] - eligible[n] for n in acted]
@@ -243,6 +249,12 @@ def _outcome(  # noqa: PLR0917 (the pieces of one measurement)
         "nodegone_left": left,
         "acted_before_eligible": sum(1 for lag in lags if lag < 0),
         **extra,
+        # Where the time goes: requests per stuck pod, and the API server's own time for
+        # each (audit log: received → response complete), once the pods were stuck.
+        "requests_after_strike": req.after_strike,
+        "requests_per_stuck_pod": round(req.after_strike / max(1, len(eligible) + n_fin), 2),
+        "server_ms_p50_after_strike": _round(measure.percentile(req.server_ms_after_strike, 50)),
+        "server_ms_p99_after_strike": _round(measure.percentile(req.server_ms_after_strike, 99)),
     }
     if who.acts_on_finalizers:
         # First diagnosis: Remediation created (one per stuck pod, any cause).

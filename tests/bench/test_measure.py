@@ -20,6 +20,9 @@ def _ev(verb: str, ua: str, resource: str, name: str, when: str, **extra: object
     }
 
 
+EARLIER = "2025-12-31T23:59:59.000000Z"
+
+
 def test_percentile_is_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50.0
@@ -31,8 +34,13 @@ def test_percentile_is_nearest_rank() -> None:
 
 def test_read_requests_attributes_by_user_agent_and_counts_healthy_writes() -> None:
     t = "2026-01-01T00:00:{:02d}.000000Z".format
-    window = Window(ready=1767225601.0, strike=1767225610.0, end=1767225700.0)
+    window = Window(start=1767225600.0, ready=1767225601.0, strike=1767225610.0, end=1767225700.0)
     events = [
+        # before this contender was started (an earlier run with the same User-Agent)
+        {
+            **_ev("list", "me/1", "pods", "", t(0)),
+            "requestReceivedTimestamp": "2025-12-31T23:59:59.000000Z",
+        },
         _ev("list", "me/1", "pods", "", t(0)),  # start-up list: not counted as quiet
         _ev("watch", "me/1", "pods", "", t(0)),
         _ev("list", "me/1", "nodes", "", t(5)),  # a LIST while quiet
