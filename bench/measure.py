@@ -142,6 +142,7 @@ class Requests:
     first_delete: dict[str, float] = field(default_factory=dict)  # pod name → time
     remediation_created: dict[str, float] = field(default_factory=dict)  # rem name → time
     after_strike: int = 0  # requests made once the pods were stuck
+    after_strike_by_kind: Counter[str] = field(default_factory=Counter)  # "get nodes": n
     server_ms_after_strike: list[float] = field(default_factory=list)  # API server's time
 
 
@@ -161,6 +162,8 @@ def read_requests(
         out.by_verb[verb] += 1
         if when >= window.strike and verb != "watch":
             out.after_strike += 1
+            kind = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+            out.after_strike_by_kind[f"{verb} {kind or ev.get('requestURI', '?')}"] += 1
             done_at = audit_time(ev["stageTimestamp"])
             out.server_ms_after_strike.append((done_at - when) * 1000)
         if verb == "list" and window.ready < when < window.strike:

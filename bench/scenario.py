@@ -252,6 +252,7 @@ def _outcome(  # noqa: PLR0917 (the pieces of one measurement)
         # Where the time goes: requests per stuck pod, and the API server's own time for
         # each (audit log: received → response complete), once the pods were stuck.
         "requests_after_strike": req.after_strike,
+        "requests_after_strike_by_kind": dict(req.after_strike_by_kind.most_common()),
         "requests_per_stuck_pod": round(req.after_strike / max(1, len(eligible) + n_fin), 2),
         "server_ms_p50_after_strike": _round(measure.percentile(req.server_ms_after_strike, 50)),
         "server_ms_p99_after_strike": _round(measure.percentile(req.server_ms_after_strike, 99)),
