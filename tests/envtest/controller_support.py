@@ -47,8 +47,9 @@ def await_(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class Controller:
     """`unstick controller` as a subprocess; killed by PID on stop."""
 
-    def __init__(self, cp: ControlPlane, log_path: Path) -> None:
+    def __init__(self, cp: ControlPlane, log_path: Path, peering: str | None = None) -> None:
         self.cp = cp
+        self.peering = peering
         self.log_path = log_path
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -60,7 +61,7 @@ class Controller:
             "controller",
             "--kubeconfig",
             str(self.cp.kubeconfig),
-            "--standalone",
+            *(["--peering", self.peering] if self.peering else ["--standalone"]),
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",

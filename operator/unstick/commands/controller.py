@@ -107,12 +107,14 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
+    from unstick.controller.nodeside import ReconcileSettings
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
-    from unstick.controller.reconciler import ReconcileSettings
+    from unstick.controller.peering import PeeringSettings, own_identity
     from unstick.controller.runtime import RuntimeSettings
     from unstick.kube.client import ClientSettings
 
     namespaces = tuple(args.namespace_scope)
+    identity = own_identity()
     settings = ControllerSettings(
         client=ClientSettings(kubeconfig=args.kubeconfig),
         runtime=RuntimeSettings(
@@ -121,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             reconcile=ReconcileSettings(recheck_s=args.recheck_seconds),
         ),
         metrics_port=args.metrics_port,
+        peering=None if args.standalone else PeeringSettings(args.peering, identity),
     )
     kopf_settings = kopf.OperatorSettings()
     configure(kopf_settings, args.verbose)
@@ -137,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 namespaces=namespaces,
                 liveness_endpoint=liveness,
                 memo=memo,
+                identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType(str)
             )
         )
     except KeyboardInterrupt:

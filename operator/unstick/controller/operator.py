@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 
 from unstick.controller import metrics
+from unstick.controller.peering import PeeringGate, PeeringSettings
 from unstick.controller.policies import PolicyBook
 from unstick.controller.runtime import Runtime, RuntimeSettings
 from unstick.kube.client import ClientSettings, Kube
@@ -31,6 +32,7 @@ class ControllerSettings:
     client: ClientSettings = field(default_factory=ClientSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     metrics_port: int = 9100  # 0: no metrics server
+    peering: PeeringSettings | None = None  # None: standalone
 
 
 @dataclass
@@ -42,6 +44,7 @@ class State:
     kube: Kube | None = None
     runtime: Runtime | None = None
     task: asyncio.Task[None] | None = None
+    gate_task: asyncio.Task[None] | None = None
     agent_marks: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     node_marks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
@@ -74,16 +77,20 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             state.kube = Kube(state.settings.client)
         if state.settings.metrics_port:
             metrics.serve(state.settings.metrics_port)
-        state.runtime = Runtime(state.kube, state.policies, state.settings.runtime)
+        gate = PeeringGate(state.kube, state.settings.peering)
+        state.runtime = Runtime(state.kube, state.policies, state.settings.runtime, gate=gate)
         state.task = asyncio.create_task(state.runtime.run(), name="unstick lean pod watcher")
+        state.gate_task = asyncio.create_task(gate.run(), name="unstick peering gate")
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: Any, **_: Any) -> None:
         state: State = memo.state
-        if state.task is not None:
-            state.task.cancel()
+        for task in (state.task, state.gate_task):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await state.task
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
 

@@ -28,6 +28,8 @@ from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 log = logging.getLogger(__name__)
 
+PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
+
 
 @dataclass(frozen=True, slots=True)
 class RuntimeSettings:
@@ -44,8 +46,10 @@ class Runtime:
         policies: PolicyBook,
         settings: RuntimeSettings,
         clock: Callable[[], float] = time.time,
+        gate: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kube = kube
+        self.gate = gate  # False while Kopf's peering says another replica is active
         self.policies = policies
         self.settings = settings
         self.clock = clock
@@ -155,6 +159,9 @@ class Runtime:
         self._loop.call_soon_threadsafe(self.pod_changed, uid, record)
 
     def _dispatch(self, uid: str) -> None:
+        if not self.gate():
+            self.scheduler.schedule(uid, self.clock() + PAUSED_RETRY_S)
+            return
         if uid in self._running:
             self._again.add(uid)
             return
