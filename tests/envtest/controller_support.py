@@ -47,9 +47,16 @@ def await_(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 class Controller:
     """`unstick controller` as a subprocess; killed by PID on stop."""
 
-    def __init__(self, cp: ControlPlane, log_path: Path, peering: str | None = None) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        log_path: Path,
+        peering: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.cp = cp
         self.peering = peering
+        self.extra_args = extra_args
         self.log_path = log_path
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,6 +75,7 @@ class Controller:
             "0",
             "--recheck-seconds",
             "30",
+            *self.extra_args,
         ]
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,52 @@
+"""`--namespace-scope`: the controller watches and acts only in the namespaces it is given."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+
+def test_namespace_scope_limits_watch_and_actions(
+    control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    with crds_installed(control_plane):
+        objects = Objects(control_plane)
+        other = f"t-{uuid.uuid4().hex[:10]}"
+        objects.core.create_namespace({"metadata": {"name": other}})
+        before = objects.replace_policy("default", policy_spec())
+        ctl = Controller(
+            control_plane, tmp_path / "controller.log", extra_args=("--namespace-scope", namespace)
+        )
+        try:
+            ctl.start()
+            await_(lambda: objects.policy_valid("default") == "True", 30, "policy valid")
+            node = make_node(kubelet=False)
+            outside = objects.pod(other, node, remediate="true")
+            inside = objects.pod(namespace, node, remediate="true")
+            objects.core.delete_node(node)
+            objects.core.delete_namespaced_pod(outside["name"], other)
+            objects.core.delete_namespaced_pod(inside["name"], namespace)
+            await_(
+                lambda: objects.read_pod(namespace, inside["name"]) is None,
+                60,
+                "force-delete in scope",
+            )
+            assert objects.read_pod(other, outside["name"]) is not None
+            assert objects.remediation(other, outside) is None
+            assert f"watching pods in {namespace}" in ctl.log()
+        finally:
+            ctl.stop()
+            print(ctl.log()[-3000:])
+            objects.replace_policy("default", before)
+            for pod in objects.core.list_namespaced_pod(other).items:
+                objects.core.delete_namespaced_pod(pod.metadata.name, other, grace_period_seconds=0)
+            objects.core.delete_namespace(other)
+            objects.api_client.close()
