@@ -5,19 +5,23 @@ rendered with default values. Run `make manifests` after changing either."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import yaml
 
 from .render import REPO, template
 
-SCRIPT = REPO / "hack" / "render-manifests.sh"
 
-
-def _check(helm: str) -> subprocess.CompletedProcess[str]:
+def _check(helm: str, root: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HELM": helm}
     return subprocess.run(
-        ["bash", str(SCRIPT), "--check"], capture_output=True, text=True, env=env, timeout=120
+        ["bash", str(root / "hack" / "render-manifests.sh"), "--check"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
@@ -26,18 +30,29 @@ def test_generated_files_are_up_to_date(helm: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_check_notices_drift(helm: str) -> None:
-    # The check must be able to fail: edit a generated file, check, put it back.
-    target = REPO / "manifests" / "unstick.yaml"
-    original = target.read_bytes()
-    try:
-        target.write_bytes(original.replace(b"replicas: 1", b"replicas: 3", 1))
-        proc = _check(helm)
-    finally:
-        target.write_bytes(original)
+def test_check_notices_drift(helm: str, tmp_path: Path) -> None:
+    # The check must be able to fail: a copy of the sources with one generated file
+    # edited (the working tree is left alone).
+    for part in ("hack", "charts", "manifests", "operator/unstick/crds"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    assert _check(helm, tmp_path).returncode == 0
+    target = tmp_path / "manifests" / "unstick.yaml"
+    target.write_text(target.read_text().replace("replicas: 1", "replicas: 3", 1))
+    proc = _check(helm, tmp_path)
     assert proc.returncode == 1
     assert "replicas: 3" in proc.stdout
     assert "make manifests" in proc.stderr
+
+
+def test_check_notices_a_crd_changed_at_its_source(helm: str, tmp_path: Path) -> None:
+    for part in ("hack", "charts", "manifests", "operator/unstick/crds"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    source = tmp_path / "operator/unstick/crds/remediations.yaml"
+    source.write_text(source.read_text() + "# changed at the source\n")
+    proc = _check(helm, tmp_path)
+    assert proc.returncode == 1
+    assert "+# changed at the source" in proc.stdout
+    assert "charts/unstick/crds" in proc.stdout and "manifests/crds.yaml" in proc.stdout
 
 
 def test_chart_crds_are_the_operator_crds() -> None:
