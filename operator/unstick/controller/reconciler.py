@@ -169,11 +169,14 @@ class Reconciler(NodeSide):
             self._write(p, "DryRun")
             return now + self.settings.recheck_s
         step = next((s for s in changing if not _succeeded(p.done, s.action, s.target)), None)
+        if step is not None and step.action in NODE_ACTIONS:
+            return self._node_steps(p)
+        if step is None and any(s.action in NODE_ACTIONS for s in changing):
+            # The agent reported these steps done: judge them by a probe taken after them.
+            return self._node_steps(p)
         if step is None:
             self._write(p, "Remediating")
             return now + self.settings.recheck_s
-        if step.action in NODE_ACTIONS:
-            return self._node_steps(p)
         wait = self._take_budget(dec.policy, record.node, now)
         if wait > 0:
             self._write(p, "Remediating", waitingFor=RATE_LIMITED)
