@@ -136,7 +136,8 @@ def crds_installed(cp: ControlPlane) -> Iterator[None]:
     finally:
         for name in names:
             if name not in existed:
-                cp.kubectl("delete", "crd", name, "--wait=false", check=False)
+                # Wait until it is really gone: the next module applies it again.
+                cp.kubectl("delete", "crd", name, "--wait=true", "--timeout=120s", check=False)
 
 
 def _exists(read: Callable[[], Any]) -> bool:

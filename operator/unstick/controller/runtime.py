@@ -62,6 +62,7 @@ class Runtime:
         self._running: set[str] = set()
         self._again: set[str] = set()
         self._resolve_after: dict[str, TerminatingPod] = {}
+        self._stopping = False
         self._wake = asyncio.Event()
         self._pool = ThreadPoolExecutor(
             max_workers=settings.workers, thread_name_prefix="reconcile"
@@ -150,6 +151,7 @@ class Runtime:
                 except TimeoutError:
                     pass
         finally:
+            self._stopping = True
             for watcher in self.watchers:
                 await asyncio.to_thread(watcher.stop)
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -171,6 +173,9 @@ class Runtime:
             self._spawn(self._reconcile(uid, record))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._stopping:
+            coro.close()
+            return
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -187,7 +192,7 @@ class Runtime:
         finally:
             self._running.discard(uid)
         gone = self._resolve_after.pop(uid, None)
-        if gone is not None:
+        if gone is not None and not self._stopping:
             await self._resolve(gone)
         if uid not in self.pods:
             return
