@@ -93,11 +93,15 @@ class History:
                 custom.list_namespaced_custom_object, "unstick.dev", "v1alpha1", NAMESPACE,
                 "remediations", resource_version=version, timeout_seconds=5,
             )  # fmt: skip
-            with contextlib.suppress(client.ApiException):
+            try:
                 for event in stream:
                     rem = event["object"]
                     version = rem["metadata"].get("resourceVersion", version)
                     self.record(rem["spec"].get("podName", ""), rem.get("status") or {})
+            except Exception:  # the API server restarting or going away at the end
+                if self._stopped.wait(0.5):
+                    return
+                version = ""  # relist: the version may be gone
 
     def record(self, pod: str, status: dict[str, Any]) -> None:
         cause = status.get("cause")
@@ -115,10 +119,14 @@ class History:
         self._watch.stop()
 
 
+def _compact(items: list[str]) -> list[str]:
+    """`[a, b, b, b]` as `[a, b x3]`."""
+    groups = [(a, len(list(g))) for a, g in itertools.groupby(items)]
+    return [a if n == 1 else f"{a} x{n}" for a, n in groups]
+
+
 def _plan_text(actions: list[str]) -> str:
-    """`a→b→b→b` as `a→b x3`."""
-    groups = [(a, len(list(g))) for a, g in itertools.groupby(actions)]
-    return "→".join(a if n == 1 else f"{a} x{n}" for a, n in groups)
+    return "→".join(_compact(actions))
 
 
 def _rows(custom: Any, core: Any, node: NodeProcess, history: History) -> list[Row]:
@@ -138,12 +146,13 @@ def _rows(custom: Any, core: Any, node: NodeProcess, history: History) -> list[R
         ]
         if f"{NAMESPACE}/{sc.pod}" in finalised:
             done.append("kubelet stand-in finalised ✓")
+        done = _compact(done)
         rows.append(
             Row(
                 scenario=sc,
                 diagnoses=tuple(history.diagnoses.get(sc.pod, ())),
                 phase=status.get("phase", ""),
-                actions=", ".join(done),
+                actions=" → ".join(done),
                 pod_gone=sc.pod not in present,
             )
         )

@@ -29,9 +29,7 @@ class Scenario:
 SCENARIOS = (
     Scenario("cache-0", GONE_NODE, "node disappeared", "NodeGone", fixed=True),
     Scenario("report-job", KWOK_NODES[0], "abandoned finalizer", "FinalizerBlocked", fixed=True),
-    Scenario(
-        "db-0", AGENT_NODE, "CSI driver restarted and forgot the mount", "OrphanedMount", True
-    ),
+    Scenario("db-0", AGENT_NODE, "CSI driver lost its state", "OrphanedMount", fixed=True),
     Scenario("uploader", AGENT_NODE, "mount held by a process", "MountBusy", fixed=False),
-    Scenario("web-7", QUIET_NODE, "node stopped reporting, not fenced", "NodeUnreachable", False),
+    Scenario("web-7", QUIET_NODE, "node silent, not fenced", "NodeUnreachable", False),
 )

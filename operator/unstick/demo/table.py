@@ -1,4 +1,4 @@
-"""The demo's live table: one row per scenario — cause, plan, outcome."""
+"""The demo's live table: one row per scenario — cause, actions, outcome."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from unstick.demo.scenarios import Scenario
 
-_WIDTHS = (10, 8, 36, 34, 40, 44)
-_HEADER = ("POD", "NODE", "CAUSE", "WHAT HAPPENED", "PLAN", "OUTCOME")
+_WIDTHS = (10, 8, 25, 36, 64, 17)
+_HEADER = ("POD", "NODE", "WHAT HAPPENED", "CAUSE", "ACTIONS (✓ succeeded)", "OUTCOME")
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Row:
     scenario: Scenario
     diagnoses: tuple[tuple[str, str], ...]  # every (cause, plan) of the pod, first one first
     phase: str
-    actions: str  # actions carried out, with results
+    actions: str  # actions carried out, with results, in order
     pod_gone: bool
 
     @property
@@ -38,13 +38,9 @@ class Row:
 
     @property
     def outcome(self) -> str:
-        if self.scenario.fixed:
-            if self.pod_gone:
-                return f"✔ fixed: {self.actions or 'pod gone'}"
-            return f"… {self.actions or self.phase or 'waiting to become stuck'}"
         if self.done:
-            return "✔ left alone, as it must be"
-        return f"… {self.phase or 'waiting to become stuck'}"
+            return "✔ fixed: pod gone" if self.scenario.fixed else "✔ left alone"
+        return f"… {self.phase or 'not stuck yet'}"
 
 
 def _cut(text: str, width: int) -> str:
@@ -61,9 +57,9 @@ def render(rows: list[Row], elapsed_s: float) -> str:
         cells = (
             row.scenario.pod,
             row.scenario.node.removeprefix("node-"),
-            "→".join(row.causes) or "—",
             row.scenario.title,
-            row.plan or "—",
+            "→".join(row.causes) or "—",
+            row.actions or (f"plan: {row.plan}" if row.plan else "—"),
             row.outcome,
         )
         lines.append(
