@@ -111,8 +111,17 @@ def run(args: argparse.Namespace) -> int:
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
     from unstick.controller.peering import PeeringSettings, own_identity
     from unstick.controller.runtime import RuntimeSettings
-    from unstick.kube.client import ClientSettings
+    from unstick.kube.client import ClientSettings, load_configuration
 
+    try:
+        load_configuration(args.kubeconfig)
+    except Exception as exc:
+        where = args.kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
+        print(
+            f"unstick controller: cannot load Kubernetes credentials from {where}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     namespaces = tuple(args.namespace_scope)
     identity = own_identity()
     settings = ControllerSettings(
