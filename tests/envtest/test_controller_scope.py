@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import pytest
 from controller_support import Controller, Objects, await_, crds_installed, policy_spec
 
 from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import free_port
 
 pytestmark = pytest.mark.envtest
 
@@ -22,8 +25,11 @@ def test_namespace_scope_limits_watch_and_actions(
         other = f"t-{uuid.uuid4().hex[:10]}"
         objects.core.create_namespace({"metadata": {"name": other}})
         before = objects.replace_policy("default", policy_spec())
+        health = free_port()
         ctl = Controller(
-            control_plane, tmp_path / "controller.log", extra_args=("--namespace-scope", namespace)
+            control_plane,
+            tmp_path / "controller.log",
+            extra_args=("--namespace-scope", namespace, "--health-port", str(health)),
         )
         try:
             ctl.start()
@@ -42,6 +48,10 @@ def test_namespace_scope_limits_watch_and_actions(
             assert objects.read_pod(other, outside["name"]) is not None
             assert objects.remediation(other, outside) is None
             assert f"watching pods in {namespace}" in ctl.log()
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=5) as r:
+                body = json.loads(r.read())
+            assert body["pods"]["synced"] is True
+            assert body["pods"]["active"] is True
         finally:
             ctl.stop()
             print(ctl.log()[-3000:])
