@@ -44,6 +44,9 @@ def test_demo_reaches_every_expected_outcome(tmp_path: Path) -> None:
     assert "unmount" not in outcome["uploader"]["actions"]
     # The CSI pod went through the replay, the fallback unmount and the cleanup.
     assert outcome["db-0"]["plans"][0].startswith("replay-unpublish→unmount→rmdir-stale")
+    # ... and the Remediation records each step the agent carried out, with its result:
+    # the driver answered OK without unmounting, so the agent's unmount did the work.
+    assert outcome["db-0"]["actions"].startswith("replay-unpublish ✓ → unmount ✓ → rmdir-stale ✓")
     assert "unstick_stuck_pods" in result.stdout  # the metrics were shown
     assert "No real kubelet runs here" in result.stdout  # the stand-in is said on screen
     assert _demo_processes() == []
