@@ -1,8 +1,8 @@
 """The agent's main loop: list+watch the Remediations labelled for this node, hand each
 to the Handler, serve /metrics and /healthz, and refresh the node-wide orphaned-mount gauge.
 
-Standalone: no Kopf, no peering. Relists on 410 Gone (resourceVersion too old) and after
-any watch error, with backoff.
+Standalone: no Kopf, no peering. Relists on 410 Gone (resourceVersion too old); after any
+other watch error it reconnects with backoff (`unstick.kube.listwatch`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,6 +26,7 @@ from unstick.agent.mounts import read_mount_table
 from unstick.agent.probe import orphaned_mounts
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import ClientSettings, Kube, remediation_path
+from unstick.kube.listwatch import list_watch, watch_lines
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Agent:
         response = self.kube.watch_stream(REMEDIATIONS, query, self.loop.watch_timeout_s)
         self._response = response
         try:
-            for line in _lines(response):
+            for line in watch_lines(response):
                 if self.stop.is_set():
                     break
                 event = json.loads(line)
@@ -161,27 +161,16 @@ class Agent:
                 log.debug("closing the watch: %s", exc)
 
     def run_watch(self) -> None:
-        """List+watch until stopped; relist on 410 and after errors (with backoff)."""
-        version: str | None = None
-        backoff = 1.0
-        while not self.stop.is_set():
-            try:
-                if version is None:
-                    version = self._relist()
-                version = self._watch(version)
-                backoff = 1.0
-                continue
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info("watch: resourceVersion too old, relisting")
-                    version = None
-                    continue
-                log.warning("watch: API error %s, retrying in %.0fs", exc.status, backoff)
-            except Exception as exc:
-                log.warning("watch: %s: %s, retrying in %.0fs", type(exc).__name__, exc, backoff)
-            version = None
-            self.stop.wait(backoff)
-            backoff = min(backoff * 2, self.loop.backoff_max_s)
+        """List+watch until stopped; relist on 410, reconnect after errors (with backoff)."""
+        list_watch(
+            self.stop,
+            self._relist,
+            self._watch,
+            log=log,
+            what="watch",
+            backoff_s=1.0,
+            backoff_max_s=self.loop.backoff_max_s,
+        )
 
     # --- node summary --------------------------------------------------------------
 
@@ -264,16 +253,3 @@ class Agent:
         finally:
             server.shutdown()
             self.kube.close()
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    buffer = bytearray()
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer.extend(chunk)
-        while (cut := buffer.find(b"\n")) != -1:
-            line = bytes(buffer[:cut])
-            del buffer[: cut + 1]
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield bytes(buffer)

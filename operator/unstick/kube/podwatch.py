@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from unstick.kube.client import JSON, Kube
+from unstick.kube.listwatch import list_watch, watch_lines
 
 log = logging.getLogger(__name__)
 
@@ -136,28 +137,14 @@ class PodWatcher:
     # -- the loop ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.5
-        version: str | None = None
-        while not self._stop.is_set():
-            try:
-                if version is None:
-                    version = self._relist()
-                version = self._watch(version)
-                backoff = 0.5
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info("pod watch: resourceVersion expired (410 Gone), relisting")
-                    version = None
-                    continue
-                log.warning("pod watch: API error %s, reconnecting in %.1fs", exc.status, backoff)
-            except Exception as exc:  # connection refused/reset, timeouts, bad JSON ...
-                if self._stop.is_set():
-                    return
-                log.warning(
-                    "pod watch: %s: %s, reconnecting in %.1fs", type(exc).__name__, exc, backoff
-                )
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, self.settings.backoff_max_s)
+        list_watch(
+            self._stop,
+            self._relist,
+            self._watch,
+            log=log,
+            what="pod watch",
+            backoff_max_s=self.settings.backoff_max_s,
+        )
 
     def _relist(self) -> str:
         seen: dict[str, TerminatingPod] = {}
@@ -185,7 +172,7 @@ class PodWatcher:
         response = self.kube.watch_stream(self.path, query, self.settings.watch_timeout_s)
         self._response = response
         try:
-            for line in _lines(response):
+            for line in watch_lines(response):
                 if self._stop.is_set():
                     break
                 event = json.loads(line)
@@ -216,16 +203,3 @@ class PodWatcher:
             self.pods[uid] = record
             self.on_change(uid, record)
         return version
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    buffer = bytearray()
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer.extend(chunk)
-        while (cut := buffer.find(b"\n")) != -1:
-            line = bytes(buffer[:cut])
-            del buffer[: cut + 1]
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield bytes(buffer)

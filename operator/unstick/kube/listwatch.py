@@ -1,0 +1,62 @@
+"""The list+watch loop both long-running parts use (the controller's pod watcher and the
+agent's Remediation watch): relist on 410 Gone, reconnect with backoff on other errors,
+and the line splitting of a raw watch response."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+
+def list_watch(
+    stop: threading.Event,
+    relist: Callable[[], str],
+    watch: Callable[[str], str],
+    *,
+    log: logging.Logger,
+    what: str,
+    backoff_s: float = 0.5,
+    backoff_max_s: float = 30.0,
+) -> None:
+    """Until `stop` is set: `relist()` → a resourceVersion, then `watch(version)` → the last
+    version seen, again and again. 410 Gone (the version expired) → relist; any other
+    error → reconnect from the last version after a doubling backoff."""
+    version: str | None = None
+    backoff = backoff_s
+    while not stop.is_set():
+        try:
+            if version is None:
+                version = relist()
+            version = watch(version)
+            backoff = backoff_s
+            continue
+        except ApiException as exc:
+            if exc.status == 410:
+                log.info("%s: resourceVersion expired (410 Gone), relisting", what)
+                version = None
+                continue
+            log.warning("%s: API error %s, reconnecting in %.1fs", what, exc.status, backoff)
+        except Exception as exc:  # connection refused/reset, timeouts, bad JSON ...
+            if stop.is_set():
+                return
+            log.warning("%s: %s: %s, reconnecting in %.1fs", what, type(exc).__name__, exc, backoff)
+        stop.wait(backoff)
+        backoff = min(backoff * 2, backoff_max_s)
+
+
+def watch_lines(response: Any) -> Iterator[bytes]:
+    """The non-empty lines (one JSON watch event each) of a raw streaming response."""
+    buffer = bytearray()
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer.extend(chunk)
+        while (cut := buffer.find(b"\n")) != -1:
+            line = bytes(buffer[:cut])
+            del buffer[: cut + 1]
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield bytes(buffer)
