@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import free_port
+from unstick.devcluster.process import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "operator" / "unstick" / "crds"
@@ -34,14 +33,7 @@ ALL_ACTIONS = [
 
 
 def await_(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
+    return wait_until(predicate, timeout=timeout, what=what)
 
 
 class Controller:

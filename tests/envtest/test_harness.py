@@ -4,7 +4,6 @@ the suite relies on (a pod on a kubelet-less node stays Terminating; kwok finali
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from kubernetes import client, watch
 
 from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import wait_until
 
 pytestmark = pytest.mark.envtest
 
@@ -63,16 +63,6 @@ def _pod(name: str, node: str) -> dict[str, Any]:
     }
 
 
-def _await(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_pod_without_kubelet_stays_terminating_kwok_pod_goes(
     core_api: client.CoreV1Api, kwok: Any, namespace: str, make_node: Any
 ) -> None:
@@ -80,10 +70,10 @@ def test_pod_without_kubelet_stays_terminating_kwok_pod_goes(
     served = make_node(kubelet=True)
     core_api.create_namespaced_pod(namespace, _pod("stuck", lost))
     core_api.create_namespaced_pod(namespace, _pod("fine", served))
-    _await(
+    wait_until(
         lambda: core_api.read_namespaced_pod("fine", namespace).status.phase == "Running",
-        60,
-        "kwok to run the pod on its node",
+        timeout=60,
+        what="kwok to run the pod on its node",
     )
 
     core_api.delete_namespaced_pod("stuck", namespace)
@@ -93,7 +83,7 @@ def test_pod_without_kubelet_stays_terminating_kwok_pod_goes(
         names = {p.metadata.name for p in core_api.list_namespaced_pod(namespace).items}
         return "fine" not in names
 
-    _await(fine_gone, 60, "kwok to finalise the pod on its node")
+    wait_until(fine_gone, timeout=60, what="kwok to finalise the pod on its node")
     # The kwok pod was finalised after its 1 s grace period; the other one is still here.
     stuck = core_api.read_namespaced_pod("stuck", namespace)
     assert stuck.metadata.deletion_timestamp is not None
@@ -143,7 +133,7 @@ def test_crd_can_be_applied_and_watched(control_plane: ControlPlane, namespace: 
                 for c in (got.status.conditions or [])
             )
 
-        _await(established, 30, "the CRD to be Established")
+        wait_until(established, timeout=30, what="the CRD to be Established")
         custom = client.CustomObjectsApi(api_client)
         custom.create_namespaced_custom_object(
             group,

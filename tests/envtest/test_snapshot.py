@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import wait_until
 
 pytestmark = pytest.mark.envtest
 
@@ -30,16 +30,6 @@ def unstick(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
-
-
-def _await(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -209,7 +199,9 @@ def test_snapshot_of_a_stuck_pod_diagnoses_as_the_cluster_is(
         b = snapshot(control_plane, f"{namespace}/web-0")
         return b if _overdue(b) else None
 
-    bundle = _await(overdue_snapshot, 30, "the stuck pod to pass its deletionTimestamp")
+    bundle = wait_until(
+        overdue_snapshot, timeout=30, what="the stuck pod to pass its deletionTimestamp"
+    )
 
     # The bundle holds the API objects exactly as served (camelCase, not client models).
     assert bundle["kind"] == "Snapshot"
@@ -232,10 +224,10 @@ def test_snapshot_of_a_stuck_pod_diagnoses_as_the_cluster_is(
 
     # The node object is deleted: the same pod is now NodeGone.
     core_api.delete_node(node)
-    _await(
+    wait_until(
         lambda: snapshot(control_plane, f"{namespace}/web-0")["node"] is None,
-        30,
-        "the deleted node to disappear from the snapshot",
+        timeout=30,
+        what="the deleted node to disappear from the snapshot",
     )
     gone = diagnose(tmp_path, snapshot(control_plane, f"{namespace}/web-0"), policy)
     assert gone["cause"] == "NodeGone"

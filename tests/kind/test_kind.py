@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from unstick.devcluster.process import wait_until
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(900)]
 
@@ -35,16 +36,6 @@ def cluster(kind_cluster: Any) -> Any:
         check=True,
     )  # fmt: skip
     return kind_cluster
-
-
-def _await(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_pod_on_deleted_node_is_force_deleted(cluster: Any) -> None:
@@ -69,6 +60,6 @@ def test_pod_on_deleted_node_is_force_deleted(cluster: Any) -> None:
         out = cluster.kubectl("get", "pods", "-n", "kind-demo", "-o", "name")
         return "orphan" not in out
 
-    _await(gone, 300, "unstick to force-delete the pod of the deleted node")
+    wait_until(gone, timeout=300, what="unstick to force-delete the pod of the deleted node")
     rems = json.loads(cluster.kubectl("get", "remediations", "-n", "kind-demo", "-o", "json"))
     assert [r["status"]["cause"] for r in rems["items"]] == ["NodeGone"]

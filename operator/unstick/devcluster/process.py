@@ -13,6 +13,9 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 _running: dict[int, subprocess.Popen[bytes]] = {}
@@ -95,17 +98,19 @@ def free_port() -> int:
 
 
 def wait_until(
-    ready: Callable[[], bool], *, timeout: float, what: str, process: Process | None = None
-) -> None:
-    """Poll `ready` until it is true; fail early, with the log, if `process` died."""
+    ready: Callable[[], T], *, timeout: float, what: str, process: Process | None = None
+) -> T:
+    """Poll `ready` until it returns something true, and return that; fail early, with the
+    log, if `process` died."""
     deadline = time.monotonic() + timeout
     while True:
         if process is not None and not process.alive():
             raise RuntimeError(
                 f"{process.name} exited while waiting for {what}:\n{process.log_tail()}"
             )
-        if ready():
-            return
+        value = ready()
+        if value:
+            return value
         if time.monotonic() > deadline:
             tail = process.log_tail() if process else ""
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}")
