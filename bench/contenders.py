@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,31 +98,35 @@ def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
 
 
 def start(name: str, cp: ControlPlane, settings: StartSettings, log: Path) -> Process:
-    """Start one contender; its output goes to `log`.
-
-    With $BENCH_PYSPY_DIR set, the Python contenders run under `py-spy record --idle`
-    (collapsed stacks in that directory, one file per run): where their wall time goes.
-    RSS and CPU then include py-spy's own; use it for profiling runs only.
-    """
+    """Start one contender; its output goes to `log`."""
     repo = Path(__file__).resolve().parents[1]
     env = env_with_path(cp.bin_dir)
     env["PYTHONPATH"] = f"{repo}:{env.get('PYTHONPATH', '')}".rstrip(":")
     env["PYTHONUNBUFFERED"] = "1"
-    argv = argv_for(name, cp, settings)
-    profile_dir = os.environ.get("BENCH_PYSPY_DIR")
-    if profile_dir and name != "podgc":
-        out = Path(profile_dir) / f"{log.stem}.txt"
-        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        argv = [
-            spy,
-            "record",
-            "--idle",
-            "--threads",
-            "--format",
-            "raw",
-            "-o",
-            str(out),
-            "--",
-            *argv,
-        ]
-    return Process(name, argv, log, env=env).start()
+    return Process(name, argv_for(name, cp, settings), log, env=env).start()
+
+
+def attach_profiler(proc: Process, name: str, logs: Path) -> Process | None:
+    """With $BENCH_PYSPY_DIR set: `py-spy record --idle --threads` attached to a Python
+    contender (collapsed stacks in that directory): where its wall time goes. py-spy ends
+    by itself, writing its file, when the contender exits. Profiling runs only: sampling
+    costs the contender some CPU."""
+    out_dir = os.environ.get("BENCH_PYSPY_DIR")
+    if not out_dir or name == "podgc" or proc.pid is None:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = Path(out_dir) / f"{name}.txt"
+    argv = [spy, "record", "--idle", "--threads", "--format", "raw", "-o", str(out)]
+    argv += ["--pid", str(proc.pid)]
+    return Process(f"py-spy {name}", argv, logs / f"py-spy-{name}.log").start()
+
+
+def finish_profiler(spy: Process | None, timeout_s: float = 30.0) -> None:
+    """After the contender stopped: let py-spy write its file, then make sure it is gone."""
+    if spy is None or spy.popen is None:
+        return
+    try:
+        spy.popen.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    spy.stop()

@@ -152,6 +152,7 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
     cp = ControlPlane(ControlPlaneSettings())
     kwok: Kwok | None = None
     proc: Process | None = None
+    spy: Process | None = None
     sampler: measure.Sampler | None = None
     try:
         t0 = time.monotonic()
@@ -167,6 +168,7 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         started = time.time()
         proc = contenders.start(name, cp, start, s.logs / f"{name}.log")
         sampler = measure.Sampler(proc.pid or 0).start()
+        spy = contenders.attach_profiler(proc, name, s.logs)
         watching = _wait_ready(tail, proc, who)
         # Start-up = up to the pod watch, plus a grace for the other initial LISTs (Kopf
         # starts its CRD/Node watches after the on.startup handler that starts the lean one).
@@ -197,6 +199,7 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
             sampler.stop()
         if proc is not None:
             proc.stop()
+        contenders.finish_profiler(spy)
         if kwok is not None:
             kwok.stop()
         cp.stop()
