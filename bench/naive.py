@@ -27,20 +27,21 @@ def reap_once(core: client.CoreV1Api, slack: timedelta) -> tuple[int, int]:
     now = datetime.now(UTC)
     deleted = 0
     for pod in pods.items:
-        stamp = pod.metadata.deletion_timestamp
-        if stamp is None or now <= stamp + slack:
+        meta = pod.metadata
+        stamp = meta.deletion_timestamp if meta else None
+        if meta is None or stamp is None or now <= stamp + slack:
             continue
         try:
             core.delete_namespaced_pod(
-                pod.metadata.name,
-                pod.metadata.namespace,
+                str(meta.name),
+                str(meta.namespace),
                 grace_period_seconds=0,
                 body=client.V1DeleteOptions(grace_period_seconds=0),
             )
             deleted += 1
         except ApiException as exc:
             if exc.status != 404:
-                print(f"delete {pod.metadata.namespace}/{pod.metadata.name}: {exc.status}")
+                print(f"delete {meta.namespace}/{meta.name}: {exc.status}")
     return len(pods.items), deleted
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=30.0, metavar="S")
     parser.add_argument("--slack", type=float, default=5.0, metavar="S")
     args = parser.parse_args(argv)
-    api = config.new_client_from_config(config_file=args.kubeconfig)
+    api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     api.user_agent = USER_AGENT
     core = client.CoreV1Api(api)
     slack = timedelta(seconds=args.slack)
