@@ -162,8 +162,14 @@ def test_missing_snapshot_file_exits_2(tmp_path: Path) -> None:
         ("slackSeconds: '60'\n", "spec.slackSeconds: must be a non-negative number"),
         (
             "rateLimits: {nodePerMinute: -2}\n",
-            "spec.rateLimits.nodePerMinute: must be a non-negative integer",
+            "spec.rateLimits.nodePerMinute: must be a positive integer",
         ),
+        # 0 would stop every action, and the CRD's minimum is 1: rejected alike.
+        ("rateLimits: {clusterPerMinute: 0}\n", "spec.rateLimits.clusterPerMinute: must be a"),
+        # NaN/inf would make any probe "fresh" or no pod ever stuck.
+        ("probeMaxAgeSeconds: .nan\n", "spec.probeMaxAgeSeconds: must be a number >= 1"),
+        ("slackSeconds: .inf\n", "spec.slackSeconds: must be a non-negative number"),
+        ("nodeLostAfterSeconds: 0\n", "spec.nodeLostAfterSeconds: must be a number >= 1"),
         ("rateLimits: {perHour: 2}\n", "spec.rateLimits.perHour: unknown field"),
         (
             "finalizerAllowlist: [protect]\n",
@@ -234,3 +240,30 @@ def test_help_explains_the_command() -> None:
     r = unstick("diagnose", "--help")
     assert r.returncode == 0
     assert "--snapshot" in r.stdout and "--policy" in r.stdout and "Exit status" in r.stdout
+
+
+def with_probe(probe: dict[str, Any]) -> dict[str, Any]:
+    return {**bundle(), "probe": probe}
+
+
+def test_unicode_digits_in_paths_and_ids_are_not_a_crash(tmp_path: Path) -> None:
+    """`'²'.isdigit()` is true but `int('²')` raises: a subpath index or a mount id made of
+    such characters must give a diagnosis or a clear error, never a traceback."""
+    uid = bundle()["pod"]["metadata"]["uid"]
+    probe = {
+        "nodeName": bundle()["pod"]["spec"]["nodeName"],
+        "probedAt": bundle()["capturedAt"],
+        "kubeletRoot": "/k",
+        "mountinfo": f"36 25 0:32 / /k/pods/{uid}/volume-subpaths/v/c/² rw - tmpfs tmpfs rw\n",
+    }
+    ok = unstick(
+        "diagnose", "--snapshot", str(write(tmp_path, "a.json", bundle() | {"probe": probe}))
+    )
+    assert ok.returncode == 0, ok.stderr
+    probe["mountinfo"] = "²6 25 0:32 / /x rw - tmpfs tmpfs rw\n"
+    bad = unstick(
+        "diagnose", "--snapshot", str(write(tmp_path, "b.json", bundle() | {"probe": probe}))
+    )
+    assert bad.returncode == 2
+    assert "probe.mountinfo: mountinfo line 1: mount id '²6'" in bad.stderr
+    assert "Traceback" not in ok.stderr + bad.stderr

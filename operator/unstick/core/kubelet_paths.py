@@ -106,7 +106,7 @@ def classify(path: str, kubelet_root: str, uid: str) -> PodVolumePath | None:
         return PodVolumePath(kind="volume", plugin=rel[1], volume=rel[2], rest="/".join(rel[3:]))
     if rel[0] == SUBPATHS:
         container = rel[2] if len(rel) > 2 else None
-        index = int(rel[3]) if len(rel) > 3 and rel[3].isdigit() else None
+        index = int(rel[3]) if len(rel) > 3 and rel[3].isascii() and rel[3].isdigit() else None
         return PodVolumePath(
             kind="subpath",
             volume=rel[1],

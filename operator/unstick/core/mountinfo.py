@@ -64,7 +64,7 @@ def escape(path: str) -> str:
 
 
 def _int(text: str, name: str, line: int) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # int() would take '²' or '٣' too
         raise MountinfoError(line, f"{name} {text!r} is not a non-negative integer")
     return int(text)
 

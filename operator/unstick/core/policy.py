@@ -7,6 +7,7 @@ field, e.g. `spec.rateLimits.nodePerMinute: must be a non-negative integer`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,21 +80,28 @@ def is_qualified_finalizer(name: str) -> bool:
     return bool(_FINALIZER.match(name))
 
 
-def _seconds(spec: Mapping[str, object], key: str, default: float) -> float:
+def _seconds(spec: Mapping[str, object], key: str, default: float, minimum: float = 0) -> float:
     value = spec.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise f.FieldError(f"spec.{key}", "must be a non-negative number of seconds")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < minimum
+    ):
+        what = "a non-negative number" if minimum == 0 else f"a number >= {minimum:g}"
+        raise f.FieldError(f"spec.{key}", f"must be {what} of seconds (finite)")
     return float(value)
 
 
 def _count(obj: Mapping[str, object], key: str, where: str, default: int) -> int:
+    """A rate limit: a whole number >= 1 (as the CRD requires; 0 would stop everything)."""
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise f.FieldError(f"{where}.{key}", "must be a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise f.FieldError(f"{where}.{key}", "must be a positive integer (actions per minute)")
     return value
 
 
@@ -158,8 +166,8 @@ def _parse(obj: object) -> RemediationPolicy:
         dry_run=_flag(spec, "dryRun", True),
         actions=_actions(spec),
         slack_seconds=_seconds(spec, "slackSeconds", 60.0),
-        node_lost_after_seconds=_seconds(spec, "nodeLostAfterSeconds", 300.0),
-        probe_max_age_seconds=_seconds(spec, "probeMaxAgeSeconds", 120.0),
+        node_lost_after_seconds=_seconds(spec, "nodeLostAfterSeconds", 300.0, minimum=1),
+        probe_max_age_seconds=_seconds(spec, "probeMaxAgeSeconds", 120.0, minimum=1),
         finalizer_allowlist=_allowlist(spec),
         rate_limits=RateLimits(
             cluster_per_minute=_count(rates, "clusterPerMinute", "spec.rateLimits", 30),
