@@ -189,7 +189,10 @@ def test_restart_kubelet_at_most_once_per_hour(tmp_path: Path) -> None:
 
 def _handler(tmp_path: Path, mountinfo: str = "") -> tuple[Handler, list[dict[str, Any]]]:
     (tmp_path / "mountinfo").write_text(mountinfo)
-    (tmp_path / "proc").mkdir(exist_ok=True)
+    proc = tmp_path / "proc"  # a /proc with one process (no fds, no mounts) that is "self"
+    (proc / "1").mkdir(parents=True, exist_ok=True)
+    if not (proc / "self").is_symlink():
+        (proc / "self").symlink_to("1")
     settings = AgentSettings(
         node_name="node-1",
         kubelet_root=str(tmp_path / "kubelet"),
@@ -199,7 +202,16 @@ def _handler(tmp_path: Path, mountinfo: str = "") -> tuple[Handler, list[dict[st
         plugins_registry=str(tmp_path / "registry"),
     )
     patches: list[dict[str, Any]] = []
-    handler = Handler(settings, Executor(settings), lambda ns, n, p: patches.append(p))
+    handler = Handler(
+        settings,
+        Executor(settings),
+        lambda ns, n, p: patches.append(p),
+        lambda ns, name: {
+            "metadata": {"name": name, "uid": UID, "deletionTimestamp": "2025-12-31T23:00:00Z"},
+            "spec": {"nodeName": "node-1"},
+        },
+        clock=lambda: datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC),  # requests below are fresh
+    )
     return handler, patches
 
 
@@ -294,7 +306,7 @@ def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) 
         assert [(c.id, c.state) for c in found] == [("abc123", "running")]
         mount = f"{tmp_path}/kubelet/pods/{UID}/volumes/kubernetes.io~projected/t"
         handler, _ = _handler(tmp_path, f"50 22 0:40 / {mount} rw - tmpfs tmpfs rw\n")
-        (tmp_path / "proc").rmdir()
+        subprocess.run(["rm", "-r", str(tmp_path / "proc")], check=True)
         (tmp_path / "proc").symlink_to("/proc")
         result = handler.executor.run_step(UID, "unmount", "", dry_run=False, lazy_unmount=False)
         assert result.result == "refused" and "still run" in result.message

@@ -6,7 +6,8 @@ Every path is derived by the agent from the pod UID and its own kubelet root; a 
 of them, or be empty / the pod directory meaning "all of this pod's"). Right before each
 individual unmount, unpublish or rmdir the executor re-reads the mount table and checks:
 the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
-component, the mount has no holders, and no container of the pod runs.
+component, a complete holder scan finds no holder of the mount (an incomplete scan
+refuses), and no container of the pod runs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from unstick.agent.containers import pod_containers
-from unstick.agent.holders import find_holders
+from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable, read_mount_table
 from unstick.agent.plugins import Plugin, registered_plugins
@@ -150,10 +151,18 @@ class Executor:
             check_path(path, is_mount_point=True)
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
-        holders = find_holders(self.settings.host_proc, [mount])
-        if holders:
-            names = ", ".join(f"pid {h.pid} ({h.comm}) via {h.via}" for h in holders)
-            raise Refused(f"{path} is held: {names}")
+        self._check_no_holders(mount)
+
+    def _check_no_holders(self, mount: Mount, after: str = "") -> None:
+        """Refused unless a complete holder scan finds nobody holding the mount."""
+        scan = scan_holders(self.settings.host_proc, [mount])
+        if scan.holders:
+            names = ", ".join(f"pid {h.pid} ({h.comm}) via {h.via}" for h in scan.holders)
+            raise Refused(f"{after}{mount.mount_point} is held: {names}")
+        if scan.unknown:
+            raise Refused(
+                f"{after}cannot tell who holds {mount.mount_point}, not unmounting: {scan.unknown}"
+            )
 
     def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
         log.info("%s %s: %s — %s", action, target or "(pod)", result, message)
@@ -191,7 +200,8 @@ class Executor:
 
     def unmount(self, uid: str, target: str, dry_run: bool, *, lazy: bool = False) -> str:
         """Unmount the pod's volume/subpath mounts (deepest first); plain umount, lazy
-        (MNT_DETACH) only if `lazy` and the plain one failed with EBUSY; never MNT_FORCE."""
+        (MNT_DETACH) only if `lazy`, the plain one failed with EBUSY and a complete holder
+        scan right after still finds no holder; never MNT_FORCE."""
         table = self._table()
         mounts = table.pod_mounts(self.root, uid)
         points = list(dict.fromkeys(m.mount_point for m in mounts))
@@ -217,6 +227,9 @@ class Executor:
             except OSError as exc:
                 if not (lazy and exc.errno == errno.EBUSY):
                     raise
+                # EBUSY: something holds it. Detach only if a fresh, complete holder scan
+                # still finds nobody (the hold is not a process: e.g. an in-flight fd).
+                self._check_no_holders(fresh[mount.mount_id], after="busy (EBUSY) and ")
                 umount2(mount.mount_point, MNT_DETACH)
                 done.append(f"{mount.mount_point} (lazy)")
         left = {m.mount_id for m in self._table().mounts} & {m.mount_id for m in todo}

@@ -2,11 +2,21 @@
 
 Decisions read only `spec` (written by the controller) and the agent's own `status` keys.
 Bad input in a Remediation gets a clear message naming the field and never an action.
+
+Node steps are refused (each reported as `refused`, with the reason) unless, right before
+they run:
+- the request is fresh: `spec.nodeStepsRequestedAt` is at most `max_request_age_s` old and
+  at most `max_request_skew_s` in the future (a request the agent missed while it was down
+  may no longer be wanted: the policy may be dryRun now, the pod opted out);
+- the pod is the one named: GET `spec.podName` in the Remediation's namespace exists, its
+  uid is `spec.podUID`, it is bound to this node, and its deletionTimestamp is set and in
+  the past (the pod is Terminating and overdue), whoever wrote the Remediation.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,8 +30,11 @@ from unstick.core.vocabulary import NODE_ACTIONS
 
 log = logging.getLogger(__name__)
 
+_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS subdomain
+
 JSON = dict[str, Any]
 StatusPatcher = Callable[[str, str, JSON], None]  # (namespace, name, status patch)
+PodLookup = Callable[[str, str], JSON | None]  # (namespace, name) -> the pod, None if absent
 
 
 class BadRemediation(ValueError):
@@ -72,6 +85,44 @@ def parse_steps(spec: JSON) -> list[tuple[str, str]]:
     return parsed
 
 
+def check_request_age(requested: datetime, now: datetime, settings: AgentSettings) -> None:
+    """BadRemediation unless the node-step request is fresh (see the module docstring)."""
+    age = (now - requested).total_seconds()
+    if age > settings.max_request_age_s:
+        raise BadRemediation(
+            f"spec.nodeStepsRequestedAt: the request is {age:.0f}s old, older than "
+            f"--max-request-age ({settings.max_request_age_s:.0f}s); not running stale steps, "
+            "the controller re-requests them if it still wants them"
+        )
+    if -age > settings.max_request_skew_s:
+        raise BadRemediation(
+            f"spec.nodeStepsRequestedAt: the request is {-age:.0f}s in the future, more than "
+            f"the allowed clock skew ({settings.max_request_skew_s:.0f}s)"
+        )
+
+
+def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
+    """BadRemediation unless `pod` (from the API) is spec's pod, on `node`, overdue."""
+    name, uid = spec.get("podName"), spec.get("podUID")
+    if pod is None:
+        raise BadRemediation(f"spec.podName: pod {name!r} does not exist in this namespace")
+    meta, pod_spec = _obj(pod.get("metadata")), _obj(pod.get("spec"))
+    if meta.get("uid") != uid:
+        raise BadRemediation(f"spec.podUID: pod {name!r} has uid {meta.get('uid')!r}, not {uid!r}")
+    if pod_spec.get("nodeName") != node:
+        raise BadRemediation(
+            f"spec.podName: pod {name!r} is bound to {pod_spec.get('nodeName')!r}, not this node"
+        )
+    deleted = parse_time(meta.get("deletionTimestamp"), "pod metadata.deletionTimestamp")
+    if deleted is None:
+        raise BadRemediation(f"spec.podName: pod {name!r} is not terminating")
+    if deleted > now:
+        raise BadRemediation(
+            f"spec.podName: pod {name!r} is still within its grace period (until "
+            f"{rfc3339(deleted)})"
+        )
+
+
 @dataclass
 class Handler:
     """Handles Remediation events for this node; remembers what it already served so its
@@ -80,6 +131,7 @@ class Handler:
     settings: AgentSettings
     executor: Executor
     patch_status: StatusPatcher
+    lookup_pod: PodLookup  # the agent GETs the pod from the API (loop.Agent.get_pod)
     on_probe_duration: Callable[[float], None] = lambda _s: None
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     served_probes: dict[str, str] = field(default_factory=dict)
@@ -126,6 +178,20 @@ class Handler:
             self.served_probes[key] = str(probe_at_raw)
             self.patch_status(ns, name, {"probe": self.probe(uid)})
 
+    def _check_request(self, ns: str, spec: JSON, requested: datetime) -> None:
+        """The request is fresh and names an overdue Terminating pod of this node."""
+        check_request_age(requested, self.clock(), self.settings)
+        name = spec.get("podName")
+        if not isinstance(name, str) or not _POD_NAME.fullmatch(name):
+            raise BadRemediation("spec.podName: missing or not a pod name")
+        try:
+            pod = self.lookup_pod(ns, name)
+        except Exception as exc:  # API down, forbidden, ...: never act on an unchecked pod
+            status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+            why = f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
+            raise BadRemediation(f"spec.podName: cannot GET pod {name!r}: {why}") from None
+        check_pod(pod, spec, self.settings.node_name, self.clock())
+
     def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
         dry_run = spec.get("dryRun", False)
         lazy = spec.get("lazyUnmount", False)
@@ -140,6 +206,14 @@ class Handler:
             now = rfc3339(self.clock())
             results.append(StepResult("(none)", "", REFUSED, str(exc), now))
             steps = []
+        if steps:
+            try:
+                self._check_request(ns, spec, requested)
+            except BadRemediation as exc:
+                log.warning("remediation %s/%s: node steps refused: %s", ns, name, exc)
+                now = rfc3339(self.clock())
+                results = [StepResult(a, t, REFUSED, str(exc), now) for a, t in steps]
+                steps = []
         for action, target in steps:
             result = self.executor.run_step(uid, action, target, dry_run=dry_run, lazy_unmount=lazy)
             results.append(result)

@@ -13,6 +13,12 @@ path inside a mount is ever opened or stat'ed.
   unmounting on the host would leave that copy (and the filesystem) alive. One holder is
   reported per namespace (its lowest pid). The namespace the mount table was read from is
   recognised by containing the mount's own id (mount ids are unique system-wide) and skipped.
+
+`scan_holders` also says whether the scan was complete. It is *unknown* (never "no
+holders") when `host_proc` cannot be listed, lists no process, does not show the agent's
+own process (`<host_proc>/self`: a /proc of another PID namespace, e.g. without hostPID),
+or a process's fd directory cannot be read for lack of permission. Unmounting is refused
+while the answer is unknown.
 """
 
 from __future__ import annotations
@@ -93,7 +99,17 @@ def _is_copy(other: Mount, mount: Mount) -> bool:
     return True
 
 
-def _process_holders(proc_dir: str, pid: int, comm: str, mounts: Sequence[Mount]) -> list[Holder]:
+@dataclass(frozen=True, slots=True)
+class HolderScan:
+    """The holders found, and why the scan is incomplete (None when it is complete)."""
+
+    holders: list[Holder]
+    unknown: str | None = None
+
+
+def _process_holders(
+    proc_dir: str, pid: int, comm: str, mounts: Sequence[Mount], gaps: list[str]
+) -> list[Holder]:
     found: list[Holder] = []
     for via in ("cwd", "root"):
         for mp in _matching(_readlink(os.path.join(proc_dir, via)), mounts):
@@ -101,7 +117,10 @@ def _process_holders(proc_dir: str, pid: int, comm: str, mounts: Sequence[Mount]
     fd_dir = os.path.join(proc_dir, "fd")
     try:
         fds = os.listdir(fd_dir)
-    except OSError:
+    except PermissionError as exc:
+        gaps.append(f"cannot read {fd_dir}: {exc.strerror}")
+        fds = []
+    except OSError:  # the process exited meanwhile
         fds = []
     fd_points: set[str] = set()
     for fd in fds:
@@ -132,24 +151,36 @@ def _namespace_holders(
     return found
 
 
-def _pids(host_proc: str) -> list[int]:
+def _pids(host_proc: str) -> tuple[list[int], str | None]:
+    """The pids under `host_proc`, or why they cannot be trusted to be all of them."""
     try:
-        return sorted(int(n) for n in os.listdir(host_proc) if n.isdigit())
-    except OSError:
-        return []
+        pids = sorted(int(n) for n in os.listdir(host_proc) if n.isdigit())
+    except OSError as exc:
+        return [], f"cannot list {host_proc}: {exc.strerror}"
+    if not pids:
+        return [], f"{host_proc} lists no process (not a mounted /proc?)"
+    if not os.path.exists(os.path.join(host_proc, "self")):
+        return pids, (
+            f"{host_proc} does not show the agent's own process: it is the /proc of another "
+            "PID namespace (run the agent with hostPID)"
+        )
+    return pids, None
 
 
-def find_holders(host_proc: str, mounts: Iterable[Mount]) -> list[Holder]:
-    """Every (process, mount) hold on the given mounts, found under `host_proc`."""
+def scan_holders(host_proc: str, mounts: Iterable[Mount]) -> HolderScan:
+    """Every (process, mount) hold on the given mounts, found under `host_proc`, and
+    whether the scan could see every process (see the module docstring)."""
     targets = list(mounts)
     if not targets:
-        return []
+        return HolderScan([])
+    pids, unknown = _pids(host_proc)
+    gaps = [unknown] if unknown else []
     holders: list[Holder] = []
     seen_ns: set[str] = set()
-    for pid in _pids(host_proc):
+    for pid in pids:
         proc_dir = os.path.join(host_proc, str(pid))
         comm = (_read(os.path.join(proc_dir, "comm")) or "").strip()
-        holders.extend(_process_holders(proc_dir, pid, comm, targets))
+        holders.extend(_process_holders(proc_dir, pid, comm, targets, gaps))
         ns = _readlink(os.path.join(proc_dir, "ns", "mnt"))
         if ns is None or ns in seen_ns:
             continue
@@ -157,4 +188,11 @@ def find_holders(host_proc: str, mounts: Iterable[Mount]) -> list[Holder]:
         text = _read(os.path.join(proc_dir, "mountinfo"))
         if text is not None:
             holders.extend(_namespace_holders(text, pid, comm, targets))
-    return holders
+    if len(gaps) > 3:
+        gaps = [*gaps[:3], f"and {len(gaps) - 3} more"]
+    return HolderScan(holders, "; ".join(gaps) if gaps else None)
+
+
+def find_holders(host_proc: str, mounts: Iterable[Mount]) -> list[Holder]:
+    """The holders `scan_holders` finds (for reporting; actions use `scan_holders`)."""
+    return scan_holders(host_proc, mounts).holders

@@ -79,6 +79,7 @@ class Agent:
             settings,
             Executor(settings),
             self.patch_status,
+            self.get_pod,
             on_probe_duration=self.metrics.probe_duration.observe,
         )
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
@@ -95,6 +96,10 @@ class Agent:
             body={"status": status},
             content_type="application/merge-patch+json",
         )
+
+    def get_pod(self, namespace: str, name: str) -> JSON | None:
+        """The pod from the API server (None when it does not exist)."""
+        return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
 
     def _query(self) -> dict[str, Any]:
         return {"labelSelector": f"{NODE_LABEL}={self.settings.node_name}"}

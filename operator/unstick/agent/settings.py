@@ -40,6 +40,10 @@ class AgentSettings:
     restart_kubelet_command: tuple[str, ...] = DEFAULT_RESTART_KUBELET
     restart_kubelet_min_interval_s: float = 3600.0
     state_dir: str = "/var/lib/unstick-agent"
+    # node steps requested longer ago than this are refused (the controller re-requests)
+    max_request_age_s: float = 120.0
+    # a request time further than this in the future is refused too (clock skew)
+    max_request_skew_s: float = 10.0
 
     @property
     def mountinfo(self) -> str:

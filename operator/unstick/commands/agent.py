@@ -71,6 +71,14 @@ def add_parser(sub: Any) -> None:
         default="/var/lib/unstick-agent",
         help="where the agent remembers its last kubelet restart (default: %(default)s)",
     )
+    p.add_argument(
+        "--max-request-age",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="refuse node steps requested longer ago than this (spec.nodeStepsRequestedAt), "
+        "e.g. requests written while the agent was down (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
@@ -90,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.max_request_age <= 0:
+        print("unstick agent: --max-request-age must be a positive number of seconds",
+              file=sys.stderr)  # fmt: skip
+        return 2
     command = (
         tuple(args.restart_kubelet_command.split())
         if args.restart_kubelet_command
@@ -105,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         kubelet_healthz=args.kubelet_healthz,
         restart_kubelet_command=command,
         state_dir=args.state_dir,
+        max_request_age_s=args.max_request_age,
     )
     if not os.access(settings.mountinfo, os.R_OK):
         print(
