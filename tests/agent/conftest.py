@@ -26,10 +26,12 @@ HERE = Path(__file__).parent
 SCENARIOS = HERE / "mountns_scenarios.py"
 
 
-def run_scenario(name: str, workdir: Path, *args: str, timeout: float = 120) -> dict[str, Any]:
-    """Run one scenario in a private mount namespace; its JSON result."""
+def run_scenario(
+    name: str, workdir: Path, *args: str, timeout: float = 120, script: Path = SCENARIOS
+) -> dict[str, Any]:
+    """Run one scenario of `script` in a private mount namespace; its JSON result."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, str(SCENARIOS), name]
+    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, str(script), name]
     proc = subprocess.Popen(
         [*cmd, str(workdir), *args],
         stdout=subprocess.PIPE,

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import grpc
 
 from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
-from unstick.agent.probe import probe_pod
+from unstick.agent.probe import probe_pod, rfc3339
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.agent.settings import AgentSettings
 from unstick.core.mountinfo import parse_mountinfo
@@ -345,11 +346,23 @@ class CSIServer:
         return str(staging), str(target)
 
 
+def terminating_pod(namespace: str, name: str) -> dict[str, Any]:
+    """What the API answers for pod A here: Terminating on test-node, overdue (there is no
+    API server in these scenarios; test_agent_envtest.py checks the real GET)."""
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": UID_A,
+                     "deletionTimestamp": "2026-01-02T00:00:00Z"},
+        "spec": {"nodeName": "test-node"},
+    }  # fmt: skip
+
+
 def _run_handler_steps(
     node: Node, uid: str, steps: list[str] | list[tuple[str, str]]
 ) -> dict[str, Any]:
     patches: list[dict[str, Any]] = []
-    handler = Handler(node.settings, node.executor(), lambda ns, name, p: patches.append(p))
+    handler = Handler(
+        node.settings, node.executor(), lambda ns, name, p: patches.append(p), terminating_pod
+    )
     remediation = {
         "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},
         "spec": {
@@ -358,7 +371,7 @@ def _run_handler_steps(
                 {"action": a, "target": t, "reason": "test"}
                 for a, t in ((s, "") if isinstance(s, str) else s for s in steps)
             ],
-            "nodeStepsRequestedAt": "2026-01-01T00:00:00Z", "dryRun": False,
+            "nodeStepsRequestedAt": rfc3339(datetime.now(UTC)), "dryRun": False,
         },
         "status": {},
     }  # fmt: skip
@@ -475,27 +488,6 @@ def scenario_core_plan(node: Node) -> dict[str, Any]:
         node.cleanup()
 
 
-def scenario_lazy(node: Node) -> dict[str, Any]:
-    """A holder the agent cannot see (its host /proc is empty here, as without hostPID):
-    the plain unmount fails with EBUSY; only with lazyUnmount does MNT_DETACH follow."""
-    from dataclasses import replace
-
-    vol = node.projected(UID_A, "busy")
-    blind = node.work / "empty-proc"
-    blind.mkdir()
-    ex = Executor(replace(node.settings, host_proc=str(blind)))
-    try:
-        node.start("sleep", "600", cwd=vol)
-        plain = ex.run_step(UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=False)
-        still = str(vol) in mount_points()
-        lazy = ex.run_step(UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=True)
-        gone = str(vol) not in mount_points()
-        return {"plain": plain.to_json(), "still_mounted_after_plain": still,
-                "lazy": lazy.to_json(), "mounted_after_lazy": not gone}  # fmt: skip
-    finally:
-        node.cleanup()
-
-
 SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "layout": scenario_layout,
     "dry_run": scenario_dry_run,
@@ -505,18 +497,17 @@ SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
     "csi_replay": scenario_csi_replay,
     "csi_lost_state": scenario_csi_lost_state,
     "core_plan": scenario_core_plan,
-    "lazy": scenario_lazy,
 }
 
 
-def main() -> int:
+def main(scenarios: dict[str, Callable[[Node], dict[str, Any]]] = SCENARIOS) -> int:
     name, work = sys.argv[1], Path(sys.argv[2])
     # Everything below lives on this tmpfs, in this (private) mount namespace only.
     sh("mount", "--make-rprivate", "/")
     sh("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(work))
     node = Node(work)
     try:
-        result = SCENARIOS[name](node)
+        result = scenarios[name](node)
     finally:
         node.cleanup()
     print(json.dumps(result), flush=True)

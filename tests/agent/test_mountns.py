@@ -150,11 +150,3 @@ def test_the_cores_plan_runs_through_the_agent(scenario, work: Path) -> None:
     assert all(result == "succeeded" for _, result in results), patch["nodeActions"]
     assert r["target"] not in r["mounts_after"] and r["token"] not in r["mounts_after"]
     assert r["cause_after"] == "KubeletNotProgressing"
-
-
-def test_lazy_unmount_only_when_asked_and_only_after_ebusy(scenario, work: Path) -> None:
-    r = scenario("lazy", work)
-    assert r["plain"]["result"] == "failed" and "busy" in r["plain"]["message"].lower(), r["plain"]
-    assert r["still_mounted_after_plain"] is True
-    assert r["lazy"]["result"] == "succeeded" and "(lazy)" in r["lazy"]["message"], r["lazy"]
-    assert r["mounted_after_lazy"] is False

@@ -1,0 +1,155 @@
+"""Safety scenarios with real mounts, run INSIDE a private mount namespace by conftest
+(`run_scenario(name, workdir, script=SAFETY)`), like mountns_scenarios.py:
+
+- `lazy`: when MNT_DETACH may follow an EBUSY (only after a complete holder scan that finds
+  nobody), and that an incomplete scan refuses both plain and lazy unmount;
+- `requests`: stale requests and requests for a pod that is not overdue-Terminating never
+  unmount anything (the pod lookup is a callable here: no API server in a mount namespace).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
+
+import unstick.agent.executor as executor_module
+from unstick.agent.executor import Executor
+from unstick.agent.handler import Handler
+from unstick.agent.probe import rfc3339
+
+# Holds a file of the mount without any process having it open: the fd is in flight in a
+# unix socket's queue (SCM_RIGHTS). No cwd/root/fd/maps/mountns of any process shows it.
+IN_FLIGHT = """
+import os, socket, sys, time
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+socket.send_fds(a, [b"x"], [fd])
+os.close(fd)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _cwd_in(pid: int, path: Path) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cwd").readlink() == path
+    except OSError:
+        return False
+
+
+def scenario_lazy(node: Node) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ex = node.executor()
+
+    def unmount(executor: Executor, vol: Path, lazy: bool) -> dict[str, str]:
+        return executor.run_step(
+            UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=lazy
+        ).to_json()
+
+    # 1. A process holds the mount, but the agent's /proc is blind (an empty dir here,
+    #    a /proc without the agent in it without hostPID): unknown -> refused, plain and lazy.
+    blind = node.work / "empty-proc"
+    blind.mkdir()
+    blind_ex = Executor(replace(node.settings, host_proc=str(blind)))
+    held = node.projected(UID_A, "held")
+    sleeper = node.start("sleep", "600", cwd=held)
+    wait_for("the holder's cwd", lambda: _cwd_in(sleeper.pid, held))
+    out["blind_plain"] = unmount(blind_ex, held, False)
+    out["blind_lazy"] = unmount(blind_ex, held, True)
+    out["held_still_mounted"] = str(held) in mount_points()
+
+    # 2. EBUSY from a hold that is not a process (an fd in flight); the scan is complete
+    #    and finds nobody: plain unmount fails with EBUSY, lazy detaches.
+    inflight = node.projected(UID_A, "inflight")
+    holder = node.start(
+        sys.executable,
+        "-c",
+        IN_FLIGHT,
+        str(inflight / "token"),
+        cwd=node.work,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    out["inflight_plain"] = unmount(ex, inflight, False)
+    out["inflight_mounted_after_plain"] = str(inflight) in mount_points()
+    out["inflight_lazy"] = unmount(ex, inflight, True)
+    out["inflight_mounted_after_lazy"] = str(inflight) in mount_points()
+
+    # 3. A holder that appears between the agent's checks and its umount (started from a
+    #    hook around umount2): EBUSY, the re-scan finds it, nothing is detached.
+    racy = node.projected(UID_A, "racy")
+    real_umount2 = executor_module.umount2
+    late: list[int] = []
+
+    def umount2_after_a_holder_appears(path: str, flags: int = 0) -> None:
+        if not late:
+            proc = node.start("sleep", "600", cwd=racy)
+            late.append(proc.pid)
+            wait_for("the late holder's cwd", lambda: _cwd_in(proc.pid, racy))
+        real_umount2(path, flags)
+
+    executor_module.umount2 = umount2_after_a_holder_appears  # type: ignore[assignment]
+    try:
+        out["racy_lazy"] = unmount(ex, racy, True)
+    finally:
+        executor_module.umount2 = real_umount2
+    out["racy_still_mounted"] = str(racy) in mount_points()
+    return out
+
+
+def scenario_requests(node: Node) -> dict[str, Any]:
+    """unmount + rmdir-stale on a real mount: (a) requested 10 minutes ago, as after an
+    agent restart; (b) fresh, for a pod in ContainerCreating (no deletionTimestamp);
+    (c) fresh for the overdue Terminating pod: runs."""
+    vol = node.projected(UID_A, "kube-api-access-x")
+    patches: list[dict[str, Any]] = []
+    answer: dict[str, Any] = {}
+
+    def lookup(ns: str, name: str) -> dict[str, Any]:
+        return answer["pod"]  # type: ignore[no-any-return]
+
+    handler = Handler(node.settings, node.executor(), lambda ns, n, p: patches.append(p), lookup)
+
+    def request(key: str, requested: datetime) -> dict[str, Any]:
+        handler.handle(
+            {
+                "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": key},
+                "spec": {
+                    "podName": "web-0",
+                    "podUID": UID_A,
+                    "nodeName": "test-node",
+                    "nodeSteps": [
+                        {"action": "unmount", "target": "", "reason": "test"},
+                        {"action": "rmdir-stale", "target": "", "reason": "test"},
+                    ],
+                    "nodeStepsRequestedAt": rfc3339(requested),
+                    "dryRun": False,
+                },
+                "status": {},
+            }
+        )
+        return {"patch": patches[-1], "mounted": str(vol) in mount_points(), "dir": vol.is_dir()}
+
+    now = datetime.now(UTC)
+    answer["pod"] = terminating_pod("default", "web-0")
+    stale = request("r1", now - timedelta(minutes=10))
+    creating = terminating_pod("default", "web-0")
+    del creating["metadata"]["deletionTimestamp"]
+    answer["pod"] = creating
+    not_terminating = request("r2", now)
+    answer["pod"] = terminating_pod("default", "web-0")
+    fresh = request("r3", datetime.now(UTC))
+    return {"stale": stale, "not_terminating": not_terminating, "fresh": fresh}
+
+
+SCENARIOS = {"lazy": scenario_lazy, "requests": scenario_requests}
+
+if __name__ == "__main__":
+    sys.exit(main(SCENARIOS))
