@@ -1,7 +1,8 @@
 """The agent loop against a real kube-apiserver: it sees only Remediations labelled for its
-node, answers a probe request, runs node steps (rmdir-stale on a real stale dir) and
-reports them in status, and serves /metrics and /healthz. No mounts: the mount table is a
-text file here (the mount work is covered by test_mountns.py)."""
+node, answers a probe request, GETs the pod before node steps (refused while the pod is
+not terminating), runs node steps (rmdir-stale on a real stale dir) once the pod is an
+overdue Terminating pod and reports them in status, and serves /metrics and /healthz. No
+mounts: the mount table is a text file here (the mount work is covered by test_mountns.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from unstick.kube.client import ClientSettings, Kube, remediation_path
 pytestmark = pytest.mark.envtest
 
 CRD = Path(__file__).parents[2] / "operator" / "unstick" / "crds" / "remediations.yaml"
-UID = "dddddddd-4444-4444-8444-dddddddddddd"
 ORPHAN = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
 
 
@@ -42,8 +42,16 @@ def wait_for(what: str, get: Callable[[], Any], timeout: float = 60) -> Any:
         time.sleep(0.2)
 
 
+HOLD = "unstick.dev/test-hold"  # keeps the test's pod Terminating (no kubelet here)
+
+
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _deleted_at(kube: Kube, path: str) -> str | None:
+    pod = kube.get(path) or {}
+    return (pod.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -90,8 +98,18 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
     node = f"node-{uuid.uuid4().hex[:6]}"
     ns = f"agent-{uuid.uuid4().hex[:6]}"
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    # the pod the Remediation names: bound to the node, held by a finalizer so that it
+    # stays Terminating once deleted (no kubelet here); its uid comes from the API server
+    pod_body = {
+        "metadata": {"name": "web-0", "finalizers": [HOLD]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
+    }
+    pod_uid = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body)["metadata"][
+        "uid"
+    ]
+    pod_path = f"/api/v1/namespaces/{ns}/pods/web-0"
     root = tmp_path / "kubelet"
-    stale = root / "pods" / UID / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    stale = root / "pods" / pod_uid / "volumes" / "kubernetes.io~empty-dir" / "cache"
     stale.mkdir(parents=True)
     orphan = f"{root}/pods/{ORPHAN}/volumes/kubernetes.io~projected/tok"
     (tmp_path / "mountinfo").write_text(f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
@@ -128,7 +146,7 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
                          "probeRequestedAt": now()},
             }  # fmt: skip
 
-        kube.request("POST", remediation_path(ns), body=remediation("web-0", node, UID))
+        kube.request("POST", remediation_path(ns), body=remediation("web-0", node, pod_uid))
         kube.request("POST", remediation_path(ns), body=remediation("other", "elsewhere", ORPHAN))
 
         def status(name: str) -> dict[str, Any]:
@@ -140,18 +158,34 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         assert probe["mountinfo"] == ""
 
         step = {"action": "rmdir-stale", "target": "", "reason": "test"}
-        kube.request(
-            "PATCH",
-            remediation_path(ns, "web-0"),
-            body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": now(), "dryRun": False}},
-            content_type="application/merge-patch+json",
-        )
-        done = wait_for(
-            "the node steps", lambda: status("web-0").get("nodeStepsDoneAt") and status("web-0")
-        )
+
+        def request_steps() -> dict[str, Any]:
+            requested = now()
+            kube.request(
+                "PATCH",
+                remediation_path(ns, "web-0"),
+                body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
+                               "dryRun": False}},
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            return wait_for(  # type: ignore[no-any-return]
+                "the node steps",
+                lambda: (
+                    (status("web-0").get("nodeStepsDoneAt") or "") >= requested and status("web-0")
+                ),
+            )
+
+        # the pod is running (not terminating): the agent GETs it and refuses
+        (refused,) = request_steps()["nodeActions"]
+        assert refused["result"] == "refused", refused
+        assert "is not terminating" in refused["message"], refused
+        assert stale.is_dir()
+        kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
+        wait_for("the pod's deletionTimestamp", lambda: _deleted_at(kube, pod_path))
+        done = request_steps()
         (action,) = done["nodeActions"]
         assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
-        assert not stale.exists() and (root / "pods" / UID / "volumes").is_dir()
+        assert not stale.exists() and (root / "pods" / pod_uid / "volumes").is_dir()
         assert done["probe"]["volumeDirs"] == []
 
         def orphan_gauge() -> bool:
@@ -166,6 +200,11 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
     finally:
         agent.shutdown()
         thread.join(timeout=60)
+        try:
+            kube.request("PATCH", pod_path, body={"metadata": {"finalizers": None}},
+                         content_type="application/merge-patch+json")  # fmt: skip
+        except ApiException:
+            pass
         try:
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         except ApiException:
