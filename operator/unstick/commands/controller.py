@@ -69,9 +69,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        default=8,
+        default=16,
         metavar="N",
-        help="stuck pods reconciled at the same time (default 8)",
+        help="stuck pods reconciled at the same time (default 16); the HTTP connection "
+        "pool is sized to match",
     )
     p.add_argument(
         "--recheck-seconds",
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
     from unstick.controller.peering import PeeringSettings, own_identity
     from unstick.controller.runtime import RuntimeSettings
-    from unstick.kube.client import ClientSettings, load_configuration
+    from unstick.kube.client import POOL_EXTRA, POOL_SIZE, ClientSettings, load_configuration
 
     try:
         load_configuration(args.kubeconfig)
@@ -125,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     namespaces = tuple(args.namespace_scope)
     identity = own_identity()
     settings = ControllerSettings(
-        client=ClientSettings(kubeconfig=args.kubeconfig),
+        client=ClientSettings(
+            kubeconfig=args.kubeconfig, pool_size=max(POOL_SIZE, args.workers + POOL_EXTRA)
+        ),
         runtime=RuntimeSettings(
             namespaces=namespaces,
             workers=args.workers,

@@ -7,6 +7,8 @@ controller. Nothing here is fetched for pods that are not stuck.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -31,17 +33,30 @@ def fetch_pod(kube: Kube, namespace: str, name: str) -> JSON | None:
     return kube.get(pod_path(namespace, name))
 
 
-def build_bundle(kube: Kube, pod: JSON, probe: Any, now: float) -> JSON:
+Lookup = Callable[[str], "JSON | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInputs:
+    """Where the Node and CSINode of a bundle come from (default: a GET each)."""
+
+    node: Lookup | None = None
+    csi_node: Lookup | None = None
+
+
+def build_bundle(
+    kube: Kube, pod: JSON, probe: Any, now: float, sources: NodeInputs = NodeInputs()
+) -> JSON:
     """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     node_name = (pod.get("spec") or {}).get("nodeName") or ""
-    node = kube.get(f"/api/v1/nodes/{quote(node_name, safe='')}") if node_name else None
-    csi_node = (
-        kube.get(f"/apis/storage.k8s.io/v1/csinodes/{quote(node_name, safe='')}")
-        if node_name
-        else None
+    get_node = sources.node or (lambda n: kube.get(f"/api/v1/nodes/{quote(n, safe='')}"))
+    get_csi = sources.csi_node or (
+        lambda n: kube.get(f"/apis/storage.k8s.io/v1/csinodes/{quote(n, safe='')}")
     )
+    node = get_node(node_name) if node_name else None
+    csi_node = get_csi(node_name) if node_name else None
     claims: list[JSON] = []
     volumes: list[JSON] = []
     for claim_name in _claim_names(pod):

@@ -6,6 +6,7 @@ together with the default process/platform collectors.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -33,22 +34,30 @@ TIME_TO_RESOLUTION = Histogram(
 
 
 class StuckPods:
-    """Keeps `unstick_stuck_pods` equal to the count of stuck pods per (namespace, cause)."""
+    """Keeps `unstick_stuck_pods` equal to the count of stuck pods per (namespace, cause).
+
+    Thread-safe: set from the detection and worker threads."""
 
     def __init__(self) -> None:
         self._by_uid: dict[str, tuple[str, str]] = {}
         self._counts: Tally[tuple[str, str]] = Tally()
+        self._lock = threading.Lock()
 
     def set(self, uid: str, namespace: str, cause: str) -> None:
-        old = self._by_uid.get(uid)
-        if old == (namespace, cause):
-            return
-        self.forget(uid)
-        self._by_uid[uid] = (namespace, cause)
-        self._counts[(namespace, cause)] += 1
-        STUCK_PODS.labels(namespace, cause).set(self._counts[(namespace, cause)])
+        with self._lock:
+            old = self._by_uid.get(uid)
+            if old == (namespace, cause):
+                return
+            self._forget(uid)
+            self._by_uid[uid] = (namespace, cause)
+            self._counts[(namespace, cause)] += 1
+            STUCK_PODS.labels(namespace, cause).set(self._counts[(namespace, cause)])
 
     def forget(self, uid: str) -> None:
+        with self._lock:
+            self._forget(uid)
+
+    def _forget(self, uid: str) -> None:
         old = self._by_uid.pop(uid, None)
         if old is None:
             return

@@ -1,10 +1,10 @@
 """Kopf wiring: handlers only translate Kopf's world into calls on the Runtime.
 
-Kopf runs: the RemediationPolicy and Remediation watches, Node events, peering (one
-active replica), the liveness endpoint. Pods get NO Kopf handler at all: the lean
-watcher (unstick.kube.podwatch) feeds the controller, started by `on.startup` as a
-background task. Every handler here is `on.event`, which keeps no state on the objects
-and writes nothing to them.
+Kopf runs: the RemediationPolicy and Remediation watches, peering (one active replica),
+the liveness endpoint. Pods, Nodes and CSINodes get NO Kopf handler at all: the lean
+watchers (unstick.kube.podwatch, unstick.kube.objectwatch) feed the controller, started
+by `on.startup` as a background task. Every handler here is `on.event`, which keeps no
+state on the objects and writes nothing to them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ class State:
     task: asyncio.Task[None] | None = None
     gate_task: asyncio.Task[None] | None = None
     agent_marks: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    node_marks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per handler)
@@ -135,32 +134,15 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             return
         if type == "DELETED":
             state.agent_marks.pop(uid, None)
+            state.runtime.remediation_changed(uid, None)
             return
+        state.runtime.remediation_changed(uid, body)
         status = body.get("status") or {}
         mark = ((status.get("probe") or {}).get("probedAt"), status.get("nodeStepsDoneAt"))
         if state.agent_marks.get(uid) != mark:
             state.agent_marks[uid] = mark
             if any(mark):
                 state.runtime.poke(uid)
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(type: str, body: Any, name: str, memo: Any, **_: Any) -> None:
-        state: State = memo.state
-        if state.runtime is None:
-            return
-        if type == "DELETED":
-            state.node_marks.pop(name, None)
-            state.runtime.poke_node(name)
-            return
-        conditions = (body.get("status") or {}).get("conditions") or []
-        ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
-        taints = tuple(
-            sorted(t.get("key", "") for t in (body.get("spec") or {}).get("taints") or [])
-        )
-        mark = (ready, taints)
-        if state.node_marks.get(name) != mark:
-            state.node_marks[name] = mark
-            state.runtime.poke_node(name)
 
     return registry
 
@@ -195,3 +177,6 @@ def configure(settings: kopf.OperatorSettings, verbose: bool) -> None:
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.INFO)
+        # "Handler ... succeeded" for every Node/Remediation event: thousands of lines in a
+        # burst, and threads queueing on the log handler's lock. Failures still show.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)

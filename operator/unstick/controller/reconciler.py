@@ -1,4 +1,4 @@
-"""Reconcile ONE stuck pod: fetch inputs, diagnose, plan, record, act (at most one act).
+"""Reconcile ONE stuck pod: decide (from memory), record, act (at most one act).
 
 Blocking code, run in a worker thread per pod. `reconcile()` returns when to look at the
 pod again (epoch seconds) or None when nothing more is expected. Every change of state
@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from unstick.controller import metrics, records
-from unstick.controller.inputs import build_bundle, fetch_pod, rfc3339
+from unstick.controller.detector import Detector
+from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
 from unstick.controller.nodeside import (
     RATE_LIMITED,
     Decision,
@@ -29,16 +31,15 @@ from unstick.controller.nodeside import (
     ReconcileSettings,
     status_summary,
 )
-from unstick.controller.policies import BUILTIN, NamespaceLabels, Policy, PolicyBook, opt_in
+from unstick.controller.policies import Policy
 from unstick.controller.ratelimit import ActionBudget
+from unstick.controller.records import EventQueue
 from unstick.core import safety
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan as make_plan
-from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import TerminatingPod
+from unstick.kube.podwatch import TerminatingPod, pod_json
 
 log = logging.getLogger("unstick.decisions")
 
@@ -46,71 +47,57 @@ RECHECK_AFTER_CONFLICT_S = 1.0
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
 
 
+@dataclass(frozen=True, slots=True)
+class ActionInputs:
+    """What a pass uses besides the API: the Remediation index, Events, fresh reads."""
+
+    has_remediation: Callable[[str], bool]  # a Remediation for this pod uid is known
+    events: EventQueue  # Events are posted off the action path
+    fresh: NodeInputs  # Node (shared GET, <= 1 s old) and CSINode for the re-check
+
+
 class Reconciler(NodeSide):
     def __init__(
         self,
         kube: Kube,
-        policies: PolicyBook,
-        namespaces: NamespaceLabels,
+        detector: Detector,
         settings: ReconcileSettings,
         clock: Callable[[], float],
+        inputs: ActionInputs,
     ) -> None:
         self.kube = kube
-        self.policies = policies
-        self.namespaces = namespaces
+        self.detector = detector
         self.settings = settings
         self.clock = clock
+        self.inputs = inputs
         self.budgets: dict[str, ActionBudget] = {}  # one per policy: its own rate limits
         self.budget_lock = threading.Lock()
-        self.stuck = metrics.StuckPods()
-
-    # -- decisions --------------------------------------------------------------------
-
-    def decide(self, pod: JSON, probe: Any, now: float) -> Decision:
-        meta = pod.get("metadata") or {}
-        choice = opt_in(
-            (meta.get("annotations") or {}).get("unstick.dev/remediate"),
-            self.namespaces.get(meta.get("namespace") or ""),
-        )
-        policy, problem = self.policies.lookup(choice.policy_name)
-        opted_in, why = choice.opted_in, choice.why
-        if policy is None:
-            policy, opted_in = BUILTIN, False
-            why = f"{why}; observe only: {problem}" if choice.opted_in else why
-        diagnosis = diagnose(
-            parse_bundle(build_bundle(self.kube, pod, probe, now)), policy.diagnosis_settings
-        )
-        planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
-        return Decision(
-            diagnosis, tuple(planned.steps), tuple(planned.refused), policy, opted_in, why
-        )
+        # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
+        # Lets `resolve` write without reading it again.
+        self.known: dict[str, tuple[str, str, str]] = {}
 
     # -- one pass ---------------------------------------------------------------------
 
     def reconcile(self, record: TerminatingPod) -> float | None:
+        """One pass, decided from memory (the watcher's record, the caches and the
+        Remediation's probe); right before an action the pod and Node are read again."""
         now = self.clock()
-        pod = fetch_pod(self.kube, record.namespace, record.name)
-        if pod is None or (pod.get("metadata") or {}).get("uid") != record.uid:
-            self.resolve(record)
-            return None
         name = records.remediation_name(record.name, record.uid)
-        rem = records.get_remediation(self.kube, record.namespace, name)
+        rem = None
+        if record.uid in self.known or self.inputs.has_remediation(record.uid):
+            rem = records.get_remediation(self.kube, record.namespace, name)
         status = (rem or {}).get("status") or {}
+        pod = pod_json(record)
         try:
-            decision = self.decide(pod, status.get("probe"), now)
+            decision = self.detector.decide(pod, status.get("probe"), now, None)
         except BundleError as exc:
             log.warning("pod=%s uid=%s cannot diagnose: %s", record.key, record.uid, exc)
-            records.post_event(
-                self.kube, pod, "UnstickCannotDiagnose", str(exc), now_rfc3339=rfc3339(now)
-            )
+            self.inputs.events.post(pod, "UnstickCannotDiagnose", str(exc), rfc3339(now))
             return now + self.settings.recheck_s
         d = decision.diagnosis
         if not d.stuck:
             return max(record.deletion_timestamp + decision.policy.slack_s, now + 1.0)
         if rem is None:
-            metrics.DETECTION_LAG.observe(
-                max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
-            )
             rem = records.create_remediation(
                 self.kube,
                 record.namespace,
@@ -120,7 +107,8 @@ class Reconciler(NodeSide):
                 dry_run=decision.policy.dry_run,
             )
             status = rem.get("status") or {}
-        self.stuck.set(record.uid, record.namespace, str(d.cause))
+        self.known[record.uid] = (record.namespace, name, status.get("phase") or "")
+        self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
         if status.get("cause") != str(d.cause):
             self._announce(pod, record, decision, now)
         return self._advance(pod, record, rem, decision, now)
@@ -135,7 +123,7 @@ class Reconciler(NodeSide):
             else ("remediating" if dec.opted_in else f"observing ({dec.why})")
         )
         message = f"stuck in Terminating: {d.cause}. {evidence}. Plan: {planned} — {mode}."
-        records.post_event(self.kube, pod, f"Stuck{d.cause}", message, now_rfc3339=rfc3339(now))
+        self.inputs.events.post(pod, f"Stuck{d.cause}", message, rfc3339(now))
         log.info(
             "pod=%s uid=%s cause=%s action=diagnose result=%s plan=%s",
             record.key,
@@ -186,12 +174,17 @@ class Reconciler(NodeSide):
     def _act_on_api(self, p: Pass, step: Any) -> float | None:
         record = p.record
         # Re-check right before acting: fresh pod, same uid, still terminating, same step.
+        # The Node comes from a GET made at most SHARED_NODE_READ_S before (shared by the
+        # pods of that node), never from a watch cache: NodeGone needs proof of absence,
+        # fenced NodeUnreachable the taint as it is now.
         pod = fetch_pod(self.kube, record.namespace, record.name)
         meta = (pod or {}).get("metadata") or {}
         if pod is None or meta.get("uid") != record.uid or not meta.get("deletionTimestamp"):
             self.resolve(record)
             return None
-        fresh = self.decide(pod, (p.rem.get("status") or {}).get("probe"), self.clock())
+        fresh = self.detector.decide(
+            pod, (p.rem.get("status") or {}).get("probe"), self.clock(), self.inputs.fresh
+        )
         fd = fresh.diagnosis
         still_planned = any(
             s.action == step.action and s.target == step.target for s in fresh.steps
@@ -281,6 +274,8 @@ class Reconciler(NodeSide):
 
     def _write(self, p: Pass, phase: str, **extra: Any) -> None:
         self._patch(p.rem, {**p.summary, "phase": phase, "actions": p.done, **extra})
+        meta = p.rem.get("metadata") or {}
+        self.known[p.record.uid] = (p.record.namespace, meta.get("name") or "", phase)
 
     def _patch(self, rem: JSON, desired: dict[str, Any]) -> None:
         """Status merge patch of only the keys whose value differs."""
@@ -293,22 +288,29 @@ class Reconciler(NodeSide):
     def resolve(self, record: TerminatingPod) -> None:
         """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
         now = self.clock()
-        self.stuck.forget(record.uid)
-        name = records.remediation_name(record.name, record.uid)
-        rem = records.get_remediation(self.kube, record.namespace, name)
-        if rem is None or (rem.get("spec") or {}).get("podUID") != record.uid:
-            return
-        status = rem.get("status") or {}
-        if status.get("phase") == "Resolved":
+        self.detector.forget(record.uid)
+        known = self.known.pop(record.uid, None)
+        if known is not None:  # written or read by this process: no need to read it again
+            namespace, name, phase = known
+            rem: JSON | None = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+        elif self.inputs.has_remediation(record.uid):
+            name = records.remediation_name(record.name, record.uid)
+            rem = records.get_remediation(self.kube, record.namespace, name)
+            if rem is None or (rem.get("spec") or {}).get("podUID") != record.uid:
+                return
+            phase = (rem.get("status") or {}).get("phase") or ""
+        else:
+            return  # never seen stuck: no Remediation
+        if phase == "Resolved" or rem is None:
             return
         # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
         metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+        rem["status"] = {}  # write all three keys: a merge patch of our own keys only
         self._patch(rem, {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None})
         log.info(
-            "pod=%s uid=%s cause=%s action=resolve result=pod-gone after %.1fs",
+            "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
             record.key,
             record.uid,
-            status.get("cause"),
             now - record.deletion_timestamp,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -115,3 +116,23 @@ def post_event(
         log.warning(
             "could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc
         )
+
+
+class EventQueue:
+    """Events posted off the action path, in a few threads of their own.
+
+    `post` returns at once; each call still posts exactly one Event. `close` waits for the
+    ones queued (bounded by the client's timeout and retries)."""
+
+    def __init__(self, kube: Kube, threads: int = 2) -> None:
+        self.kube = kube
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="events")
+
+    def post(self, pod: JSON, reason: str, message: str, now_rfc3339: str) -> None:
+        try:
+            self._pool.submit(post_event, self.kube, pod, reason, message, now_rfc3339=now_rfc3339)
+        except RuntimeError:  # shut down: the controller is stopping
+            log.warning("not posting Event %s: the controller is stopping", reason)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

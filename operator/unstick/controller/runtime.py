@@ -3,8 +3,13 @@
 - The pod watcher thread reports terminating pods; each gets a due time in the scheduler
   (deletionTimestamp + its policy's slack), so the loop wakes exactly when a pod becomes
   stuck. No periodic full scans, no per-pod API timers.
-- A reconcile runs in a worker thread (the client is blocking), at most one at a time per
-  pod and `workers` in total; it returns the next due time for that pod.
+- A due pod is first diagnosed from memory (`Detector.detect`, in a small pool of its
+  own: detection never waits behind the actions of a burst), then reconciled in a
+  worker thread (the client is blocking), at most one pass at a time per pod and
+  `workers` in total; a pass returns the next due time for that pod.
+- Lean list+watches of Nodes and CSINodes (one thread each) feed their caches and poke
+  the pods of a node whose readiness, taints or CSI drivers changed; Kopf's Remediation
+  watch feeds the index of pod uids that have a Remediation (`remediation_event`).
 - `poke(uid)` (from Kopf handlers: agent wrote a probe or finished node steps; a Node
   changed) makes a pod due now.
 """
@@ -19,22 +24,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
+from unstick.controller.detector import Detector
+from unstick.controller.inputs import NodeInputs
 from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
-from unstick.controller.reconciler import Reconciler
+from unstick.controller.reconciler import ActionInputs, Reconciler
+from unstick.controller.records import EventQueue
 from unstick.controller.scheduler import Scheduler
-from unstick.kube.client import Kube
+from unstick.kube.client import JSON, Kube
+from unstick.kube.objectwatch import ObjectWatcher
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 log = logging.getLogger(__name__)
 
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
+DEFAULT_WORKERS = 16
+DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeSettings:
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
-    workers: int = 8
+    workers: int = DEFAULT_WORKERS
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
 
@@ -54,8 +66,32 @@ class Runtime:
         self.settings = settings
         self.clock = clock
         self.namespace_labels = NamespaceLabels(self._fetch_namespace_labels)
+        self.nodes = ObjectCache(lambda name: kube.get(node_path(name)))
+        self.csi_nodes = ObjectCache(lambda name: kube.get(csi_node_path(name)))
+        self.remediations: set[str] = set()  # pod uids with a Remediation (Kopf's watch)
+        self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
+        self.events = EventQueue(kube)
+        self.detector = Detector(
+            kube,
+            policies,
+            self.namespace_labels,
+            nodes=self.nodes,
+            csi_nodes=self.csi_nodes,
+            has_remediation=self.remediations.__contains__,
+        )
         self.reconciler = Reconciler(
-            kube, policies, self.namespace_labels, settings.reconcile, clock
+            kube,
+            self.detector,
+            settings.reconcile,
+            clock,
+            ActionInputs(
+                has_remediation=self.remediations.__contains__,
+                events=self.events,
+                fresh=NodeInputs(
+                    node=FreshNodes(lambda name: kube.get(node_path(name))).get,
+                    csi_node=self.csi_nodes.get,
+                ),
+            ),
         )
         self.scheduler = Scheduler()
         self.pods: dict[str, TerminatingPod] = {}
@@ -68,9 +104,24 @@ class Runtime:
             max_workers=settings.workers, thread_name_prefix="reconcile"
         )
         self._slots = asyncio.Semaphore(settings.workers)
+        self._detect_pool = ThreadPoolExecutor(
+            max_workers=DETECT_THREADS, thread_name_prefix="detect"
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.watchers: list[PodWatcher] = []
+        self.object_watchers = [
+            ObjectWatcher(
+                kube, "/api/v1/nodes", self.nodes, self._object_from_thread, what="node watch"
+            ),
+            ObjectWatcher(
+                kube,
+                "/apis/storage.k8s.io/v1/csinodes",
+                self.csi_nodes,
+                self._object_from_thread,
+                what="csinode watch",
+            ),
+        ]
 
     def _fetch_namespace_labels(self, namespace: str) -> dict[str, str]:
         ns = self.kube.get(f"/api/v1/namespaces/{namespace}")
@@ -81,6 +132,7 @@ class Runtime:
     def pod_changed(self, uid: str, record: TerminatingPod | None) -> None:
         """From the watcher thread, via call_soon_threadsafe."""
         if record is None:
+            self.probes.pop(uid, None)
             gone = self.pods.pop(uid, None)
             self.scheduler.cancel(uid)
             if gone is not None and uid in self._running:
@@ -108,10 +160,28 @@ class Runtime:
             self.scheduler.schedule_earliest(uid, self.clock())
             self._wake.set()
 
+    def node_changed(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        """A Node or CSINode changed (loop thread): look again at its pods if it matters."""
+        if _mark(old) != _mark(new):
+            self.poke_node(name)
+
     def poke_node(self, node: str) -> None:
         for uid, record in self.pods.items():
             if record.node == node:
                 self.poke(uid)
+
+    def remediation_changed(self, uid: str, body: Any | None) -> None:
+        """From Kopf's Remediation watch: index the pod uid, keep the agent's probe."""
+        if body is None:
+            self.remediations.discard(uid)
+            self.probes.pop(uid, None)
+            return
+        self.remediations.add(uid)
+        probe = (body.get("status") or {}).get("probe")
+        if probe and uid in self.pods:
+            self.probes[uid] = probe
+        else:
+            self.probes.pop(uid, None)
 
     def policies_changed(self) -> None:
         """Slack may have changed: recompute every pod's first due time."""
@@ -124,6 +194,8 @@ class Runtime:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        for object_watcher in self.object_watchers:
+            object_watcher.start()
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(
@@ -152,13 +224,21 @@ class Runtime:
                     pass
         finally:
             self._stopping = True
-            for watcher in self.watchers:
-                await asyncio.to_thread(watcher.stop)
+            stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
+            stops += [w.stop for w in self.object_watchers]
+            for stop in stops:
+                await asyncio.to_thread(stop)
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._detect_pool.shutdown(wait=False, cancel_futures=True)
+            await asyncio.to_thread(self.events.close)
 
     def _from_thread(self, uid: str, record: TerminatingPod | None) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self.pod_changed, uid, record)
+
+    def _object_from_thread(self, name: str, old: JSON | None, new: JSON | None) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.node_changed, name, old, new)
 
     def _dispatch(self, uid: str) -> None:
         if not self.gate():
@@ -182,9 +262,15 @@ class Runtime:
 
     async def _reconcile(self, uid: str, record: TerminatingPod) -> None:
         next_due: float | None = None
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(
+                self._detect_pool, self.detector.detect, record, self.probes.get(uid), self.clock()
+            )
+        except Exception:
+            log.exception("pod=%s uid=%s detection failed", record.key, uid)
         try:
             async with self._slots:
-                loop = asyncio.get_running_loop()
                 next_due = await loop.run_in_executor(self._pool, self.reconciler.reconcile, record)
         except Exception:
             log.exception("pod=%s uid=%s reconcile failed; retrying in 10s", record.key, uid)
@@ -210,6 +296,20 @@ class Runtime:
                 await loop.run_in_executor(self._pool, self.reconciler.resolve, record)
         except Exception:
             log.exception("pod=%s uid=%s could not mark Resolved", record.key, record.uid)
+
+
+def _mark(obj: JSON | None) -> tuple[Any, ...]:
+    """What of a Node/CSINode can change a diagnosis: existence, Ready, taints, drivers."""
+    if obj is None:
+        return ("absent",)
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ready = next(
+        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+        None,
+    )
+    taints = sorted((t.get("key", ""), t.get("effect", "")) for t in spec.get("taints") or [])
+    drivers = sorted(str((d or {}).get("name")) for d in spec.get("drivers") or [])
+    return (ready, tuple(taints), tuple(drivers))
 
 
 def _policy_name(annotation: str | None) -> str:

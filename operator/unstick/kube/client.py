@@ -28,6 +28,12 @@ from unstick import __version__
 log = logging.getLogger(__name__)
 
 USER_AGENT = f"unstick-controller/{__version__}"
+# HTTP connections kept open to the API server. The kubernetes client's default is
+# 5 x CPUs (10 on 2 cores): fewer than the threads using it (workers, detection, Events,
+# pod watchers), so urllib3 would discard connections ("Connection pool is full") and
+# open a new TLS connection for each request.
+POOL_SIZE = 64
+POOL_EXTRA = 16  # threads besides the workers that may hold a connection
 JSON = dict[str, Any]
 
 
@@ -38,6 +44,7 @@ class ClientSettings:
     timeout_s: float = 30.0
     retry_attempts: int = 6
     retry_max_wait_s: float = 30.0
+    pool_size: int = POOL_SIZE
 
 
 def load_configuration(kubeconfig: str | None) -> kubernetes.client.Configuration:
@@ -97,6 +104,7 @@ class Kube:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self.configuration = load_configuration(settings.kubeconfig)
+        self.configuration.connection_pool_maxsize = settings.pool_size
         self.api = kubernetes.client.ApiClient(self.configuration)
         self.api.user_agent = settings.user_agent
         self._retrying = tenacity.Retrying(

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -32,6 +32,8 @@ from unstick.kube.listwatch import list_watch, watch_lines
 log = logging.getLogger(__name__)
 
 REMEDIATE_ANNOTATION = "unstick.dev/remediate"
+# Not kept in the record: large and never read by the diagnosis.
+BULKY_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,11 @@ class TerminatingPod:
     finalizers: tuple[str, ...]
     remediate: str | None  # value of the unstick.dev/remediate annotation
     containers_running: bool
+    # What the diagnosis reads of the pod besides the above, so a stuck pod can be
+    # diagnosed from memory the moment it becomes stuck (see `pod_json`):
+    annotations: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[tuple[str, str | None, str | None], ...] = ()  # name, claim, CSI driver
+    containers: tuple[tuple[str, str, bool], ...] = ()  # name, state, init
 
     @property
     def key(self) -> str:
@@ -78,6 +85,7 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
     statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
     running = any("running" in ((cs or {}).get("state") or {}) for cs in statuses)
     grace = meta.get("deletionGracePeriodSeconds")
+    annotations = meta.get("annotations") or {}
     return TerminatingPod(
         namespace=meta.get("namespace") or "",
         name=meta.get("name") or "",
@@ -86,9 +94,76 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         deletion_timestamp=deletion,
         deletion_grace_period_s=grace if isinstance(grace, int) else None,
         finalizers=tuple(meta.get("finalizers") or ()),
-        remediate=(meta.get("annotations") or {}).get(REMEDIATE_ANNOTATION),
+        remediate=annotations.get(REMEDIATE_ANNOTATION),
         containers_running=running,
+        annotations=tuple(
+            sorted(
+                (str(k), str(v))
+                for k, v in annotations.items()
+                if k not in BULKY_ANNOTATIONS and isinstance(v, str)
+            )
+        ),
+        volumes=_volumes(pod),
+        containers=_containers(status),
     )
+
+
+def _volumes(pod: JSON) -> tuple[tuple[str, str | None, str | None], ...]:
+    out = []
+    for vol in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(vol, dict) or not isinstance(vol.get("name"), str):
+            continue
+        claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+        driver = (vol.get("csi") or {}).get("driver")
+        out.append((vol["name"], claim, driver))
+    return tuple(out)
+
+
+def _containers(status: JSON) -> tuple[tuple[str, str, bool], ...]:
+    out = []
+    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+        for cs in status.get(key) or []:
+            if not isinstance(cs, dict) or not isinstance(cs.get("name"), str):
+                continue
+            state = cs.get("state") or {}
+            known = [k for k in ("running", "waiting", "terminated") if k in state]
+            out.append((cs["name"], known[0] if known else "", init))
+    return tuple(out)
+
+
+def pod_json(record: TerminatingPod) -> JSON:
+    """The pod as the diagnosis reads it, rebuilt from the record (no API call)."""
+    volumes: list[JSON] = []
+    for name, claim, driver in record.volumes:
+        vol: JSON = {"name": name}
+        if claim:
+            vol["persistentVolumeClaim"] = {"claimName": claim}
+        if driver:
+            vol["csi"] = {"driver": driver}
+        volumes.append(vol)
+    statuses: dict[str, list[JSON]] = {"initContainerStatuses": [], "containerStatuses": []}
+    for name, state, init in record.containers:
+        key = "initContainerStatuses" if init else "containerStatuses"
+        statuses[key].append({"name": name, "state": {state: {}} if state else {}})
+    meta: JSON = {
+        "namespace": record.namespace,
+        "name": record.name,
+        "uid": record.uid,
+        "deletionTimestamp": datetime.fromtimestamp(record.deletion_timestamp, UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        ),
+        "finalizers": list(record.finalizers),
+        "annotations": dict(record.annotations),
+    }
+    if record.deletion_grace_period_s is not None:
+        meta["deletionGracePeriodSeconds"] = record.deletion_grace_period_s
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": record.node, "volumes": volumes},
+        "status": statuses,
+    }
 
 
 OnChange = Callable[[str, "TerminatingPod | None"], None]

@@ -1,0 +1,125 @@
+"""Nodes and CSINodes in memory, fed by watches, so a stuck pod is diagnosed at once.
+
+- `ObjectCache`: cluster-scoped objects by name, kept by a lean list+watch
+  (`unstick.kube.objectwatch`: a relist replaces everything, so deletions missed while
+  the watch was down are not kept as live objects). A name the watch has not delivered
+  (yet) is fetched once with a GET and remembered, absence included; a watch event always
+  wins over such a GET (a GET answered after an event is dropped). Only what the
+  diagnosis can use is kept (no managedFields, no node image list).
+- `FreshNodes`: the Node read right before an action (DESIGN §3: every action re-checks
+  its preconditions right before acting). One GET serves every pod of the same node for
+  `max_age_s` (1 s): concurrent callers for one node wait for the GET in flight instead
+  of making their own.
+
+Both are thread-safe: read from the detection and worker threads, written from Kopf's
+event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from urllib.parse import quote
+
+from unstick.kube.client import JSON
+from unstick.kube.objectwatch import trimmed
+
+SHARED_NODE_READ_S = 1.0  # a Node GET is shared by the pods of that node for this long
+
+
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{quote(name, safe='')}"
+
+
+def csi_node_path(name: str) -> str:
+    return f"/apis/storage.k8s.io/v1/csinodes/{quote(name, safe='')}"
+
+
+class ObjectCache:
+    """name → object (or None: known absent), from watch events; a GET on a miss."""
+
+    def __init__(self, fetch: Callable[[str], JSON | None]) -> None:
+        self._fetch = fetch
+        self._lock = threading.Lock()
+        self._objects: dict[str, JSON | None] = {}
+        self._events = 0  # bumped by every watch event: a GET older than one is dropped
+
+    def put(self, name: str, obj: JSON) -> None:
+        with self._lock:
+            self._objects[name] = obj
+            self._events += 1
+
+    def replace(self, objects: dict[str, JSON]) -> dict[str, JSON | None]:
+        """After a complete LIST: exactly these exist, every other name is absent."""
+        with self._lock:
+            old = self._objects
+            self._objects = {**dict.fromkeys(old), **objects}
+            self._events += 1
+        return old
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self._objects[name] = None
+            self._events += 1
+
+    def get(self, name: str) -> JSON | None:
+        with self._lock:
+            if name in self._objects:
+                return self._objects[name]
+            seen = self._events
+        obj = self._fetch(name)
+        with self._lock:
+            if name in self._objects:  # a watch event came meanwhile: it is newer
+                return self._objects[name]
+            if self._events == seen:
+                self._objects[name] = trimmed(obj) if obj is not None else None
+        return obj
+
+    def peek(self, name: str) -> JSON | None:
+        """What the cache holds (None: absent or unknown); never fetches."""
+        with self._lock:
+            return self._objects.get(name)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+
+class FreshNodes:
+    """Node GETs right before acting, one per node per `max_age_s`, shared."""
+
+    def __init__(
+        self,
+        fetch: Callable[[str], JSON | None],
+        max_age_s: float = SHARED_NODE_READ_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._reads: dict[str, tuple[float, JSON | None]] = {}
+
+    def get(self, name: str) -> JSON | None:
+        """The Node as the API server returned it at most `max_age_s` ago (None: absent)."""
+        with self._lock:
+            node_lock = self._node_locks.setdefault(name, threading.Lock())
+        with node_lock:  # one GET in flight per node; the others wait and share it
+            with self._lock:
+                hit = self._reads.get(name)
+            if hit is not None and self.clock() - hit[0] <= self.max_age_s:
+                return hit[1]
+            started = self.clock()  # age counts from before the request was sent
+            node = self._fetch(name)
+            with self._lock:
+                self._reads[name] = (started, node)
+                self._forget_old(started)
+            return node
+
+    def _forget_old(self, now: float) -> None:
+        if len(self._reads) > 64:
+            for key in [k for k, (t, _) in self._reads.items() if now - t > self.max_age_s]:
+                del self._reads[key]
+                self._node_locks.pop(key, None)

@@ -1,0 +1,101 @@
+"""Decide about one terminating pod; detect it stuck from memory, off the action path.
+
+`Detector.decide` is the one decision: opt-in and policy, snapshot bundle, diagnosis,
+plan. `Detector.detect` runs it the moment a pod is due, from what the controller holds
+in memory (the lean watcher's pod record, watch-fed Node and CSINode caches, the probe
+from the Remediation watch), and records the diagnosis at once: the
+`unstick_detection_lag_seconds` histogram (first stuck diagnosis of a pod without a
+Remediation) and the `unstick_stuck_pods` gauge. It makes no API request (except for pods
+with PVCs: their claims and volumes are read, and for a Node or CSINode the watch has
+not delivered yet), so detection does not queue behind the API writes and actions of a
+burst: those follow in the worker pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from unstick.controller import metrics
+from unstick.controller.caches import ObjectCache
+from unstick.controller.inputs import NodeInputs, build_bundle
+from unstick.controller.nodeside import Decision
+from unstick.controller.policies import BUILTIN, NamespaceLabels, PolicyBook, opt_in
+from unstick.core.diagnosis import diagnose
+from unstick.core.planner import plan as make_plan
+from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod, pod_json
+
+log = logging.getLogger("unstick.decisions")
+
+
+class Detector:
+    def __init__(
+        self,
+        kube: Kube,
+        policies: PolicyBook,
+        namespaces: NamespaceLabels,
+        *,
+        nodes: ObjectCache,
+        csi_nodes: ObjectCache,
+        has_remediation: Callable[[str], bool],
+    ) -> None:
+        self.kube = kube
+        self.policies = policies
+        self.namespaces = namespaces
+        self.cached = NodeInputs(node=nodes.get, csi_node=csi_nodes.get)
+        self.has_remediation = has_remediation
+        self.stuck = metrics.StuckPods()
+        self._detected: set[str] = set()  # uids whose detection lag was observed
+        self._lock = threading.Lock()
+
+    def decide(self, pod: JSON, probe: Any, now: float, sources: NodeInputs | None) -> Decision:
+        """Diagnose and plan `pod` with Node/CSINode from `sources` (default: the caches)."""
+        meta = pod.get("metadata") or {}
+        choice = opt_in(
+            (meta.get("annotations") or {}).get("unstick.dev/remediate"),
+            self.namespaces.get(meta.get("namespace") or ""),
+        )
+        policy, problem = self.policies.lookup(choice.policy_name)
+        opted_in, why = choice.opted_in, choice.why
+        if policy is None:
+            policy, opted_in = BUILTIN, False
+            why = f"{why}; observe only: {problem}" if choice.opted_in else why
+        bundle = build_bundle(self.kube, pod, probe, now, sources or self.cached)
+        diagnosis = diagnose(parse_bundle(bundle), policy.diagnosis_settings)
+        planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
+        return Decision(
+            diagnosis, tuple(planned.steps), tuple(planned.refused), policy, opted_in, why
+        )
+
+    def detect(self, record: TerminatingPod, probe: Any, now: float) -> None:
+        """Diagnose from memory; on a stuck diagnosis update the metrics right now."""
+        try:
+            decision = self.decide(pod_json(record), probe, now, None)
+        except BundleError:
+            return  # the worker pass reports it (Event UnstickCannotDiagnose)
+        d = decision.diagnosis
+        if not d.stuck:
+            return
+        self.stuck.set(record.uid, record.namespace, str(d.cause))
+        with self._lock:
+            first = record.uid not in self._detected
+            self._detected.add(record.uid)
+        if first and not self.has_remediation(record.uid):
+            lag = max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
+            metrics.DETECTION_LAG.observe(lag)
+            log.info(
+                "pod=%s uid=%s cause=%s action=detect result=stuck detection_lag=%.3fs",
+                record.key,
+                record.uid,
+                d.cause,
+                lag,
+            )
+
+    def forget(self, uid: str) -> None:
+        self.stuck.forget(uid)
+        with self._lock:
+            self._detected.discard(uid)
