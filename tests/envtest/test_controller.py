@@ -294,14 +294,14 @@ def test_rate_limit_holds_under_200_stuck_pods(
     def deletes() -> list[dict[str, Any]]:
         return [e for e in controller_pod_writes(controller.cp, namespace) if e["verb"] == "delete"]
 
-    await_(lambda: len(deletes()) >= 13, 120, "budget to refill and more deletes to happen")
+    await_(lambda: len(deletes()) >= 11, 150, "the window to move on and more deletes to happen")
     times = sorted(_ts(e) for e in deletes())
-    # Budget: 10 at once, then one per 6 s. In any window of length w at most 10 + w/6 (+1
-    # for bucket/clock granularity) deletes.
+    # Budget: 10 per minute, a sliding window: no 60 s window holds more than 10 deletes
+    # (the 11th comes only once the first has left the window). The audit log times a
+    # request's completion, the budget its decision: 1 s of slack for that.
     for i, start in enumerate(times):
-        for j in range(i, len(times)):
-            window = times[j] - start
-            assert j - i + 1 <= 10 + window / 6.0 + 1, (i, j, window)
+        in_window = [t for t in times[i:] if t - start < 59.0]
+        assert len(in_window) <= 10, (start, in_window)
     waiting = [p for p in pods if objects.read_pod(namespace, p["name"]) is not None]
     assert len(waiting) >= 150  # the rest wait for budget; none is dropped:
     assert all(objects.remediation(namespace, p) is not None for p in waiting[:20])

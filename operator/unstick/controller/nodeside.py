@@ -134,9 +134,10 @@ class NodeSide:
                     ",".join(s["action"] for s in steps),
                 )
                 return p.now + self.settings.recheck_s
-        wait = 0.0
-        for _ in steps:
-            wait = max(wait, self._take_budget(p.dec.policy, p.record.node, p.now))
+        # The batch of node steps for one pod is one remediation handed to the agent and
+        # takes one action of the budget: counted per step, a plan longer than
+        # nodePerMinute (a CSI volume plus the projected token volume makes 8) never ran.
+        wait = self._take_budget(p.dec.policy, p.record.node, p.now)
         if wait > 0:
             self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait

@@ -1,74 +1,59 @@
-"""Action budgets (DESIGN §3 invariant 6): token buckets, cluster-wide and per node. Pure.
+"""Action budgets (DESIGN §3 invariant 6): cluster-wide and per node, actions per minute.
+Pure.
 
-A bucket holds up to `per_minute` tokens and refills continuously at per_minute/60 per
-second. An action takes one token from the cluster bucket AND one from its node's bucket,
-or none at all; when over budget the caller learns how long to wait and retries then — a
-step over budget waits, it is never dropped.
+A sliding window: an action is granted only if fewer than the limit were granted in the
+last 60 s — cluster-wide AND on its node — so no 60 s window ever holds more than the
+limit (a token bucket would let a full burst plus a full refill through in one minute).
+The windows are shared by every policy: the cluster-wide budget is really cluster-wide;
+each request is checked against the limits of the policy it acts for. When over budget
+the caller learns how long to wait and retries then — a step waits, it is never dropped.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+
+WINDOW_S = 60.0
 
 
 @dataclass
-class TokenBucket:
-    per_minute: int
-    tokens: float = -1.0
-    stamp: float | None = None
+class SlidingWindow:
+    granted: deque[float] = field(default_factory=deque)  # grant times, oldest first
 
-    def __post_init__(self) -> None:
-        if self.tokens < 0:
-            self.tokens = float(self.per_minute)
+    def _expire(self, now: float) -> None:
+        while self.granted and self.granted[0] <= now - WINDOW_S:
+            self.granted.popleft()
 
-    def _refill(self, now: float) -> None:
-        if self.stamp is not None and now > self.stamp:
-            rate = self.per_minute / 60.0
-            self.tokens = min(float(self.per_minute), self.tokens + (now - self.stamp) * rate)
-        if self.stamp is None or now > self.stamp:
-            self.stamp = now
-
-    def wait_s(self, now: float) -> float:
-        """Seconds until one token is available (0 when one is available now)."""
-        self._refill(now)
-        if self.tokens >= 1.0:
+    def wait_s(self, now: float, limit: int) -> float:
+        """Seconds until one more grant fits under `limit` (0 when it fits now)."""
+        self._expire(now)
+        if len(self.granted) < limit:
             return 0.0
-        return (1.0 - self.tokens) * 60.0 / self.per_minute
+        return max(self.granted[len(self.granted) - limit] + WINDOW_S - now, 1e-3)
 
-    def take(self, now: float) -> None:
-        self._refill(now)
-        self.tokens -= 1.0
+    def add(self, now: float) -> None:
+        self.granted.append(now)
 
 
 @dataclass
 class ActionBudget:
-    cluster_per_minute: int
-    node_per_minute: int
-    cluster: TokenBucket = field(init=False)
-    nodes: dict[str, TokenBucket] = field(default_factory=dict)
+    cluster: SlidingWindow = field(default_factory=SlidingWindow)
+    nodes: dict[str, SlidingWindow] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.cluster = TokenBucket(self.cluster_per_minute)
-
-    def reconfigure(self, cluster_per_minute: int, node_per_minute: int) -> None:
-        """New limits from the policy; current fill levels are capped to the new sizes."""
-        if cluster_per_minute != self.cluster_per_minute:
-            self.cluster_per_minute = cluster_per_minute
-            self.cluster = TokenBucket(
-                cluster_per_minute, min(self.cluster.tokens, cluster_per_minute), self.cluster.stamp
-            )
-        if node_per_minute != self.node_per_minute:
-            self.node_per_minute = node_per_minute
-            self.nodes.clear()
-
-    def try_acquire(self, node: str, now: float) -> float:
+    def try_acquire(
+        self, node: str, now: float, cluster_per_minute: int, node_per_minute: int
+    ) -> float:
         """Take one action's budget; 0.0 when granted, else the seconds to wait."""
-        bucket = self.nodes.get(node)
-        if bucket is None:
-            bucket = self.nodes[node] = TokenBucket(self.node_per_minute)
-        wait = max(self.cluster.wait_s(now), bucket.wait_s(now))
+        window = self.nodes.setdefault(node, SlidingWindow())
+        wait = max(
+            self.cluster.wait_s(now, cluster_per_minute), window.wait_s(now, node_per_minute)
+        )
         if wait > 0:
             return wait
-        self.cluster.take(now)
-        bucket.take(now)
+        self.cluster.add(now)
+        window.add(now)
+        if len(self.nodes) > 64:  # forget nodes with nothing in their window
+            for name in [n for n, w in self.nodes.items() if n != node and not w.granted]:
+                del self.nodes[name]
         return 0.0

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from unstick.controller import metrics, records
 from unstick.controller.detector import Detector
 from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
@@ -70,7 +72,7 @@ class Reconciler(NodeSide):
         self.settings = settings
         self.clock = clock
         self.inputs = inputs
-        self.budgets: dict[str, ActionBudget] = {}  # one per policy: its own rate limits
+        self.budget = ActionBudget()  # shared by all policies, each checked at its limits
         self.budget_lock = threading.Lock()
         # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
         # Lets `resolve` write without reading it again.
@@ -243,13 +245,9 @@ class Reconciler(NodeSide):
 
     def _take_budget(self, policy: Policy, node: str, now: float) -> float:
         with self.budget_lock:
-            budget = self.budgets.get(policy.name)
-            if budget is None:
-                budget = self.budgets[policy.name] = ActionBudget(
-                    policy.cluster_per_minute, policy.node_per_minute
-                )
-            budget.reconfigure(policy.cluster_per_minute, policy.node_per_minute)
-            return budget.try_acquire(node or "(none)", now)
+            return self.budget.try_acquire(
+                node or "(none)", now, policy.cluster_per_minute, policy.node_per_minute
+            )
 
     def _count_once(
         self,
@@ -306,7 +304,12 @@ class Reconciler(NodeSide):
         # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
         metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
         rem["status"] = {}  # write all three keys: a merge patch of our own keys only
-        self._patch(rem, {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None})
+        try:
+            self._patch(rem, {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return  # someone deleted the Remediation meanwhile: nothing to mark
         log.info(
             "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
             record.key,
