@@ -16,6 +16,8 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
     ("args", "field", "message"),
     [
         (("--set", "controller.replicas=two"), "/controller/replicas", "want integer"),
+        # Two replicas of equal peering priority would both pause: refused at install.
+        (("--set", "controller.replicas=2"), "/controller/replicas", "maximum"),
         (("--set-string", "policy.dryRun=false"), "/policy/dryRun", "want boolean"),
         (("--set", "controller.replica=1"), "/controller", "additional properties 'replica'"),
         (("--set", "imagee.tag=1"), "at ''", "additional properties 'imagee'"),

@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from unstick.controller.records import remediation_name
 from unstick.devcluster import ControlPlane
 from unstick.devcluster.process import free_port, wait_until
 
@@ -241,7 +242,7 @@ class Objects:
             raise
 
     def remediation(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
-        name = f"{pod['name'][:53]}-{pod['uid'][:8]}"
+        name = remediation_name(pod["name"], pod["uid"])
         try:
             return self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, "remediations", name

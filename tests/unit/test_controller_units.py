@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from unstick.controller.policies import PolicyBook, opt_in
 from unstick.controller.ratelimit import ActionBudget
+from unstick.controller.records import remediation_name
 from unstick.controller.scheduler import Scheduler
 from unstick.kube.podwatch import terminating_record
 
@@ -118,6 +119,15 @@ def test_opt_in_rules() -> None:
     assert opt_in("strict", {}).policy_name == "strict"
     assert not opt_in("false", {"unstick.dev/remediate": "true"}).opted_in
     assert not opt_in(None, {}).opted_in
+    # Exact values only, as `unstick diagnose` reads them: "TRUE" names a (missing) policy.
+    assert opt_in("TRUE", {}).policy_name == "TRUE"
+    assert not opt_in(None, {"unstick.dev/remediate": "True"}).opted_in
+
+
+def test_remediation_names_are_valid_object_names() -> None:
+    name = remediation_name("a" * 52 + ".b" + "c" * 10, "0123456789abcdef")
+    assert name == "a" * 52 + "-01234567"
+    assert remediation_name("web-0", "0123456789") == "web-0-01234567"
 
 
 def test_invalid_policy_is_kept_as_error_naming_the_field() -> None:

@@ -21,6 +21,8 @@ from unstick.core.vocabulary import NODE_ACTIONS, Action
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, parse_time
 
+_NODE_ACTION_NAMES = frozenset(str(a) for a in NODE_ACTIONS)
+_RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
 log = logging.getLogger("unstick.decisions")
 
 AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
@@ -112,7 +114,8 @@ class NodeSide:
             return self._wait_for_probe(p)
         if requested and spec.get("nodeSteps") == steps and not finished:
             self._write(p, "Remediating")
-            return parse_time(requested) + p.dec.policy.probe_max_age_s * 2
+            # Never a time already past: that would re-run this pass back to back.
+            return max(parse_time(requested) + p.dec.policy.probe_max_age_s * 2, p.now + 1.0)
         if finished:
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
             if not probed or parse_time(probed) < parse_time(done_at):
@@ -170,12 +173,15 @@ class NodeSide:
         if not (requested and done_at and parse_time(done_at) >= parse_time(requested)):
             return
         for item in status.get("nodeActions") or []:
+            # Text from the CR becomes metric labels: only the fixed vocabulary gets through.
+            action = item.get("action")
+            result = item.get("result")
             self._count_once(
                 p,
-                item.get("action"),
-                item.get("target", ""),
-                item.get("result", "failed"),
-                item.get("message", ""),
+                action if action in _NODE_ACTION_NAMES else "unknown",
+                str(item.get("target", "")),
+                result if result in _RESULTS else "failed",
+                str(item.get("message", "")),
                 by="agent",
                 cause=status.get("cause"),  # the cause the steps were planned for
             )

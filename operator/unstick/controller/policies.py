@@ -74,14 +74,16 @@ class OptIn:
 
 
 def opt_in(annotation: str | None, namespace_labels: dict[str, str]) -> OptIn:
-    value = (annotation or "").strip()
-    if value.lower() == "true":
+    # Exact values, as DESIGN §4 and `unstick diagnose` read them: "TRUE" names a policy
+    # called "TRUE" (which does not exist: observed only, and the Event says why).
+    value = annotation or ""
+    if value == "true":
         return OptIn(True, DEFAULT_POLICY, "pod annotation unstick.dev/remediate=true")
-    if value.lower() == "false":
+    if value == "false":
         return OptIn(False, DEFAULT_POLICY, "pod annotation unstick.dev/remediate=false")
     if value:
         return OptIn(True, value, f"pod annotation names policy {value!r}")
-    if namespace_labels.get(OPT_IN_LABEL, "").lower() == "true":
+    if namespace_labels.get(OPT_IN_LABEL) == "true":
         return OptIn(True, DEFAULT_POLICY, "namespace label unstick.dev/remediate=true")
     return OptIn(False, DEFAULT_POLICY, "not opted in")
 

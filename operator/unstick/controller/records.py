@@ -26,7 +26,9 @@ COMPONENT = "unstick-controller"
 
 
 def remediation_name(pod_name: str, uid: str) -> str:
-    return f"{pod_name[:53]}-{uid[:8]}"
+    """`<pod name, cut to 53>-<uid[:8]>`; a cut that ends in `.` or `-` would not be a valid
+    object name (it must end alphanumeric), so those are trimmed too."""
+    return f"{pod_name[:53].rstrip('.-')}-{uid[:8]}"
 
 
 def get_remediation(kube: Kube, namespace: str, name: str) -> JSON | None:
