@@ -6,7 +6,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from unstick.controller.policies import PolicyBook, opt_in
-from unstick.controller.ratelimit import ActionBudget
 from unstick.controller.records import remediation_name
 from unstick.controller.scheduler import Scheduler
 from unstick.kube.podwatch import terminating_record
@@ -46,42 +45,6 @@ def test_scheduler_matches_last_wish_per_key(wishes: list[tuple[str, float]]) ->
     popped = s.pop_due(2000.0)
     assert sorted(popped) == sorted(last)
     assert [last[k] for k in popped] == sorted(last[k] for k in popped)
-
-
-def test_window_waits_until_the_oldest_grant_leaves_it() -> None:
-    budget = ActionBudget()
-    for t in (0.0, 10.0, 20.0):
-        assert budget.try_acquire("n1", t, cluster_per_minute=3, node_per_minute=60) == 0.0
-    assert budget.try_acquire("n1", 30.0, 3, 60) == 30.0  # the grant at 0 s leaves at 60 s
-    assert budget.try_acquire("n1", 60.0, 3, 60) == 0.0
-
-
-@given(
-    st.integers(1, 20),
-    st.integers(1, 5),
-    st.lists(st.tuples(st.floats(0, 300), st.sampled_from("xyz")), max_size=300),
-)
-def test_no_60s_window_ever_holds_more_than_the_limits(
-    cluster: int, node: int, requests: list[tuple[float, str]]
-) -> None:
-    budget = ActionBudget()
-    granted: list[tuple[float, str]] = []
-    for now, n in sorted(requests):
-        if budget.try_acquire(n, now, cluster, node) == 0.0:
-            granted.append((now, n))
-    for start, _ in granted:
-        window = [(t, n) for t, n in granted if start <= t < start + 60.0]
-        assert len(window) <= cluster
-        for name in "xyz":
-            assert sum(1 for _, n in window if n == name) <= node
-
-
-def test_policies_share_the_cluster_wide_budget() -> None:
-    """Two policies with 2/min each: still 2/min cluster-wide, not 4."""
-    budget = ActionBudget()
-    assert budget.try_acquire("n1", 0.0, 2, 60) == 0.0  # policy A
-    assert budget.try_acquire("n2", 0.0, 2, 60) == 0.0  # policy B
-    assert budget.try_acquire("n3", 0.0, 2, 60) == 60.0
 
 
 def _pod(**meta: object) -> dict[str, object]:

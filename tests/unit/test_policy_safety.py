@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
+from unstick.core.ratelimit import ActionBudget
 from unstick.core.safety import (
-    RateLimiter,
     finalizer_allowed,
     force_delete_safe,
     fresh_probe,
@@ -150,14 +150,30 @@ def test_opt_in() -> None:
     assert not opted_in({}, {key: "yes"}, "default")
 
 
-def test_rate_limiter_per_node_and_cluster() -> None:
-    r = RateLimiter(cluster_per_minute=3, node_per_minute=2)
-    assert r.acquire("a", NOW)
-    assert r.acquire("a", NOW + timedelta(seconds=1))
-    assert "node a" in r.acquire("a", NOW + timedelta(seconds=2)).reason
-    assert r.acquire("b", NOW + timedelta(seconds=3))
-    assert "cluster" in r.acquire("c", NOW + timedelta(seconds=4)).reason
-    assert r.acquire("a", NOW + timedelta(seconds=61))
+def test_rate_limits_per_node_and_cluster() -> None:
+    budget = ActionBudget()
+    assert budget.try_acquire("a", 0.0, cluster_per_minute=3, node_per_minute=2) == 0.0
+    assert budget.try_acquire("a", 1.0, 3, 2) == 0.0
+    assert budget.try_acquire("a", 2.0, 3, 2) == 58.0  # node a: full until 60 s
+    assert budget.try_acquire("b", 3.0, 3, 2) == 0.0
+    assert budget.try_acquire("c", 4.0, 3, 2) == 56.0  # cluster: full until 60 s
+    assert budget.try_acquire("a", 61.0, 3, 2) == 0.0
+
+
+def test_window_waits_until_the_oldest_grant_leaves_it() -> None:
+    budget = ActionBudget()
+    for t in (0.0, 10.0, 20.0):
+        assert budget.try_acquire("n1", t, cluster_per_minute=3, node_per_minute=60) == 0.0
+    assert budget.try_acquire("n1", 30.0, 3, 60) == 30.0  # the grant at 0 s leaves at 60 s
+    assert budget.try_acquire("n1", 60.0, 3, 60) == 0.0
+
+
+def test_policies_share_the_cluster_wide_budget() -> None:
+    """Two policies with 2/min each: still 2/min cluster-wide, not 4."""
+    budget = ActionBudget()
+    assert budget.try_acquire("n1", 0.0, 2, 60) == 0.0  # policy A
+    assert budget.try_acquire("n2", 0.0, 2, 60) == 0.0  # policy B
+    assert budget.try_acquire("n3", 0.0, 2, 60) == 60.0
 
 
 def test_restart_kubelet_at_most_hourly() -> None:

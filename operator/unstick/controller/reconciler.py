@@ -34,9 +34,9 @@ from unstick.controller.nodeside import (
     status_summary,
 )
 from unstick.controller.policies import Policy
-from unstick.controller.ratelimit import ActionBudget
 from unstick.controller.records import EventQueue
 from unstick.core import safety
+from unstick.core.ratelimit import ActionBudget
 from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 from unstick.kube import actions

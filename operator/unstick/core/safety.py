@@ -8,9 +8,8 @@ carries the reason to record as a refusal.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from unstick.core.durations import human
@@ -145,44 +144,7 @@ def opted_in(
     return refuse(f"pod has not opted in (annotation {OPT_IN} or namespace label)")
 
 
-# 6. Rate limits: cluster-wide and per node, actions per minute.
-@dataclass
-class RateLimiter:
-    """Sliding one-minute windows. Pure: the caller passes `now`."""
-
-    cluster_per_minute: int
-    node_per_minute: int
-    _cluster: deque[datetime] = field(default_factory=deque)
-    _nodes: dict[str, deque[datetime]] = field(default_factory=dict)
-
-    def _trim(self, window: deque[datetime], now: datetime) -> None:
-        while window and now - window[0] >= _MINUTE:
-            window.popleft()
-
-    def check(self, node: str | None, now: datetime) -> Verdict:
-        self._trim(self._cluster, now)
-        if len(self._cluster) >= self.cluster_per_minute:
-            return refuse(f"cluster rate limit: {self.cluster_per_minute} actions per minute")
-        if node is not None:
-            window = self._nodes.setdefault(node, deque())
-            self._trim(window, now)
-            if len(window) >= self.node_per_minute:
-                return refuse(
-                    f"rate limit of node {node}: {self.node_per_minute} actions per minute"
-                )
-        return SAFE
-
-    def record(self, node: str | None, now: datetime) -> None:
-        self._cluster.append(now)
-        if node is not None:
-            self._nodes.setdefault(node, deque()).append(now)
-
-    def acquire(self, node: str | None, now: datetime) -> Verdict:
-        """check() and, when allowed, record() in one step."""
-        verdict = self.check(node, now)
-        if verdict:
-            self.record(node, now)
-        return verdict
+# 6. Rate limits: cluster-wide and per node, actions per minute: `unstick.core.ratelimit`.
 
 
 def restart_kubelet_allowed(last_restart: datetime | None, now: datetime) -> Verdict:

@@ -1,5 +1,5 @@
 """Action budgets (DESIGN §3 invariant 6): cluster-wide and per node, actions per minute.
-Pure.
+Pure: the caller passes `now` (seconds on any clock).
 
 A sliding window: an action is granted only if fewer than the limit were granted in the
 last 60 s — cluster-wide AND on its node — so no 60 s window ever holds more than the
