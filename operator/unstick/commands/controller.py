@@ -69,9 +69,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        default=16,
+        default=32,
         metavar="N",
-        help="stuck pods reconciled at the same time (default 16); the HTTP connection "
+        help="stuck pods reconciled at the same time (default 32); the HTTP connection "
         "pool is sized to match",
     )
     p.add_argument(

@@ -39,7 +39,7 @@ from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 log = logging.getLogger(__name__)
 
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
-DEFAULT_WORKERS = 16
+DEFAULT_WORKERS = 32
 DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
 
 
