@@ -7,7 +7,6 @@ other watch error it reconnects with backoff (`unstick.kube.listwatch`).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -26,7 +25,7 @@ from unstick.agent.mounts import read_mount_table
 from unstick.agent.probe import orphaned_mounts
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import ClientSettings, Kube, remediation_path
-from unstick.kube.listwatch import list_watch, watch_lines
+from unstick.kube.listwatch import WatchStream, list_watch
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class Agent:
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
         self.last_sync = 0.0
-        self._response: Any = None
+        self._stream = WatchStream()
 
     # --- API -----------------------------------------------------------------------
 
@@ -135,35 +134,31 @@ class Agent:
 
     def _watch(self, version: str) -> str:
         query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
-        response = self.kube.watch_stream(REMEDIATIONS, query, self.loop.watch_timeout_s)
-        self._response = response
-        try:
-            for line in watch_lines(response):
-                if self.stop.is_set():
-                    break
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                self.last_sync = time.monotonic()
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._dispatch(obj, deleted=kind == "DELETED")
-        finally:
-            self._response = None
-            response.release_conn()
+        version = self._stream.follow(
+            self.kube,
+            REMEDIATIONS,
+            query,
+            timeout_s=self.loop.watch_timeout_s,
+            stop=self.stop,
+            apply=self._apply,
+        )
         self.last_sync = time.monotonic()  # a watch that timed out quietly is healthy too
+        return version
+
+    def _apply(self, event: JSON) -> str | None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+        self.last_sync = time.monotonic()
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self._dispatch(obj, deleted=kind == "DELETED")
+        version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
         return version
 
     def shutdown(self) -> None:
         """Stop the loop now: also ends a watch that is waiting for the next event."""
         self.stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.shutdown()
-            except Exception as exc:  # already closed, or an older urllib3
-                log.debug("closing the watch: %s", exc)
+        self._stream.shutdown()
 
     def run_watch(self) -> None:
         """List+watch until stopped; relist on 410, reconnect after errors (with backoff)."""

@@ -4,6 +4,7 @@ and the line splitting of a raw watch response."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -60,3 +61,44 @@ def watch_lines(response: Any) -> Iterator[bytes]:
                 yield line
     if buffer.strip():
         yield bytes(buffer)
+
+
+class WatchStream:
+    """One watch connection at a time: follows it event by event, and can be shut from
+    another thread (which ends a read waiting for the next event)."""
+
+    def __init__(self) -> None:
+        self._response: Any = None
+
+    def follow(
+        self,
+        kube: Any,
+        path: str,
+        query: dict[str, str],
+        *,
+        timeout_s: float,
+        stop: threading.Event,
+        apply: Callable[[dict[str, Any]], str | None],
+    ) -> str:
+        """Watch `path` from `query["resourceVersion"]`; `apply(event)` returns the event's
+        resourceVersion (or None). Returns the last version seen."""
+        version = query["resourceVersion"]
+        response = kube.watch_stream(path, query, timeout_s)
+        self._response = response
+        try:
+            for line in watch_lines(response):
+                if stop.is_set():
+                    break
+                version = apply(json.loads(line)) or version
+        finally:
+            self._response = None
+            response.release_conn()
+        return version
+
+    def shutdown(self) -> None:
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks a read in progress (urllib3 >= 2.3)
+            except Exception:  # already closed, or an older urllib3
+                pass

@@ -12,7 +12,6 @@ object whose stored value changed (None: absent).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 
 from unstick.kube.client import JSON, Kube
-from unstick.kube.listwatch import list_watch, watch_lines
+from unstick.kube.listwatch import WatchStream, list_watch
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class ObjectWatcher:
         self.watch_timeout_s = watch_timeout_s
         self.synced = threading.Event()
         self._stop = threading.Event()
-        self._response: Any = None
+        self._stream = WatchStream()
         self._thread = threading.Thread(target=self._run, name=what, daemon=True)
 
     def start(self) -> None:
@@ -74,12 +73,7 @@ class ObjectWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.shutdown()
-            except Exception:
-                pass
+        self._stream.shutdown()
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
@@ -103,17 +97,14 @@ class ObjectWatcher:
 
     def _watch(self, version: str) -> str:
         query = {"resourceVersion": version, "allowWatchBookmarks": "true"}
-        response = self.kube.watch_stream(self.path, query, self.watch_timeout_s)
-        self._response = response
-        try:
-            for line in watch_lines(response):
-                if self._stop.is_set():
-                    break
-                version = self._apply(json.loads(line)) or version
-        finally:
-            self._response = None
-            response.release_conn()
-        return version
+        return self._stream.follow(
+            self.kube,
+            self.path,
+            query,
+            timeout_s=self.watch_timeout_s,
+            stop=self._stop,
+            apply=self._apply,
+        )
 
     def _apply(self, event: JSON) -> str | None:
         kind = event.get("type")

@@ -16,18 +16,16 @@ loop with `call_soon_threadsafe`.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from unstick.kube.client import JSON, Kube
-from unstick.kube.listwatch import list_watch, watch_lines
+from unstick.kube.listwatch import WatchStream, list_watch
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +186,7 @@ class PodWatcher:
         self.synced = threading.Event()  # set after the first complete LIST
         self.lists = 0  # how many (re)lists were done: visible to tests and logs
         self._stop = threading.Event()
-        self._response: Any = None
+        self._stream = WatchStream()
         self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
 
     @property
@@ -201,12 +199,7 @@ class PodWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        response = self._response
-        if response is not None:
-            try:
-                response.shutdown()  # unblocks a read in progress (urllib3 >= 2.3)
-            except Exception:
-                pass
+        self._stream.shutdown()
         self._thread.join(timeout=5)
 
     # -- the loop ----------------------------------------------------------------------
@@ -244,18 +237,14 @@ class PodWatcher:
 
     def _watch(self, version: str) -> str:
         query = {"resourceVersion": version, "allowWatchBookmarks": "true"}
-        response = self.kube.watch_stream(self.path, query, self.settings.watch_timeout_s)
-        self._response = response
-        try:
-            for line in watch_lines(response):
-                if self._stop.is_set():
-                    break
-                event = json.loads(line)
-                version = self._apply(event) or version
-        finally:
-            self._response = None
-            response.release_conn()
-        return version
+        return self._stream.follow(
+            self.kube,
+            self.path,
+            query,
+            timeout_s=self.settings.watch_timeout_s,
+            stop=self._stop,
+            apply=self._apply,
+        )
 
     def _apply(self, event: JSON) -> str | None:
         kind = event.get("type")
