@@ -64,7 +64,9 @@ class Detector:
         if policy is None:
             policy, opted_in = BUILTIN, False
             why = f"{why}; observe only: {problem}" if choice.opted_in else why
-        bundle = build_bundle(self.kube, pod, probe, now, sources or self.cached)
+        bundle = build_bundle(
+            self.kube, pod, probe, now, sources or self.cached, with_attachments=False
+        )
         diagnosis = diagnose(parse_bundle(bundle), policy.diagnosis_settings)
         planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
         return Decision(

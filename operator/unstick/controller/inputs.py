@@ -45,9 +45,20 @@ class NodeInputs:
 
 
 def build_bundle(
-    kube: Kube, pod: JSON, probe: Any, now: float, sources: NodeInputs = NodeInputs()
+    kube: Kube,
+    pod: JSON,
+    probe: Any,
+    now: float,
+    sources: NodeInputs = NodeInputs(),
+    *,
+    with_attachments: bool = True,
 ) -> JSON:
-    """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation."""
+    """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation.
+
+    `with_attachments=False` leaves `volumeAttachments` empty: they are in a snapshot for the
+    people reading it, the diagnosis does not use them, and finding a pod's means a LIST
+    of every VolumeAttachment in the cluster — too dear for each decision of the controller.
+    """
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or ""
     node_name = (pod.get("spec") or {}).get("nodeName") or ""
@@ -73,7 +84,7 @@ def build_bundle(
             if pv is not None:
                 volumes.append(pv)
     attachments: list[JSON] = []
-    if volumes and node_name:
+    if with_attachments and volumes and node_name:
         pv_names = {(pv.get("metadata") or {}).get("name") for pv in volumes}
         for va in kube.list_all("/apis/storage.k8s.io/v1/volumeattachments"):
             spec = va.get("spec") or {}
