@@ -226,6 +226,8 @@ def run(settings: DemoSettings) -> int:
         ).start()  # fmt: skip
         stack.callback(controller.stop)
 
+        history = History(custom)  # before the deletes: no diagnosis goes unseen
+        stack.callback(history.stop)
         for sc in SCENARIOS:
             core.delete_namespaced_pod(sc.pod, NAMESPACE)
         core.delete_node(GONE_NODE)
@@ -237,8 +239,6 @@ def run(settings: DemoSettings) -> int:
         )
         start = time.monotonic()
         last: list[str] = []
-        history = History(custom)
-        stack.callback(history.stop)
         while True:
             rows = _rows(custom, core, node, history)
             _show(render(rows, time.monotonic() - start), settings.interactive, last)
