@@ -31,7 +31,6 @@ from bench.workload import strike as make_stuck
 from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
 from unstick.devcluster.process import Process
 
-CRDS = Path(__file__).resolve().parents[1] / "operator" / "unstick" / "crds"
 Say = Callable[[str], None]
 STARTUP_GRACE_S = 5.0
 
@@ -95,9 +94,7 @@ def _wait_ready(
 
 
 def _install(cp: ControlPlane, api: Api, slack_s: int) -> None:
-    cp.kubectl("apply", "-f", str(CRDS))
-    for crd in ("remediations.unstick.dev", "remediationpolicies.unstick.dev"):
-        cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    cp.install_crds()
     api.call("POST", "/apis/unstick.dev/v1alpha1/remediationpolicies", policy(slack_s))
 
 

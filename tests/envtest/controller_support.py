@@ -19,8 +19,6 @@ from unstick.controller.records import remediation_name
 from unstick.devcluster import ControlPlane
 from unstick.devcluster.process import free_port, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / "operator" / "unstick" / "crds"
 GROUP, VERSION = "unstick.dev", "v1alpha1"
 USER_AGENT_PREFIX = "unstick-controller/"
 ALL_ACTIONS = [
@@ -121,9 +119,7 @@ def crds_installed(cp: ControlPlane) -> Iterator[None]:
     ext = client.ApiextensionsV1Api(cp.api_client())
     names = ["remediations.unstick.dev", "remediationpolicies.unstick.dev"]
     existed = {n for n in names if _exists(lambda n=n: ext.read_custom_resource_definition(n))}
-    cp.kubectl("apply", "-f", str(CRDS))
-    for name in names:
-        cp.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    cp.install_crds()
     try:
         yield
     finally:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 from typing import Any
-
-import yaml
-from kubernetes import client
 
 from unstick.demo.scenarios import (
     ABANDONED_FINALIZER,
@@ -20,20 +16,11 @@ from unstick.demo.scenarios import (
 )
 from unstick.devcluster import node_manifest
 
-CRDS = Path(__file__).resolve().parents[1] / "crds"
 PV, PVC, HANDLE = "pv-orders", "orders", "vol-orders"
 
 
 def _ts(when: dt.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def apply_crds(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                ext.create_custom_resource_definition(doc)
 
 
 def policy() -> dict[str, Any]:

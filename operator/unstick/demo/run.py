@@ -25,7 +25,7 @@ from unstick.demo import cluster
 from unstick.demo.scenarios import AGENT_NODE, GONE_NODE, NAMESPACE, SCENARIOS
 from unstick.demo.table import Row, render
 from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
-from unstick.devcluster.process import Process, free_port, wait_until
+from unstick.devcluster.process import Process, free_port
 
 
 @dataclass(frozen=True)
@@ -276,8 +276,7 @@ def _start_cluster(
     api = cp.api_client()
     stack.callback(api.close)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    cluster.apply_crds(api)
-    wait_until(lambda: _crds_ready(custom), timeout=30, what="unstick CRDs")
+    cp.install_crds()
     custom.create_cluster_custom_object(
         "unstick.dev", "v1alpha1", "remediationpolicies", cluster.policy()
     )
@@ -285,14 +284,6 @@ def _start_cluster(
     uids = cluster.create_workload(core)
     print(f"cluster ready: kubectl --kubeconfig {cp.kubeconfig} get pods -A", flush=True)
     return core, custom, uids
-
-
-def _crds_ready(custom: Any) -> bool:
-    try:
-        custom.list_cluster_custom_object("unstick.dev", "v1alpha1", "remediationpolicies")
-    except client.ApiException:
-        return False
-    return True
 
 
 def _summary(rows: list[Row]) -> dict[str, Any]:

@@ -39,6 +39,9 @@ _AUDIT_POLICY = {
 }
 
 
+UNSTICK_CRDS = Path(__file__).resolve().parents[1] / "crds"
+
+
 def find_bin_dir() -> Path:
     """Where the control-plane binaries are: $UNSTICK_BIN_DIR, the repo's bin/, or $PATH."""
     candidates = []
@@ -279,6 +282,20 @@ class ControlPlane:
             input=input,
             env=env_with_path(self.bin_dir),
         )
+
+    def install_crds(self, directory: Path = UNSTICK_CRDS) -> list[str]:
+        """`kubectl apply` every CRD in `directory` (default: unstick's own) and wait until
+        each is Established; returns their names."""
+        names = [
+            doc["metadata"]["name"]
+            for path in sorted(directory.glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("kind") == "CustomResourceDefinition"
+        ]
+        self.kubectl("apply", "-f", str(directory))
+        for name in names:
+            self.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        return names
 
     def audit_events(self) -> Iterator[dict[str, Any]]:
         """Every audited request so far (stage ResponseComplete), oldest first."""
