@@ -45,6 +45,13 @@ def add_parser(sub: Any) -> None:
         help="port of /metrics and /healthz (default: %(default)s)",
     )
     p.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        help="address /metrics and /healthz listen on; with hostNetwork pass the node IP "
+        "(status.hostIP from the downward API) so they are not served on every interface "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--plugins-registry",
         default="",
         help="kubelet plugin registration dir (default: <kubelet-root>/plugins_registry)",
@@ -127,7 +134,11 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     agent = Agent(
-        settings, LoopSettings(kubeconfig=args.kubeconfig, metrics_port=args.metrics_port)
+        settings, LoopSettings(
+            kubeconfig=args.kubeconfig,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_address,
+        ),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.shutdown())

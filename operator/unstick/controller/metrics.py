@@ -31,6 +31,12 @@ TIME_TO_RESOLUTION = Histogram(
     "From deletionTimestamp to the pod being gone, for pods seen stuck",
     buckets=(10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
 )
+REFUSALS = Counter(
+    "unstick_refusals_total",
+    "Requests refused by the controller (forged, stale, not opted in, policy forbids, dry-run, "
+    "unsafe)",
+    ["reason"],
+)
 
 
 class StuckPods:

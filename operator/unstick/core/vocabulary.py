@@ -1,4 +1,4 @@
-"""The fixed words of DESIGN §2 and §3: causes and actions.
+"""The fixed words of DESIGN §2, §3 and §7: causes, actions, refusal reasons.
 
 Tools and tests outside the code rely on these exact strings; never rename them.
 """
@@ -46,3 +46,16 @@ API_ACTIONS: frozenset[Action] = frozenset({Action.FORCE_DELETE, Action.REMOVE_F
 
 #: Actions that change something (everything except observe).
 CHANGING_ACTIONS: frozenset[Action] = NODE_ACTIONS | API_ACTIONS
+
+
+class Refusal(StrEnum):
+    """Why a request was refused (the `reason` label of `unstick_refusals_total`, DESIGN §7).
+
+    Fixed vocabulary: text from a CR never becomes a label value."""
+
+    FORGED = "forged"  # a record that does not match the pod, the node or the request
+    STALE = "stale"  # a request or probe too old, or from the future beyond the clock skew
+    NOT_OPTED_IN = "not_opted_in"  # the pod (or its namespace) has not opted in
+    POLICY_FORBIDS = "policy_forbids"  # the policy does not permit it or does not serve the ns
+    DRY_RUN = "dry_run"  # the policy in force is in dry-run
+    UNSAFE = "unsafe"  # a safety invariant does not hold right before acting
