@@ -3,6 +3,12 @@
 `parse_policy` accepts the whole object (apiVersion/kind/metadata/spec) or just its
 `spec`, and rejects anything it does not understand with a PolicyError naming the
 field, e.g. `spec.rateLimits.nodePerMinute: must be a non-negative integer`.
+
+Which namespaces may use a policy (DESIGN §4, `RemediationPolicy.serves`): the policy
+named `default` serves every namespace; any other policy serves exactly the namespaces
+its `namespaceSelector` (a standard LabelSelector) matches — `{}` matches all — and, with
+no `namespaceSelector` at all, none: a permissive policy is usable by a pod annotation
+only once the administrator has scoped it.
 """
 
 from __future__ import annotations
@@ -36,8 +42,13 @@ SPEC_KEYS = (
     "finalizerAllowlist",
     "rateLimits",
     "lazyUnmount",
+    "namespaceSelector",
 )
 RATE_KEYS = ("clusterPerMinute", "nodePerMinute")
+SELECTOR_KEYS = ("matchLabels", "matchExpressions")
+EXPRESSION_KEYS = ("key", "operator", "values")
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+DEFAULT_POLICY = "default"
 
 
 class PolicyError(f.FieldError):
@@ -51,6 +62,37 @@ class RateLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    """One `matchExpressions` entry: In/NotIn need values, Exists/DoesNotExist none."""
+
+    key: str
+    operator: str
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return self.key in labels and labels[self.key] in self.values
+        return self.key not in labels or labels[self.key] not in self.values  # NotIn
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes LabelSelector; all terms must hold (the empty selector matches all)."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            e.matches(labels) for e in self.match_expressions
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RemediationPolicy:
     name: str = "default"
     dry_run: bool = True
@@ -61,6 +103,21 @@ class RemediationPolicy:
     finalizer_allowlist: tuple[str, ...] = ()
     rate_limits: RateLimits = field(default_factory=RateLimits)
     lazy_unmount: bool = False
+    #: Namespaces a pod annotation may use this policy from; None: none (see `serves`).
+    namespace_selector: LabelSelector | None = None
+
+    def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
+        """May a pod in `namespace` (with these labels) use this policy? `default` serves
+        every namespace; any other policy only those its namespaceSelector matches, and
+        none without a namespaceSelector. Kubernetes labels every namespace with
+        `kubernetes.io/metadata.name`; it is added here, so a selector on it works even
+        with labels read from an older cache."""
+        if self.name == DEFAULT_POLICY:
+            return True
+        if self.namespace_selector is None:
+            return False
+        labels = {**namespace_labels, "kubernetes.io/metadata.name": namespace}
+        return self.namespace_selector.matches(labels)
 
     def permits(self, action: Action) -> bool:
         """Observing is always permitted; every other action only when listed."""
@@ -146,9 +203,47 @@ def _allowlist(spec: Mapping[str, object]) -> tuple[str, ...]:
     return names
 
 
+def _requirement(raw: object, where: str) -> SelectorRequirement:
+    obj = f.as_object(raw, where)
+    _unknown_keys(obj, EXPRESSION_KEYS, where)
+    key = f.string(obj, "key", where)
+    operator = f.string(obj, "operator", where)
+    if operator not in OPERATORS:
+        raise f.FieldError(
+            f"{where}.operator", f"unknown operator {operator!r} (known: {', '.join(OPERATORS)})"
+        )
+    values = f.string_list(obj, "values", where)
+    if operator in ("In", "NotIn") and not values:
+        raise f.FieldError(f"{where}.values", f"must not be empty for operator {operator}")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise f.FieldError(f"{where}.values", f"must be empty for operator {operator}")
+    return SelectorRequirement(key, operator, frozenset(values))
+
+
+def _selector(spec: Mapping[str, object]) -> LabelSelector | None:
+    if spec.get("namespaceSelector") is None:
+        return None
+    where = "spec.namespaceSelector"
+    obj = f.as_object(spec["namespaceSelector"], where)
+    _unknown_keys(obj, SELECTOR_KEYS, where)
+    labels = f.opt_object(obj, "matchLabels", where)
+    pairs = []
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise f.FieldError(f"{where}.matchLabels.{key}", "must be a string")
+        pairs.append((key, value))
+    expressions = f.opt_list(obj, "matchExpressions", where)
+    return LabelSelector(
+        match_labels=tuple(sorted(pairs)),
+        match_expressions=tuple(
+            _requirement(raw, f"{where}.matchExpressions[{i}]") for i, raw in enumerate(expressions)
+        ),
+    )
+
+
 def _parse(obj: object) -> RemediationPolicy:
     top = f.as_object(obj, "policy")
-    name = "default"
+    name = DEFAULT_POLICY
     if "spec" in top or "kind" in top or "apiVersion" in top:
         kind = top.get("kind")
         if kind is not None and kind != KIND:
@@ -174,6 +269,7 @@ def _parse(obj: object) -> RemediationPolicy:
             node_per_minute=_count(rates, "nodePerMinute", "spec.rateLimits", 5),
         ),
         lazy_unmount=_flag(spec, "lazyUnmount", False),
+        namespace_selector=_selector(spec),
     )
 
 
