@@ -112,3 +112,67 @@ labels = st.dictionaries(st.sampled_from("abcd"), st.sampled_from(["1", "2", "3"
 def test_match_labels_is_a_subset_test(wanted: dict[str, str], have: dict[str, str]) -> None:
     fast = _policy("fast", {"matchLabels": wanted})
     assert fast.serves("ns", have) == (wanted.items() <= have.items())
+
+
+# -- the controller's decision -------------------------------------------------------
+
+
+def _detector(namespace_labels: dict[str, str]) -> Any:
+    from unstick.controller.caches import ObjectCache
+    from unstick.controller.detector import Detector
+    from unstick.controller.policies import NamespaceLabels, PolicyBook
+
+    book = PolicyBook()
+    spec = {"dryRun": False, "actions": ["force-delete"], "nodeLostAfterSeconds": 1}
+    assert book.update("default", {"spec": spec}) is None
+    assert book.update("fast", {"spec": spec}) is None  # no namespaceSelector: serves none
+    assert (
+        book.update(
+            "batch", {"spec": {**spec, "namespaceSelector": {"matchLabels": {"tier": "batch"}}}}
+        )
+        is None
+    )
+    gone = ObjectCache(lambda name: None)  # the pod's Node is gone: NodeGone
+    return Detector(
+        None,  # type: ignore[arg-type]  # no PVCs: the decision makes no API request
+        book,
+        NamespaceLabels(lambda ns: dict(namespace_labels)),
+        nodes=gone,
+        csi_nodes=gone,
+        has_remediation=lambda uid: False,
+    )
+
+
+def _refusals() -> float:
+    from unstick.controller import metrics
+
+    return metrics.REFUSALS.labels("policy_forbids")._value.get()
+
+
+def test_pod_naming_a_policy_that_does_not_serve_its_namespace_is_observed_only() -> None:
+    from tests.unit import bundles
+
+    detector = _detector({"tier": "web"})
+    now = 1795168800.0  # 10:00, deleted at 09:45
+    before = _refusals()
+    for _ in range(3):  # one pod, three passes: counted once
+        d = detector.decide(bundles.pod(namespace="team-a", opt_in="fast"), None, now, None)
+        assert str(d.diagnosis.cause) == "NodeGone"
+        assert not d.opted_in and [str(s.action) for s in d.steps] == ["observe"]
+        assert "policy 'fast' does not serve namespace 'team-a'" in d.why
+    assert _refusals() == before + 1
+    d = detector.decide(bundles.pod(namespace="team-a", opt_in="batch"), None, now, None)
+    assert not d.opted_in and "its namespaceSelector does not match" in d.why
+    # `default` serves every namespace, by annotation "true" or by its name.
+    for value in ("true", "default"):
+        d = detector.decide(bundles.pod(namespace="team-a", opt_in=value), None, now, None)
+        assert d.opted_in and [str(s.action) for s in d.steps] == ["force-delete"]
+
+
+def test_pod_naming_a_policy_that_serves_its_namespace_uses_it() -> None:
+    from tests.unit import bundles
+
+    detector = _detector({"tier": "batch"})
+    d = detector.decide(bundles.pod(namespace="team-b", opt_in="batch"), None, 1795168800.0, None)
+    assert d.opted_in and d.policy.name == "batch"
+    assert [str(s.action) for s in d.steps] == ["force-delete"]

@@ -26,6 +26,7 @@ from unstick.controller.policies import BUILTIN, NamespaceLabels, PolicyBook, op
 from unstick.core.diagnosis import diagnose
 from unstick.core.planner import plan as make_plan
 from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
 
@@ -50,24 +51,31 @@ class Detector:
         self.has_remediation = has_remediation
         self.stuck = metrics.StuckPods()
         self._detected: set[str] = set()  # uids whose detection lag was observed
+        self._refused: set[str] = set()  # uids whose policy refusal was counted
         self._lock = threading.Lock()
 
     def decide(self, pod: JSON, probe: Any, now: float, sources: NodeInputs | None) -> Decision:
         """Diagnose and plan `pod` with Node/CSINode from `sources` (default: the caches)."""
         meta = pod.get("metadata") or {}
-        choice = opt_in(
-            (meta.get("annotations") or {}).get("unstick.dev/remediate"),
-            self.namespaces.get(meta.get("namespace") or ""),
-        )
+        namespace = meta.get("namespace") or ""
+        labels = self.namespaces.get(namespace)
+        choice = opt_in((meta.get("annotations") or {}).get("unstick.dev/remediate"), labels)
         policy, problem = self.policies.lookup(choice.policy_name)
-        opted_in, why = choice.opted_in, choice.why
+        opted_in, why, refused = choice.opted_in, choice.why, False
         if policy is None:
             policy, opted_in = BUILTIN, False
             why = f"{why}; observe only: {problem}" if choice.opted_in else why
+        elif opted_in and not policy.serves(namespace, labels):
+            # A tenant naming a permissive policy its namespace may not use (DESIGN §4):
+            # none of its settings is honoured, not even its timing.
+            why = f"{why}; observe only: {policy.refusal(namespace)}"
+            policy, opted_in, refused = BUILTIN, False, True
         bundle = build_bundle(
             self.kube, pod, probe, now, sources or self.cached, with_attachments=False
         )
         diagnosis = diagnose(parse_bundle(bundle), policy.diagnosis_settings)
+        if refused and diagnosis.stuck:
+            self._count_refusal(str(meta.get("uid") or ""))
         planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
         return Decision(
             diagnosis, tuple(planned.steps), tuple(planned.refused), policy, opted_in, why
@@ -97,7 +105,16 @@ class Detector:
                 lag,
             )
 
+    def _count_refusal(self, uid: str) -> None:
+        """`unstick_refusals_total{reason="policy_forbids"}`, once per pod."""
+        with self._lock:
+            if uid in self._refused:
+                return
+            self._refused.add(uid)
+        metrics.REFUSALS.labels(str(Refusal.POLICY_FORBIDS)).inc()
+
     def forget(self, uid: str) -> None:
         self.stuck.forget(uid)
         with self._lock:
             self._detected.discard(uid)
+            self._refused.discard(uid)

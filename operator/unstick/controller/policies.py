@@ -5,15 +5,16 @@ core's `parse_policy`; an invalid one is kept as an error (status condition Vali
 and never used for an action. Opt-in (DESIGN §4): pod annotation `unstick.dev/remediate`
 = "true" (policy `default`) or a policy name; or namespace label
 `unstick.dev/remediate=true` (policy `default`). The annotation value "false" opts a pod
-out even in an opted-in namespace.
+out even in an opted-in namespace. A pod annotation naming a policy that does not serve
+the pod's namespace (its `namespaceSelector`, `Policy.serves`) is refused: observe only.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from unstick.core.diagnosis import DiagnosisSettings
@@ -45,6 +46,22 @@ class Policy:
             probe_max_age_s=self.probe_max_age_s,
         )
 
+    def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
+        """The core's rule (`RemediationPolicy.serves`); the built-in serves nobody."""
+        return self.parsed is not None and bool(self.parsed.serves(namespace, namespace_labels))
+
+    def refusal(self, namespace: str) -> str:
+        """Why a pod annotation in `namespace` may not use this policy."""
+        if getattr(self.parsed, "namespace_selector", None) is None:
+            return (
+                f"policy {self.name!r} does not serve namespace {namespace!r} "
+                "(it has no namespaceSelector)"
+            )
+        return (
+            f"policy {self.name!r} does not serve namespace {namespace!r} "
+            "(its namespaceSelector does not match)"
+        )
+
 
 #: Used for timing (slack etc.) when no policy applies; never permits an action.
 BUILTIN = Policy("(built-in)", None, True, 60.0, 300.0, 120.0, 30, 5, False)
@@ -52,7 +69,9 @@ BUILTIN = Policy("(built-in)", None, True, 60.0, 300.0, 120.0, 30, 5, False)
 
 def load_policy(name: str, obj: Any) -> Policy:
     """Validate a RemediationPolicy object; raises PolicyError(field, message)."""
-    parsed = parse_policy(obj)
+    # The name it is stored under decides what it serves (`default` serves all), never a
+    # name inside the object.
+    parsed = replace(parse_policy(obj), name=name)
     return Policy(
         name=name,
         parsed=parsed,
