@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
 from unstick.core.ratelimit import ActionBudget
@@ -176,7 +178,81 @@ def test_policies_share_the_cluster_wide_budget() -> None:
     assert budget.try_acquire("n3", 0.0, 2, 60) == 60.0
 
 
+def test_a_permissive_policy_gets_nothing_after_a_strict_one_used_the_window() -> None:
+    """The finding: after the default policy's 5/node/min were used, a pod naming a
+    1000/min policy got 5 more at once. The strictest limit in the window holds."""
+    budget = ActionBudget(cluster_cap=10_000, node_cap=10_000)
+    for t in range(5):
+        assert budget.try_acquire("n1", float(t), 30, 5) == 0.0
+    assert budget.try_acquire("n1", 5.0, 1000, 1000) == 55.0  # the first grant leaves at 60
+    assert budget.try_acquire("n2", 5.0, 1000, 1000) == 0.0  # another node: its own window
+    assert budget.try_acquire("n1", 60.0, 1000, 1000) == 0.0
+
+
+def test_a_strict_request_is_held_to_its_own_limit_after_permissive_grants() -> None:
+    budget = ActionBudget(cluster_cap=10_000, node_cap=10_000)
+    for t in range(3):
+        assert budget.try_acquire(f"n{t}", float(t), 1000, 1000) == 0.0
+    assert budget.try_acquire("n9", 3.0, 2, 5) == 58.0  # 3 in the window >= 2
+
+
+def test_caps_hold_whatever_the_policy_says() -> None:
+    budget = ActionBudget(cluster_cap=4, node_cap=2)
+    assert budget.try_acquire("n1", 0.0, 1000, 1000) == 0.0
+    assert budget.try_acquire("n1", 1.0, 1000, 1000) == 0.0
+    assert budget.try_acquire("n1", 2.0, 1000, 1000) == 58.0  # node cap 2
+    assert budget.try_acquire("n2", 2.0, 1000, 1000) == 0.0
+    assert budget.try_acquire("n3", 3.0, 1000, 1000) == 0.0
+    assert budget.try_acquire("n4", 4.0, 1000, 1000) == 56.0  # cluster cap 4
+
+
+def test_recorded_grants_count_with_their_limits() -> None:
+    """Grants read back after a restart: in time order wherever they are recorded."""
+    budget = ActionBudget()
+    budget.record("n1", 30.0, 30, 5)
+    budget.record("n1", 10.0, 30, 2)
+    assert budget.try_acquire("n1", 40.0, 30, 5) == 30.0  # 2/node (strictest): until 70
+    assert budget.try_acquire("n1", 70.0, 30, 5) == 0.0  # the grant at 10 s has left
+
+
 def test_restart_kubelet_at_most_hourly() -> None:
     assert restart_kubelet_allowed(None, NOW)
     assert not restart_kubelet_allowed(NOW - timedelta(minutes=59), NOW)
     assert restart_kubelet_allowed(NOW - timedelta(hours=1), NOW)
+
+
+limits = st.tuples(st.integers(1, 6), st.integers(1, 4))  # (clusterPerMinute, nodePerMinute)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    caps=st.tuples(st.integers(1, 8), st.integers(1, 5)),
+    calls=st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 4), limits, st.booleans()), max_size=60
+    ),
+)
+def test_6_strictest_limit_holds_in_every_window(
+    caps: tuple[int, int], calls: list[tuple[str, int, tuple[int, int], bool]]
+) -> None:
+    """Invariant 6: for any requests from policies with any limits, with restarts in
+    between (a new budget rebuilt from the grants of the last minute, as the controller
+    does from the Remediations), no 60 s window holds more grants than the strictest limit
+    among the policies that took grants in it, nor more than the caps."""
+    budget = ActionBudget(cluster_cap=caps[0], node_cap=caps[1])
+    t = 0.0
+    granted: list[tuple[str, float, tuple[int, int]]] = []
+    for node, step, (cluster, per_node), restart in calls:
+        t += step * 9
+        if restart:
+            budget = ActionBudget(cluster_cap=caps[0], node_cap=caps[1])
+            for n, at, lim in granted:
+                if at > t - 60.0:
+                    budget.record(n, at, *lim)
+        if budget.try_acquire(node, t, cluster, per_node) == 0.0:
+            granted.append((node, t, (cluster, per_node)))
+    for _, start, _ in granted:
+        window = [g for g in granted if start <= g[1] < start + 60.0]
+        assert len(window) <= min([caps[0], *(lim[0] for _, _, lim in window)])
+        for name in "abc":
+            on_node = [g for g in window if g[0] == name]
+            assert len(on_node) <= min([caps[1], *(lim[1] for _, _, lim in on_node)])
