@@ -16,7 +16,9 @@ from typing import Any
 from unstick.controller import records
 from unstick.controller.inputs import rfc3339
 from unstick.controller.policies import Policy
+from unstick.controller.trust import ProbeRequests
 from unstick.core.diagnosis import Diagnosis
+from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 from unstick.core.vocabulary import NODE_ACTIONS, Action
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, parse_time
@@ -33,6 +35,10 @@ RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when 
 class ReconcileSettings:
     recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+    # Caps on the action budget that no policy can raise (--max-actions-per-minute,
+    # --max-node-actions-per-minute).
+    max_cluster_per_minute: int = DEFAULT_CLUSTER_CAP
+    max_node_per_minute: int = DEFAULT_NODE_CAP
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class Pass:
     now: float
     done: list[Any]  # status.actions, appended to during the pass
     summary: dict[str, Any]  # the status keys every write carries
+    probe: Any = None  # the Remediation's probe, when bound to this pod and our request
 
 
 def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
@@ -77,6 +84,12 @@ class NodeSide:
 
     kube: Kube
     settings: ReconcileSettings
+    requests: ProbeRequests
+
+    def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
+        """Write a request to the agent and remember, in memory, that we made it."""
+        records.patch_spec(self.kube, p.rem, spec)
+        self.requests.asked(p.record.uid, p.now)
 
     def _write(self, p: Pass, phase: str, **extra: Any) -> None:
         raise NotImplementedError
@@ -118,11 +131,11 @@ class NodeSide:
             return max(parse_time(requested) + p.dec.policy.probe_max_age_s * 2, p.now + 1.0)
         if finished:
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
-            if not probed or parse_time(probed) < parse_time(done_at):
+            if p.probe is None or not probed or parse_time(probed) < parse_time(done_at):
                 # Judge the node steps by a probe taken after them, never by the old one.
-                asked = spec.get("probeRequestedAt")
-                if not asked or parse_time(asked) < parse_time(done_at):
-                    records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
+                asked = self.requests.last(p.record.uid)
+                if asked is None or asked < parse_time(done_at):
+                    self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
                 self._write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
             if spec.get("nodeSteps") == steps:
@@ -144,9 +157,8 @@ class NodeSide:
         if wait > 0:
             self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait
-        records.patch_spec(
-            self.kube,
-            p.rem,
+        self._ask(
+            p,
             {
                 "nodeSteps": steps,
                 "nodeStepsRequestedAt": rfc3339(p.now),
@@ -187,12 +199,12 @@ class NodeSide:
             )
 
     def _wait_for_probe(self, p: Pass) -> float:
-        requested = (p.rem.get("spec") or {}).get("probeRequestedAt")
-        asked = parse_time(requested) if requested else None
+        # Our own request time, from memory: the record's probeRequestedAt may be anyone's.
+        asked = self.requests.last(p.record.uid)
         steps_done = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
         outdated = bool(asked is not None and steps_done and asked < parse_time(steps_done))
         if asked is None or outdated or p.now - asked >= self.settings.reprobe_s:
-            records.patch_spec(self.kube, p.rem, {"probeRequestedAt": rfc3339(p.now)})
+            self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
             asked = p.now
         deadline = asked + p.dec.policy.probe_max_age_s
         if p.now < deadline:

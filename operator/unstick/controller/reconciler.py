@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller import metrics, records
+from unstick.controller import budget, metrics, records, trust
 from unstick.controller.detector import Detector
 from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
 from unstick.controller.nodeside import (
@@ -33,12 +33,12 @@ from unstick.controller.nodeside import (
     ReconcileSettings,
     status_summary,
 )
-from unstick.controller.policies import Policy
+from unstick.controller.policies import BUILTIN, Policy
 from unstick.controller.records import EventQueue
 from unstick.core import safety
 from unstick.core.ratelimit import ActionBudget
 from unstick.core.snapshot import BundleError
-from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
@@ -72,11 +72,16 @@ class Reconciler(NodeSide):
         self.settings = settings
         self.clock = clock
         self.inputs = inputs
-        self.budget = ActionBudget()  # shared by all policies, each checked at its limits
+        # Shared by all policies; the strictest limit in a window and the caps hold.
+        self.budget = ActionBudget(
+            cluster_cap=settings.max_cluster_per_minute, node_cap=settings.max_node_per_minute
+        )
         self.budget_lock = threading.Lock()
         # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
         # Lets `resolve` write without reading it again.
         self.known: dict[str, tuple[str, str, str]] = {}
+        # When this process asked the agent about each pod (trust.ProbeRequests).
+        self.requests = trust.ProbeRequests()
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -84,14 +89,20 @@ class Reconciler(NodeSide):
         """One pass, decided from memory (the watcher's record, the caches and the
         Remediation's probe); right before an action the pod and Node are read again."""
         now = self.clock()
-        name = records.remediation_name(record.name, record.uid)
-        rem = None
-        if record.uid in self.known or self.inputs.has_remediation(record.uid):
-            rem = records.get_remediation(self.kube, record.namespace, name)
+        rem, name = self._find_record(record, now)
+        if name is None:
+            log.warning(
+                "pod=%s uid=%s every Remediation name of the pod is taken by a record that is "
+                "not the pod's (marked Refused): observing only",
+                record.key,
+                record.uid,
+            )
+            return now + self.settings.recheck_s
         status = (rem or {}).get("status") or {}
+        probe = trust.usable_probe(status.get("probe"), record, self.requests.first(record.uid))
         pod = pod_json(record)
         try:
-            decision = self.detector.decide(pod, status.get("probe"), now, None)
+            decision = self.detector.decide(pod, probe.probe, now, None)
         except BundleError as exc:
             log.warning("pod=%s uid=%s cannot diagnose: %s", record.key, record.uid, exc)
             self.inputs.events.post(pod, "UnstickCannotDiagnose", str(exc), rfc3339(now))
@@ -107,13 +118,61 @@ class Reconciler(NodeSide):
                 record.uid,
                 node=record.node,
                 dry_run=decision.policy.dry_run,
+                name=name,
             )
+            why = trust.identity_mismatch(rem, record)
+            if why is not None:  # someone else's record appeared at that name meanwhile
+                self.refuse_record(rem, why, now)
+                return now + RECHECK_AFTER_CONFLICT_S
             status = rem.get("status") or {}
         self.known[record.uid] = (record.namespace, name, status.get("phase") or "")
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
         if status.get("cause") != str(d.cause):
             self._announce(pod, record, decision, now)
-        return self._advance(pod, record, rem, decision, now)
+        return self._advance(pod, record, rem, decision, now, probe=probe)
+
+    def _find_record(self, record: TerminatingPod, now: float) -> tuple[JSON | None, str | None]:
+        """(the pod's Remediation or None, the name it has or gets); name None when every
+        name is taken by a record that is not the pod's (each is marked Refused)."""
+        names: tuple[str, ...] = records.remediation_names(record.name, record.uid)
+        known = self.known.get(record.uid)
+        if known is None and not self.inputs.has_remediation(record.uid):
+            return None, names[0]
+        if known is not None:
+            names = (known[1], *[n for n in names if n != known[1]])
+        for name in names:
+            rem = records.get_remediation(self.kube, record.namespace, name)
+            if rem is None:
+                return None, name
+            why = trust.identity_mismatch(rem, record)
+            if why is None:
+                return rem, name
+            self.refuse_record(rem, why, now)
+        return None, None
+
+    def refuse_record(self, rem: JSON, why: str, now: float) -> None:
+        """Mark a Remediation that is not the record of its pod `Refused`, saying why."""
+        status = rem.get("status") or {}
+        refusals = trust.add_refusal(
+            list(status.get("refusals") or []), "(record)", Refusal.FORGED, why, rfc3339(now)
+        )
+        if refusals is None and status.get("phase") == "Refused":
+            return
+        meta = rem.get("metadata") or {}
+        log.warning(
+            "remediation=%s/%s result=refused (forged): %s",
+            meta.get("namespace"),
+            meta.get("name"),
+            why,
+        )
+        patch: dict[str, Any] = {"phase": "Refused", "waitingFor": None}
+        if refusals is not None:
+            patch["refusals"] = refusals
+        try:
+            self._patch(rem, patch)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def _announce(self, pod: JSON, record: TerminatingPod, dec: Decision, now: float) -> None:
         d = dec.diagnosis
@@ -138,13 +197,36 @@ class Reconciler(NodeSide):
     # -- acting -----------------------------------------------------------------------
 
     def _advance(
-        self, pod: JSON, record: TerminatingPod, rem: JSON, dec: Decision, now: float
+        self,
+        pod: JSON,
+        record: TerminatingPod,
+        rem: JSON,
+        dec: Decision,
+        now: float,
+        *,
+        probe: trust.ProbeVerdict,
     ) -> float | None:
         d = dec.diagnosis
         status = rem.get("status") or {}
         p = Pass(
-            record, rem, dec, now, list(status.get("actions") or []), status_summary(record, dec)
+            record,
+            rem,
+            dec,
+            now,
+            list(status.get("actions") or []),
+            status_summary(record, dec),
+            probe.probe,
         )
+        if probe.refusal is Refusal.FORGED:  # on record; a stale one is only not used
+            refusals = trust.add_refusal(
+                list(status.get("refusals") or []),
+                "(probe)",
+                Refusal.FORGED,
+                probe.reason,
+                rfc3339(now),
+            )
+            if refusals is not None:
+                p.summary["refusals"] = refusals
         self.record_agent_results(p)
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
         if d.cause == Cause.Unknown and not d.probe_fresh and record.node:
@@ -167,10 +249,6 @@ class Reconciler(NodeSide):
         if step is None:
             self._write(p, "Remediating")
             return now + self.settings.recheck_s
-        wait = self._take_budget(dec.policy, record.node, now)
-        if wait > 0:
-            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
-            return now + wait
         return self._act_on_api(p, step)
 
     def _act_on_api(self, p: Pass, step: Any) -> float | None:
@@ -184,9 +262,7 @@ class Reconciler(NodeSide):
         if pod is None or meta.get("uid") != record.uid or not meta.get("deletionTimestamp"):
             self.resolve(record)
             return None
-        fresh = self.detector.decide(
-            pod, (p.rem.get("status") or {}).get("probe"), self.clock(), self.inputs.fresh
-        )
+        fresh = self.detector.decide(pod, p.probe, self.clock(), self.inputs.fresh)
         fd = fresh.diagnosis
         still_planned = any(
             s.action == step.action and s.target == step.target for s in fresh.steps
@@ -209,6 +285,13 @@ class Reconciler(NodeSide):
             verdict = safety.force_delete_safe(fd.cause, fd.fenced, fd.nothing_left, fd.probe_fresh)
         else:
             verdict = safety.finalizer_allowed(step.target, _allowlist(fresh))
+        if verdict:
+            # A slot of the budget only for an action carried out: a step skipped at the
+            # re-check above or refused here costs nothing.
+            wait = self._take_budget(fresh.policy, record.node, p.now)
+            if wait > 0:
+                self._write(p, "Remediating", waitingFor=RATE_LIMITED)
+                return self.clock() + wait
         if not verdict:
             outcome = actions.Outcome("refused", verdict.reason)
         elif step.action == Action.FORCE_DELETE:
@@ -249,6 +332,19 @@ class Reconciler(NodeSide):
                 node or "(none)", now, policy.cluster_per_minute, policy.node_per_minute
             )
 
+    def rebuild_budget(self, remediations: list[JSON], now: float) -> int:
+        """Put back the grants of the last minute recorded in `remediations` (a restart or
+        failover does not reset the budget; controller/budget.py); returns their count."""
+        grants = list(budget.recent_grants(remediations, now))
+        with self.budget_lock:
+            for g in grants:
+                policy, _ = self.detector.policies.lookup(g.policy) if g.policy else (None, None)
+                limits = policy or BUILTIN
+                self.budget.record(
+                    g.node, g.at, limits.cluster_per_minute, limits.node_per_minute
+                )
+        return len(grants)
+
     def _count_once(
         self,
         p: Pass,
@@ -287,14 +383,19 @@ class Reconciler(NodeSide):
         """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
         now = self.clock()
         self.detector.forget(record.uid)
+        self.requests.forget(record.uid)
         known = self.known.pop(record.uid, None)
         if known is not None:  # written or read by this process: no need to read it again
             namespace, name, phase = known
             rem: JSON | None = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
         elif self.inputs.has_remediation(record.uid):
-            name = records.remediation_name(record.name, record.uid)
-            rem = records.get_remediation(self.kube, record.namespace, name)
-            if rem is None or (rem.get("spec") or {}).get("podUID") != record.uid:
+            rem = None
+            for name in records.remediation_names(record.name, record.uid):
+                found = records.get_remediation(self.kube, record.namespace, name)
+                if found is not None and trust.identity_mismatch(found, record) is None:
+                    rem = found
+                    break
+            if rem is None:
                 return
             phase = (rem.get("status") or {}).get("phase") or ""
         else:

@@ -31,14 +31,34 @@ def remediation_name(pod_name: str, uid: str) -> str:
     return f"{pod_name[:53].rstrip('.-')}-{uid[:8]}"
 
 
+def alternate_name(pod_name: str, uid: str) -> str:
+    """Where the pod's Remediation goes when its usual name is taken by a record that is not
+    the pod's (forged, or left from elsewhere): `<pod name, cut to 200>-<full uid>`."""
+    return f"{pod_name[:200].rstrip('.-')}-{uid}"
+
+
+def remediation_names(pod_name: str, uid: str) -> tuple[str, str]:
+    """The names the pod's Remediation may have, in the order they are tried."""
+    return remediation_name(pod_name, uid), alternate_name(pod_name, uid)
+
+
 def get_remediation(kube: Kube, namespace: str, name: str) -> JSON | None:
     return kube.get(remediation_path(namespace, name))
 
 
 def create_remediation(
-    kube: Kube, namespace: str, pod_name: str, uid: str, *, node: str, dry_run: bool
+    kube: Kube,
+    namespace: str,
+    pod_name: str,
+    uid: str,
+    *,
+    node: str,
+    dry_run: bool,
+    name: str | None = None,
 ) -> JSON:
-    name = remediation_name(pod_name, uid)
+    """Create the pod's Remediation (or return the object already at that name, which the
+    caller must check is the pod's: it may not be)."""
+    name = name or remediation_name(pod_name, uid)
     body = {
         "apiVersion": API_VERSION,
         "kind": "Remediation",

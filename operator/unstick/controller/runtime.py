@@ -19,19 +19,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from unstick.controller import records
+from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
-from unstick.controller.inputs import NodeInputs
+from unstick.controller.inputs import NodeInputs, fetch_pod
 from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
 from unstick.controller.reconciler import ActionInputs, Reconciler
 from unstick.controller.records import EventQueue
 from unstick.controller.scheduler import Scheduler
+from unstick.controller.trust import FINAL_PHASES, check_record, usable_probe
 from unstick.kube.client import JSON, Kube
 from unstick.kube.objectwatch import ObjectWatcher
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
@@ -40,6 +44,8 @@ log = logging.getLogger(__name__)
 
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
 DEFAULT_WORKERS = 32
+RECORD_CHECK_DELAY_S = 30.0  # longer than the pod watch lags behind the API
+GONE_REMEMBERED = 10_000  # uids of pods seen leaving, so their records are not suspected
 DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
 
 
@@ -98,6 +104,8 @@ class Runtime:
         self._running: set[str] = set()
         self._again: set[str] = set()
         self._resolve_after: dict[str, TerminatingPod] = {}
+        self._gone: OrderedDict[str, None] = OrderedDict()  # uids seen leaving, newest last
+        self._record_checks: set[tuple[str, str]] = set()  # Remediations awaiting a check
         self._stopping = False
         self._wake = asyncio.Event()
         self._pool = ThreadPoolExecutor(
@@ -133,6 +141,9 @@ class Runtime:
         """From the watcher thread, via call_soon_threadsafe."""
         if record is None:
             self.probes.pop(uid, None)
+            self._gone[uid] = None
+            while len(self._gone) > GONE_REMEMBERED:
+                self._gone.popitem(last=False)
             gone = self.pods.pop(uid, None)
             self.scheduler.cancel(uid)
             if gone is not None and uid in self._running:
@@ -182,6 +193,50 @@ class Runtime:
             self.probes[uid] = probe
         else:
             self.probes.pop(uid, None)
+        self._maybe_check_record(uid, body)
+
+    def _maybe_check_record(self, uid: str, body: Any) -> None:
+        """A Remediation of a pod this controller does not hold as Terminating: after a
+        while (the pod watch may lag), check it is backed by a stuck pod, else mark it
+        Refused (trust.check_record) — a forged record never stays on display as real."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        phase = (body.get("status") or {}).get("phase")
+        if (
+            self._loop is None
+            or phase in FINAL_PHASES
+            or uid in self.pods
+            or uid in self.reconciler.known
+            or uid in self._gone
+            or key in self._record_checks
+            or not all(key)
+        ):
+            return
+        self._record_checks.add(key)
+        self._loop.call_later(RECORD_CHECK_DELAY_S, self._spawn_record_check, uid, key)
+
+    def _spawn_record_check(self, uid: str, key: tuple[str, str]) -> None:
+        self._spawn(self._record_check(uid, key))
+
+    async def _record_check(self, uid: str, key: tuple[str, str]) -> None:
+        try:
+            if self.gate() and uid not in self.pods and uid not in self._gone:
+                await asyncio.to_thread(self._check_record, key)
+        except Exception:
+            log.exception("remediation=%s/%s could not be checked", *key)
+        finally:
+            self._record_checks.discard(key)
+
+    def _check_record(self, key: tuple[str, str]) -> None:
+        namespace, name = key
+        rem = records.get_remediation(self.kube, namespace, name)
+        if rem is None or ((rem.get("status") or {}).get("phase")) in FINAL_PHASES:
+            return
+        pod_name = (rem.get("spec") or {}).get("podName")
+        pod = fetch_pod(self.kube, namespace, pod_name) if isinstance(pod_name, str) else None
+        why = check_record(rem, pod)
+        if why is not None:
+            self.reconciler.refuse_record(rem, why, self.clock())
 
     def policies_changed(self) -> None:
         """Slack may have changed: recompute every pod's first due time."""
@@ -209,6 +264,10 @@ class Runtime:
         log.info(
             "controller running: watching pods in %s",
             ", ".join(self.settings.namespaces) or "all namespaces",
+        )
+        # Invariant 6: the action budget survives a restart or failover (budget.py).
+        await rebuild_from_remediations(
+            self.kube, self.reconciler, self.settings.namespaces, self.clock, self.gate
         )
         try:
             while True:
@@ -264,8 +323,10 @@ class Runtime:
         next_due: float | None = None
         loop = asyncio.get_running_loop()
         try:
+            # Only a probe bound to this pod and to our own request (trust.usable_probe).
+            probe = usable_probe(self.probes.get(uid), record, self.reconciler.requests.first(uid))
             await loop.run_in_executor(
-                self._detect_pool, self.detector.detect, record, self.probes.get(uid), self.clock()
+                self._detect_pool, self.detector.detect, record, probe.probe, self.clock()
             )
         except Exception:
             log.exception("pod=%s uid=%s detection failed", record.key, uid)

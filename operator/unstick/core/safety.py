@@ -1,4 +1,4 @@
-"""The six safety invariants of DESIGN §3 as predicates.
+"""The safety invariants of DESIGN §3 as predicates.
 
 The planner uses them to build a plan, and the executors (controller, agent) call them
 again right before acting, with facts re-read at that moment: state may have changed
@@ -38,23 +38,72 @@ def refuse(reason: str) -> Verdict:
 
 
 # 1. No node action without a fresh probe of that node.
+#: How far in the future a probe or request time may lie (clocks of nodes differ a little).
+MAX_CLOCK_SKEW_S = 10.0
+
+
 def fresh_probe(
     probe_node: str | None,
     probed_at: datetime | None,
     node: str | None,
     now: datetime,
     max_age_s: float,
+    *,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
 ) -> Verdict:
+    """A probe of the pod's node, at most `max_age_s` old and at most `max_skew_s` in the
+    future (a probe from further ahead is no evidence of the node's state now)."""
     if probed_at is None or probe_node is None:
         return refuse("no probe of the node: node-side state is unknown")
     if node is None or probe_node != node:
         return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
     age = (now - probed_at).total_seconds()
-    if abs(age) > max_age_s:
-        when = f"{human(age)} old" if age > 0 else f"{human(age)} in the future"
+    if age > max_age_s:
         return refuse(
-            f"the probe of node {node} is {when} (probeMaxAge {human(max_age_s)}): "
+            f"the probe of node {node} is {human(age)} old (probeMaxAge {human(max_age_s)}): "
             "node-side state is unknown"
+        )
+    if -age > max_skew_s:
+        return refuse(
+            f"the probe of node {node} is {human(age)} in the future, more than the allowed "
+            f"clock skew ({human(max_skew_s)}): node-side state is unknown"
+        )
+    return SAFE
+
+
+# 7. No safety fact from a record someone else can write: a probe counts only if it names
+#    this pod's UID and node and was taken after this controller asked for it.
+def bound_probe(
+    probe_uid: str | None,
+    probe_node: str | None,
+    probed_at: datetime | None,
+    *,
+    pod_uid: str,
+    node: str | None,
+    requested_at: datetime | None,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> Verdict:
+    """The probe answers this controller's request about this pod on this node.
+
+    `requested_at` is the time of the first probe (or node-step) request this controller
+    itself made for the pod, from its own memory — never from the record; None: it has
+    asked nothing yet, so no probe can be an answer. A probe taken up to `max_skew_s`
+    before the request still counts (the agent's clock may be a little behind)."""
+    if not probe_uid:
+        return refuse("the probe names no pod UID: it cannot be bound to this pod")
+    if probe_uid != pod_uid:
+        return refuse(f"the probe is of pod UID {probe_uid}, not of this pod ({pod_uid})")
+    if node is None or probe_node != node:
+        return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
+    if probed_at is None:
+        return refuse("the probe has no probedAt time")
+    if requested_at is None:
+        return refuse("this controller has not asked for a probe of the pod yet")
+    early = (requested_at - probed_at).total_seconds()
+    if early > max_skew_s:
+        return refuse(
+            f"the probe was taken {human(early)} before this controller asked for it: an old "
+            "or replayed answer"
         )
     return SAFE
 
