@@ -192,9 +192,23 @@ def probe(
     root: str = ROOT,
     healthy: bool | None = True,
     uid: str = UID,
+    sight: dict[str, Any] | None = None,
+    legacy: bool = False,
 ) -> dict[str, Any]:
-    """A probe; containers are (name, state) of this pod, or None for "runtime unknown"."""
-    return {
+    """A probe; containers are (name, state) of this pod, or None for "runtime unknown".
+
+    It says what the agent could see (DESIGN §5): by default everything (`SIGHTED`, with
+    `runtime` "unanswered" when containers is None); `sight` overrides those keys (a value
+    None drops the key); `legacy` leaves them all out, like a probe of an older agent.
+    """
+    seen: dict[str, Any] = {} if legacy else {**SIGHTED, "podUID": uid}
+    if containers is None and not legacy:
+        seen["runtime"] = "unanswered"
+    for key, value in (sight or {}).items():
+        seen.pop(key, None)
+        if value is not None:
+            seen[key] = value
+    return seen | {
         "nodeName": node_name,
         "probedAt": probed_at,
         "kubeletRoot": root,
@@ -207,6 +221,15 @@ def probe(
         if containers is None
         else [{"podUID": uid, "name": n, "id": f"id-{n}", "state": s} for n, s in containers],
     }
+
+
+SIGHTED: dict[str, Any] = {
+    "podDirExists": True,
+    "podDirsSeen": 12,
+    "runtime": "cri",
+    "holderScan": "complete",
+    "blindSpots": [],
+}
 
 
 def holder(

@@ -369,6 +369,64 @@ def cases() -> dict[str, dict[str, Any]]:
         the_probe=probe(containers=None),
         expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["could not list"]),
     )
+    # Invariant 7: a probe of another pod UID is ignored; the API's running container stands.
+    c["probe-of-another-pod-ignored"] = bundle(
+        the_pod=pod(statuses=[("app", "running")]),
+        the_probe=probe(containers=[], uid=OTHER_UID),
+        expect=e(
+            "ContainersStillRunning",
+            plan=["observe"],
+            never=CHANGING,
+            evidence=[f"probe ignored: it is of pod uid {OTHER_UID}, not of this pod {UID}"],
+        ),
+    )
+    # Invariant 8: a probe that cannot prove it could see never reads as "nothing left".
+    c["unknown-blind-probe-wrong-root"] = bundle(
+        the_probe=probe(
+            containers=[], root="/var/lib/kubelt", sight={"podDirExists": False, "podDirsSeen": 0}
+        ),
+        expect=e("Unknown", plan=["observe"], never=CHANGING, evidence=["holds no pod dirs"]),
+    )
+    c["unknown-blind-probe-runtime-unanswered"] = bundle(
+        the_probe=probe(
+            containers=[],
+            sight={
+                "runtime": "unanswered",
+                "blindSpots": ["the CRI socket /run/containerd/containerd.sock did not answer"],
+            },
+        ),
+        expect=e(
+            "Unknown",
+            plan=["observe"],
+            never=CHANGING,
+            evidence=["container runtime did not answer", "containerd.sock did not answer"],
+        ),
+    )
+    c["unknown-holder-scan-incomplete"] = bundle(
+        the_pod=pod(volumes=DATA),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT)],
+            containers=[("app", "exited")],
+            sight={"holderScan": "incomplete"},
+        ),
+        expect=e(
+            "Unknown",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["unmount", "force-delete"],
+            evidence=["holder scan was incomplete"],
+        ),
+    )
+    c["unknown-older-probe-cannot-prove-nothing-left"] = bundle(
+        the_probe=probe(containers=[("app", "exited")], legacy=True),
+        expect=e(
+            "Unknown",
+            plan=["observe"],
+            never=CHANGING,
+            evidence=["does not say which pod UID"],
+        ),
+    )
     c["unknown-csi-driver-unresolvable"] = bundle(
         the_pod=pod(volumes=DATA),
         the_probe=probe(mounts=[mount_line(1200, MOUNT)], containers=[]),

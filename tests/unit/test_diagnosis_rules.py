@@ -9,7 +9,17 @@ from unstick.core.durations import human
 from unstick.core.snapshot import BundleError, parse_bundle, parse_probe
 from unstick.core.vocabulary import Cause
 
-from .bundles import UID, bundle, csi_mount_path, mount_line, node, pod, probe
+from .bundles import (
+    OTHER_UID,
+    UID,
+    bundle,
+    csi_mount_path,
+    inline_csi_volume,
+    mount_line,
+    node,
+    pod,
+    probe,
+)
 
 
 def cause(b: dict[str, object], **settings: float) -> Cause:
@@ -71,6 +81,78 @@ def test_container_of_another_pod_running_does_not_count() -> None:
     assert cause(bundle(the_probe=p)) is Cause.KubeletNotProgressing
 
 
+def test_a_probe_of_another_uid_never_overrides_the_apis_running_containers() -> None:
+    """Invariant 7: the agent probed another UID (a forged spec.podUID) and found nothing;
+    that says nothing about this pod, whose API status still shows a running container."""
+    running = pod(statuses=[("app", "running")])
+    forged = probe(containers=[], uid=OTHER_UID)
+    d = diagnose(parse_bundle(bundle(the_pod=running, the_probe=forged)))
+    assert d.cause is Cause.ContainersStillRunning
+    assert not d.probe_fresh and not d.nothing_left
+    assert any(
+        f"probe ignored: it is of pod uid {OTHER_UID}, not of this pod {UID}" in e.message
+        for e in d.evidence
+    )
+    # and with nothing running per the API: Unknown, never "nothing left"
+    assert cause(bundle(the_probe=forged)) is Cause.Unknown
+
+
+@pytest.mark.parametrize(
+    ("sight", "why"),
+    [
+        ({"podDirsSeen": 0, "podDirExists": False}, "holds no pod dirs"),
+        ({"runtime": "unanswered"}, "container runtime did not answer"),
+        ({"holderScan": "incomplete"}, "holder scan was incomplete"),
+        ({"podUID": None}, "which pod UID"),
+        ({"runtime": None}, "whether the container runtime answered"),
+        ({"holderScan": None}, "whether its holder scan was complete"),
+        ({"podDirsSeen": None}, "whether the kubelet root holds pod dirs"),
+    ],
+)
+def test_a_blind_empty_probe_is_unknown_with_what_it_could_not_see(
+    sight: dict[str, object], why: str
+) -> None:
+    d = diagnose(parse_bundle(bundle(the_probe=probe(containers=[], sight=sight))))
+    assert d.cause is Cause.Unknown and not d.nothing_left
+    assert any(why in e.message for e in d.evidence), d.evidence
+
+
+def test_a_fully_sighted_empty_probe_is_kubelet_not_progressing() -> None:
+    for sight in ({}, {"runtime": "cgroup"}, {"runtime": "cri+cgroup"}, {"podDirExists": False}):
+        d = diagnose(parse_bundle(bundle(the_probe=probe(containers=[], sight=sight))))
+        assert d.cause is Cause.KubeletNotProgressing and d.nothing_left, sight
+
+
+def test_an_older_probe_still_finds_mounts_but_never_nothing_left() -> None:
+    m = csi_mount_path("scratch")
+    held = probe(mounts=[mount_line(1, m)], containers=[], legacy=True)
+    held["holders"] = [{"mountPoint": m, "pid": 5, "comm": "sh", "via": "cwd"}]
+    assert cause(bundle(the_probe=held)) is Cause.MountBusy
+    empty = probe(containers=[], legacy=True)
+    assert cause(bundle(the_probe=empty)) is Cause.Unknown
+
+
+def test_no_listed_holder_is_not_no_holder_when_the_scan_or_runtime_was_blind() -> None:
+    m = csi_mount_path("scratch")
+    the_pod = pod(volumes=[inline_csi_volume("scratch")])
+    for sight, expected in (
+        ({}, Cause.OrphanedMount),
+        ({"holderScan": "incomplete"}, Cause.Unknown),
+        ({"runtime": "unanswered"}, Cause.Unknown),
+    ):
+        p = probe(mounts=[mount_line(1, m)], containers=[("app", "exited")], sight=sight)
+        d = diagnose(parse_bundle(bundle(the_pod=the_pod, the_probe=p)))
+        assert d.cause is expected, (sight, d.evidence)
+
+
+def test_an_unanswered_runtime_does_not_override_the_apis_running_container() -> None:
+    running = pod(statuses=[("app", "running")])
+    blind = probe(containers=[("app", "exited")], sight={"runtime": "unanswered"})
+    assert cause(bundle(the_pod=running, the_probe=blind)) is Cause.ContainersStillRunning
+    answered = probe(containers=[("app", "exited")])
+    assert cause(bundle(the_pod=running, the_probe=answered)) is Cause.KubeletNotProgressing
+
+
 def test_mount_point_with_trailing_slash_in_holder_still_matches() -> None:
     m = csi_mount_path("scratch")
     p = probe(mounts=[mount_line(1, m)], containers=[])
@@ -93,6 +175,34 @@ def test_parse_probe_alone_and_its_errors() -> None:
         parse_probe(probe(containers=[("app", "zombie")]))
     with pytest.raises(BundleError, match=r"probe\.kubeletRoot: 'relative' must be an absolute"):
         parse_probe(probe(root="relative"))
+
+
+@pytest.mark.parametrize(
+    ("sight", "message"),
+    [
+        ({"podUID": 7}, r"probe\.podUID: must be a string, got a number"),
+        ({"podUID": ""}, r"probe\.podUID: must not be empty"),
+        ({"podDirExists": "yes"}, r"probe\.podDirExists: must be true, false or null"),
+        ({"podDirsSeen": -1}, r"probe\.podDirsSeen: -1 must be >= 0"),
+        ({"podDirsSeen": True}, r"probe\.podDirsSeen: must be an integer"),
+        ({"runtime": "maybe"}, r"probe\.runtime: 'maybe' is not one of cri\+cgroup, cri, cgroup"),
+        ({"holderScan": "partial"}, r"probe\.holderScan: 'partial' is not one of complete"),
+        ({"blindSpots": [3]}, r"probe\.blindSpots\[0\]: must be a string"),
+    ],
+)
+def test_bad_visibility_keys_name_the_field(sight: dict[str, object], message: str) -> None:
+    with pytest.raises(BundleError, match=message):
+        parse_probe(probe(containers=[], sight=sight))
+
+
+def test_visibility_keys_are_optional_and_read() -> None:
+    old = parse_probe(probe(containers=[], legacy=True))
+    assert (old.pod_uid, old.runtime, old.holder_scan, old.pod_dirs_seen) == (None,) * 4
+    assert old.unseen()
+    new = parse_probe(probe(containers=[], sight={"blindSpots": ["x"]}))
+    assert (new.pod_uid, new.runtime, new.holder_scan) == (UID, "cri", "complete")
+    assert new.pod_dir_exists is True and new.pod_dirs_seen == 12 and new.blind_spots == ("x",)
+    assert new.unseen() == ()
 
 
 def test_human_durations() -> None:

@@ -1,17 +1,25 @@
-"""The pod's containers on this node, from the container runtime (CRI) or, without a CRI
-socket, from the processes whose cgroup names the pod.
+"""The pod's containers on this node: the union of what the container runtime (CRI) says
+and what the host's cgroups show, and whether that answer is complete.
 
-Sources (reported in the probe as `containersSource`):
-- `cri`: RuntimeService.ListContainers filtered by the label `io.kubernetes.pod.uid`;
-  names and states are the runtime's.
-- `proc-cgroup`: every process under `<host-proc>` whose `/proc/<pid>/cgroup` path has a
+Sources:
+- CRI: RuntimeService.ListContainers filtered by the label `io.kubernetes.pod.uid`;
+  names and states are the runtime's. It *answers* when the socket exists and the call
+  succeeds.
+- cgroup scan: every process under `<host-proc>` whose `/proc/<pid>/cgroup` path has a
   component naming the pod (`pod<uid>` for the cgroupfs driver,
   `kubepods-…-pod<uid with _>.slice` for the systemd driver). The component below it is
   the container (its id, with `cri-containerd-`/`crio-`/`docker-` and `.scope` removed);
   such a container has live processes, so its state is `running`, and `name` is its id
   (the cgroup does not know the container's name). The sandbox (pause) container counts
-  too. Exited containers have no processes and are not listed.
-- `None` (containers null): neither source could be read — node state unknown.
+  too. Exited containers have no processes and are not listed. The scan is *complete*
+  only when `<host-proc>` lists processes, shows the agent's own (`self`: the host's PID
+  namespace) and every process's cgroup file could be read (a process that exited
+  meanwhile is not a gap; a permission error is).
+
+The answer is the union: a container running per either source is running (a CRI entry
+whose id the cgroup scan saw with live processes becomes `running`; cgroup-only ids are
+added). `runtime` says which sources answered completely — `cri+cgroup`, `cri`, `cgroup`,
+or `unanswered` — and only an answered runtime may be read as "no container runs".
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ _STATES = {
     cri_pb2.CONTAINER_UNKNOWN: "unknown",
 }
 _PREFIXES = ("cri-containerd-", "crio-conmon-", "crio-", "docker-", "containerd-")
+_MAX_GAPS = 3
+UNANSWERED = "unanswered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +56,43 @@ class Container:
 
     def to_json(self) -> dict[str, object]:
         return {"podUID": self.pod_uid, "name": self.name, "id": self.id, "state": self.state}
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupScan:
+    """Running containers seen in the host's cgroups, and why the scan is incomplete."""
+
+    containers: list[Container]
+    gap: str | None = None  # None: every process was seen
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeAnswer:
+    """The union of both sources (see the module docstring)."""
+
+    containers: list[Container]
+    cri_answered: bool
+    cgroup_complete: bool
+    gaps: tuple[str, ...] = ()
+
+    @property
+    def runtime(self) -> str:
+        """`cri+cgroup`, `cri`, `cgroup` or `unanswered`: which sources answered completely."""
+        parts = [
+            n for n, ok in (("cri", self.cri_answered), ("cgroup", self.cgroup_complete)) if ok
+        ]
+        return "+".join(parts) or UNANSWERED
+
+    @property
+    def answered(self) -> bool:
+        return self.cri_answered or self.cgroup_complete
+
+    @property
+    def source(self) -> str | None:
+        """The older `containersSource` word: `cri`, `proc-cgroup`, `cri+proc-cgroup`, None."""
+        if not self.answered:
+            return None
+        return self.runtime.replace("cgroup", "proc-cgroup")
 
 
 def cri_containers(socket_path: str, uid: str, timeout_s: float) -> list[Container]:
@@ -78,37 +125,111 @@ def _container_id(component: str) -> str:
     return name
 
 
-def cgroup_containers(host_proc: str, uid: str) -> list[Container] | None:
-    """Running containers of the pod from `<host_proc>/*/cgroup`; None if unreadable."""
-    pattern = _pod_component(uid)
+def _proc_pids(host_proc: str) -> tuple[list[str], str | None]:
+    """The pids under `host_proc`, or why they cannot be all of the host's processes."""
     try:
         pids = [n for n in os.listdir(host_proc) if n.isdigit()]
-    except OSError:
-        return None
+    except OSError as exc:
+        return [], f"cannot list {host_proc}: {exc.strerror}"
+    if not pids:
+        return [], f"{host_proc} lists no process (not a mounted /proc?)"
+    if not os.path.lexists(os.path.join(host_proc, "self")):
+        return pids, (
+            f"{host_proc} does not show the agent's own process: it is the /proc of another "
+            "PID namespace (run the agent with hostPID)"
+        )
+    return pids, None
+
+
+def _ids_in(lines: list[str], pattern: re.Pattern[str]) -> set[str]:
+    ids: set[str] = set()
+    for line in lines:
+        parts = line.split(":", 2)[-1].split("/")
+        for i, part in enumerate(parts):
+            if pattern.match(part):
+                below = parts[i + 1] if i + 1 < len(parts) else ""
+                ids.add(_container_id(below) if below else "")
+    return ids
+
+
+def _join_gaps(gaps: list[str]) -> str | None:
+    if len(gaps) > _MAX_GAPS:
+        gaps = [*gaps[:_MAX_GAPS], f"and {len(gaps) - _MAX_GAPS} more"]
+    return "; ".join(gaps) if gaps else None
+
+
+def scan_cgroups(host_proc: str, uid: str) -> CgroupScan:
+    """Running containers of the pod from `<host_proc>/*/cgroup`, and whether every
+    process could be seen."""
+    pattern = _pod_component(uid)
+    pids, unusable = _proc_pids(host_proc)
+    gaps = [unusable] if unusable else []
     ids: set[str] = set()
     for pid in pids:
+        path = os.path.join(host_proc, pid, "cgroup")
         try:
-            with open(os.path.join(host_proc, pid, "cgroup"), encoding="utf-8") as f:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
                 lines = f.read().splitlines()
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the process exited meanwhile: nothing of it is missed
+        except OSError as exc:
+            gaps.append(f"cannot read {path}: {exc.strerror or exc}")
             continue
-        for line in lines:
-            parts = line.split(":", 2)[-1].split("/")
-            for i, part in enumerate(parts):
-                if pattern.match(part):
-                    below = parts[i + 1] if i + 1 < len(parts) else ""
-                    ids.add(_container_id(below) if below else "")
-    return [Container(uid, cid or "(pod)", cid, "running") for cid in sorted(ids)]
+        ids |= _ids_in(lines, pattern)
+    found = [Container(uid, cid or "(pod)", cid, "running") for cid in sorted(ids)]
+    return CgroupScan(found, _join_gaps(gaps))
+
+
+def cgroup_containers(host_proc: str, uid: str) -> list[Container] | None:
+    """Running containers of the pod from the cgroup scan; None unless it was complete."""
+    scan = scan_cgroups(host_proc, uid)
+    return scan.containers if scan.gap is None else None
+
+
+def _same(cri_id: str, cgroup_id: str) -> bool:
+    return bool(cri_id and cgroup_id) and (
+        cri_id.startswith(cgroup_id) or cgroup_id.startswith(cri_id)
+    )
+
+
+def union(cri: list[Container], seen: list[Container]) -> list[Container]:
+    """CRI's containers, `running` where the cgroup scan saw them live, plus the
+    cgroup-only ones (running)."""
+    out = []
+    for c in cri:
+        live = any(_same(c.id, s.id) for s in seen)
+        out.append(Container(c.pod_uid, c.name, c.id, "running") if live else c)
+    out.extend(s for s in seen if not any(_same(c.id, s.id) for c in cri))
+    return out
+
+
+def runtime_answer(
+    host_proc: str, uid: str, cri_socket: str | None, timeout_s: float = 2.0
+) -> RuntimeAnswer:
+    """Ask both sources; see the module docstring."""
+    gaps: list[str] = []
+    cri: list[Container] = []
+    cri_answered = False
+    if cri_socket and not os.path.exists(cri_socket):
+        gaps.append(f"no CRI socket at {cri_socket}")
+    elif cri_socket:
+        try:
+            cri, cri_answered = cri_containers(cri_socket, uid, timeout_s), True
+        except grpc.RpcError as exc:
+            detail = exc.code() if isinstance(exc, grpc.Call) else exc
+            gaps.append(f"the CRI socket {cri_socket} did not answer ({detail})")
+    scan = scan_cgroups(host_proc, uid)
+    if scan.gap:
+        gaps.append(f"cgroup scan incomplete: {scan.gap}")
+    return RuntimeAnswer(union(cri, scan.containers), cri_answered, scan.gap is None, tuple(gaps))
 
 
 def pod_containers(
     host_proc: str, uid: str, cri_socket: str | None, timeout_s: float = 2.0
 ) -> tuple[list[Container] | None, str | None]:
-    """(containers, source): CRI when its socket exists and answers, else proc-cgroup."""
-    if cri_socket and os.path.exists(cri_socket):
-        try:
-            return cri_containers(cri_socket, uid, timeout_s), "cri"
-        except grpc.RpcError:
-            pass
-    found = cgroup_containers(host_proc, uid)
-    return found, ("proc-cgroup" if found is not None else None)
+    """(containers, source) for the executor's re-check: the union of both sources, or
+    (None, None) when neither answered completely — "cannot tell", never "none"."""
+    answer = runtime_answer(host_proc, uid, cri_socket, timeout_s)
+    if not answer.answered:
+        return None, None
+    return answer.containers, answer.source

@@ -1,32 +1,76 @@
 """The node probe: the facts of DESIGN §6 for one pod, and a node-wide summary for metrics.
 
-`probe_pod` returns exactly the `probe` object of the snapshot bundle, plus one extra key,
-`containersSource` (`cri`, `proc-cgroup`, or null), saying where `containers` came from.
-Its `mountinfo` holds only the host mountinfo lines whose mount point is under
-`<kubeletRoot>/pods/<uid>/` (the full host table would be large and would leak other
-pods' paths into this pod's Remediation).
+`probe_pod` returns the `probe` object of the snapshot bundle. Its `mountinfo` holds only
+the host mountinfo lines whose mount point is under `<kubeletRoot>/pods/<uid>/` (the full
+host table would be large and would leak other pods' paths into this pod's Remediation).
+
+Besides the facts it says which pod it is of and what the agent could see (DESIGN §3
+invariant 8: "nothing of the pod left" is only believed from a probe that could see):
+
+- `podUID`: the pod UID probed (the controller ignores a probe of another UID).
+- `podDirExists`: `<kubeletRoot>/pods/<podUID>` is a directory (lstat, no symlink followed).
+- `podDirsSeen`: how many pod directories `<kubeletRoot>/pods/` holds (lstat each entry;
+  0 when it cannot be listed). At least 1 proves the root is a kubelet root: on a node the
+  agent's own pod has one, and the agent refuses to start on a root whose pod dirs do not
+  match the host mount table (`unstick.core.kubelet_paths.check_kubelet_root`). A pod dir
+  that is gone after a real cleanup is normal; a root with no pod dirs at all is a wrong root.
+- `runtime`: which container sources answered completely — `cri+cgroup`, `cri`, `cgroup`
+  or `unanswered` (`unstick.agent.containers`). `containers` is their union; it is null
+  only when neither answered and nothing was seen running.
+- `holderScan`: `complete` or `incomplete` — whether the holder scan saw every process
+  (`unstick.agent.holders.scan_holders`). With no mount of the pod there is nothing to
+  hold and the scan is complete.
+- `blindSpots`: what could not be seen, in words (at most a few short lines), for the
+  evidence.
+- `containersSource` (kept for older readers): `cri`, `proc-cgroup`, `cri+proc-cgroup`, or
+  null.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections import Counter
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.agent.containers import pod_containers
-from unstick.agent.holders import find_holders
+from unstick.agent.containers import runtime_answer
+from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.mounts import MountTable, pod_lines, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.settings import AgentSettings
 from unstick.agent.volumedirs import volume_dirs
-from unstick.core.kubelet_paths import is_pod_volume_path, normalise
+from unstick.core.kubelet_paths import is_pod_volume_path, normalise, pod_dir
+
+COMPLETE, INCOMPLETE = "complete", "incomplete"
+_MAX_BLIND_SPOTS = 6
+_MAX_BLIND_SPOT_CHARS = 300
 
 
 def rfc3339(when: datetime) -> str:
     """`2026-11-20T10:00:00.123456Z` (UTC, microseconds, like the controller writes)."""
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def is_real_dir(path: str) -> bool:
+    """`path` is a directory itself (lstat: a symlink to one is not)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def pod_dirs_seen(kubelet_root: str, blind: list[str]) -> int:
+    """How many directories `<root>/pods/` holds (entries not followed if symlinks)."""
+    pods = os.path.join(kubelet_root, "pods")
+    try:
+        with os.scandir(pods) as entries:
+            return sum(1 for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError as exc:
+        blind.append(f"cannot list {pods}: {exc.strerror or exc}")
+        return 0
 
 
 def probe_pod(
@@ -43,20 +87,30 @@ def probe_pod(
     mine = table.pod_mounts(root, uid)
     if plugins is None:
         plugins = registered_plugins(settings.registry_dir, settings.grpc_timeout_s)
-    containers, source = pod_containers(
-        settings.host_proc, uid, settings.cri_socket, settings.grpc_timeout_s
-    )
+    answer = runtime_answer(settings.host_proc, uid, settings.cri_socket, settings.grpc_timeout_s)
+    holders = scan_holders(settings.host_proc, mine)
+    blind = list(answer.gaps)
+    if holders.unknown:
+        blind.append(f"holder scan incomplete: {holders.unknown}")
+    seen = pod_dirs_seen(root, blind)
+    containers = answer.containers if answer.answered or answer.containers else None
     return {
         "nodeName": settings.node_name,
+        "podUID": uid,
         "probedAt": rfc3339(now or datetime.now(UTC)),
         "kubeletRoot": root,
         "kubeletHealthy": kubelet_healthy(settings.kubelet_healthz),
         "registeredPlugins": sorted(plugins),
         "mountinfo": pod_lines(table.text, root, uid),
         "volumeDirs": [d.to_json() for d in volume_dirs(root, uid, table.mount_points())],
-        "holders": [h.to_json() for h in find_holders(settings.host_proc, mine)],
+        "holders": [h.to_json() for h in holders.holders],
         "containers": None if containers is None else [c.to_json() for c in containers],
-        "containersSource": source,
+        "podDirExists": is_real_dir(pod_dir(root, uid)),
+        "podDirsSeen": seen,
+        "runtime": answer.runtime,
+        "holderScan": INCOMPLETE if holders.unknown else COMPLETE,
+        "blindSpots": [b[:_MAX_BLIND_SPOT_CHARS] for b in blind[:_MAX_BLIND_SPOTS]],
+        "containersSource": answer.source,
     }
 
 

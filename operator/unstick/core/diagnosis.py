@@ -72,7 +72,8 @@ def _iso(t: datetime) -> str:
 
 
 def _fresh_probe(facts: Facts, settings: DiagnosisSettings, ev: list[Evidence]) -> Probe | None:
-    """The probe, when it is a fresh probe of the pod's node (safety invariant 1)."""
+    """The probe, when it is a fresh probe of the pod's node (safety invariant 1) and not
+    of another pod (invariant 7)."""
     probe, node = facts.probe, facts.pod.node_name
     if probe is None:
         ev.append(Evidence("probe", "no node probe in the bundle: node-side state is unknown"))
@@ -83,14 +84,20 @@ def _fresh_probe(facts: Facts, settings: DiagnosisSettings, ev: list[Evidence]) 
     if not verdict:
         ev.append(Evidence("probe", f"probe ignored: {verdict.reason}"))
         return None
+    if probe.pod_uid is not None and probe.pod_uid != facts.pod.uid:
+        ev.append(
+            Evidence(
+                "probe",
+                f"probe ignored: it is of pod uid {probe.pod_uid}, not of this pod {facts.pod.uid}",
+            )
+        )
+        return None
     age = (facts.now - probe.probed_at).total_seconds()
     health = {True: "healthy", False: "NOT healthy", None: "of unknown health"}
-    ev.append(
-        Evidence(
-            "probe",
-            f"probe of node {node} from {human(age)} ago; kubelet {health[probe.kubelet_healthy]}",
-        )
-    )
+    message = f"probe of node {node} from {human(age)} ago; kubelet {health[probe.kubelet_healthy]}"
+    if probe.blind_spots:
+        message += "; the agent could not see: " + "; ".join(probe.blind_spots)
+    ev.append(Evidence("probe", message))
     return probe
 
 
@@ -226,22 +233,8 @@ def _decide(
     # 4. ContainersStillRunning (probe form, else API form)
     probe = _fresh_probe(facts, settings, ev) if pod.node_name else None
     on_node = containers_on_node(facts, probe) if probe is not None else None
-    api_running = _api_running(facts)
-    if on_node is not None:
-        running = tuple(f"container {n}" for n, state in on_node if state == RUNNING)
-        source = "the node's container runtime"
-        if api_running and not running:
-            ev.append(
-                Evidence(
-                    "container",
-                    f"API status says {', '.join(api_running)} running, but the node's runtime "
-                    "shows none running (the kubelet has not updated the status)",
-                )
-            )
-    else:
-        running, source = api_running, "pod.status"
+    running = _running(probe, on_node, _api_running(facts), ev)
     if running:
-        ev.append(Evidence("container", f"{', '.join(running)} still running per {source}"))
         return Cause.ContainersStillRunning, _NodeView(
             probe_fresh=probe is not None,
             kubelet_root=probe.kubelet_root if probe else None,
@@ -252,7 +245,7 @@ def _decide(
         return Cause.Unknown, none
     mounts = mounts_of_pod(facts, probe)
     dirs = volume_dirs_of_pod(facts, probe)
-    cause = _node_side(mounts, dirs, on_node, ev)
+    cause = _node_side(probe, mounts, dirs, on_node, ev)
     return cause, _NodeView(
         probe_fresh=True,
         kubelet_root=probe.kubelet_root,
@@ -262,13 +255,67 @@ def _decide(
     )
 
 
+def _running(
+    probe: Probe | None,
+    on_node: tuple[tuple[str, str], ...] | None,
+    api_running: tuple[str, ...],
+    ev: list[Evidence],
+) -> tuple[str, ...]:
+    """Rule 4: the running containers, from the node where its runtime answered, else from
+    the API (plus whatever the node saw running: a running container is a positive fact)."""
+    if probe is None or on_node is None:
+        running, source = api_running, "pod.status"
+    else:
+        seen = tuple(f"container {n}" for n, state in on_node if state == RUNNING)
+        if probe.runtime_answered or (probe.runtime is None and not api_running):
+            running, source = seen, "the node's container runtime"
+            if api_running and not running:
+                ev.append(
+                    Evidence(
+                        "container",
+                        f"API status says {', '.join(api_running)} running, but the node's "
+                        "runtime shows none running (the kubelet has not updated the status)",
+                    )
+                )
+        else:
+            running = seen + tuple(c for c in api_running if c not in seen)
+            source = "the node and pod.status (the probe does not show that its runtime answered)"
+    if running:
+        ev.append(Evidence("container", f"{', '.join(running)} still running per {source}"))
+    return running
+
+
+def _unheld_unknown(probe: Probe, ev: list[Evidence]) -> bool:
+    """Mounts with no listed holder are not known to be unheld: the holder scan was
+    incomplete, or no container source answered (rules 6-7 would plan an unmount)."""
+    if probe.holder_scan_incomplete:
+        ev.append(
+            Evidence(
+                "holder",
+                "the holder scan was incomplete: a mount with no listed holder may still be held",
+            )
+        )
+        return True
+    if probe.runtime is not None and not probe.runtime_answered:
+        ev.append(
+            Evidence(
+                "container",
+                "the container runtime did not answer and the cgroup scan was incomplete: "
+                "cannot tell whether a container of the pod still uses its mounts",
+            )
+        )
+        return True
+    return False
+
+
 def _node_side(
+    probe: Probe,
     mounts: tuple[PodMount, ...],
     dirs: tuple[VolumeDir, ...],
     on_node: tuple[tuple[str, str], ...] | None,
     ev: list[Evidence],
 ) -> Cause:
-    """Rules 5-9, from a fresh probe."""
+    """Rules 5-9, from a fresh probe of this pod."""
     for m in mounts:
         kind = f"{m.fstype} from {m.source}" if m.source else m.fstype
         driver = f", CSI driver {m.csi_driver}" if m.csi_driver else ""
@@ -284,6 +331,8 @@ def _node_side(
                 )
         return Cause.MountBusy
 
+    if mounts and _unheld_unknown(probe, ev):
+        return Cause.Unknown
     if mounts:
         # 6. CSIDriverMissing
         missing = [m for m in mounts if m.csi and m.csi_driver and m.driver_registered is False]
@@ -339,6 +388,16 @@ def _node_side(
     if leftover:
         ev.append(
             Evidence("container", f"containers in unknown state on the node: {', '.join(leftover)}")
+        )
+        return Cause.Unknown
+    unseen = probe.unseen()
+    if unseen:
+        ev.append(
+            Evidence(
+                "probe",
+                "the probe shows nothing of the pod, but cannot prove it could see: "
+                + "; ".join(unseen),
+            )
         )
         return Cause.Unknown
     ev.append(

@@ -97,9 +97,19 @@ class Container:
     state: str  # running | exited | created | unknown
 
 
+RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
+RUNTIME_UNANSWERED = "unanswered"
+HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """The agent's report from the node (DESIGN §6 `probe`)."""
+    """The agent's report from the node (DESIGN §6 `probe`).
+
+    The visibility fields (DESIGN §3 invariant 8, §5) say which pod was probed and what the
+    agent could see; None where an older probe does not say (it then counts as blind for
+    "nothing left", see `sighted`).
+    """
 
     node_name: str
     probed_at: datetime
@@ -110,6 +120,41 @@ class Probe:
     volume_dirs: tuple[VolumeDir, ...]
     holders: tuple[Holder, ...]
     containers: tuple[Container, ...] | None  # None: the runtime could not be asked
+    pod_uid: str | None = None  # the pod UID probed
+    pod_dir_exists: bool | None = None  # <root>/pods/<uid> is a directory
+    pod_dirs_seen: int | None = None  # pod dirs under <root>/pods (>= 1: a kubelet root)
+    runtime: str | None = None  # one of RUNTIME_ANSWERED, or RUNTIME_UNANSWERED
+    holder_scan: str | None = None  # HOLDER_SCAN_COMPLETE | HOLDER_SCAN_INCOMPLETE
+    blind_spots: tuple[str, ...] = ()  # what the agent could not see, in words
+
+    @property
+    def runtime_answered(self) -> bool:
+        """The container runtime (CRI, or a complete cgroup scan) answered."""
+        return self.runtime in RUNTIME_ANSWERED
+
+    @property
+    def holder_scan_incomplete(self) -> bool:
+        """The probe says its holder scan missed processes (absent: not said)."""
+        return self.holder_scan == HOLDER_SCAN_INCOMPLETE
+
+    def unseen(self) -> tuple[str, ...]:
+        """Why this probe cannot prove that nothing of its pod is left (empty: it can)."""
+        out = []
+        if self.pod_uid is None:
+            out.append("the probe does not say which pod UID it probed")
+        if self.pod_dir_exists is None or self.pod_dirs_seen is None:
+            out.append("the probe does not say whether the kubelet root holds pod dirs")
+        elif self.pod_dirs_seen < 1:
+            out.append(f"the kubelet root {self.kubelet_root} holds no pod dirs (wrong root?)")
+        if self.runtime is None:
+            out.append("the probe does not say whether the container runtime answered")
+        elif not self.runtime_answered:
+            out.append("the container runtime did not answer and the cgroup scan was incomplete")
+        if self.holder_scan is None:
+            out.append("the probe does not say whether its holder scan was complete")
+        elif self.holder_scan != HOLDER_SCAN_COMPLETE:
+            out.append("the holder scan was incomplete")
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

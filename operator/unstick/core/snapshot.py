@@ -8,9 +8,14 @@ force-delete.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from unstick.core import fields as f
 from unstick.core.facts import (
+    HOLDER_SCAN_COMPLETE,
+    HOLDER_SCAN_INCOMPLETE,
+    RUNTIME_ANSWERED,
+    RUNTIME_UNANSWERED,
     Container,
     ContainerStatus,
     Facts,
@@ -159,15 +164,7 @@ def _pv_drivers(bundle: Mapping[str, object]) -> dict[str, str | None]:
     return drivers
 
 
-def _probe(obj: object) -> Probe:
-    p = f.as_object(obj, "probe")
-    kubelet_root = f.string(p, "kubeletRoot", "probe")
-    if not kubelet_root.startswith("/"):
-        raise f.FieldError("probe.kubeletRoot", f"{kubelet_root!r} must be an absolute path")
-    try:
-        mounts = parse_mountinfo(f.string(p, "mountinfo", "probe", nonempty=False))
-    except MountinfoError as err:
-        raise f.FieldError("probe.mountinfo", str(err)) from None
+def _volume_dirs(p: Mapping[str, object]) -> tuple[VolumeDir, ...]:
     dirs = []
     for i, raw in enumerate(f.opt_list(p, "volumeDirs", "probe")):
         where = f"probe.volumeDirs[{i}]"
@@ -176,6 +173,10 @@ def _probe(obj: object) -> Probe:
         if empty is None:
             raise f.FieldError(f"{where}.empty", "missing")
         dirs.append(VolumeDir(path=f.string(d, "path", where), empty=empty))
+    return tuple(dirs)
+
+
+def _holders(p: Mapping[str, object]) -> tuple[Holder, ...]:
     holders = []
     for i, raw in enumerate(f.opt_list(p, "holders", "probe")):
         where = f"probe.holders[{i}]"
@@ -194,36 +195,80 @@ def _probe(obj: object) -> Probe:
                 via=via,
             )
         )
-    containers: list[Container] | None = None
-    if p.get("containers") is not None:
-        containers = []
-        for i, raw in enumerate(f.opt_list(p, "containers", "probe")):
-            where = f"probe.containers[{i}]"
-            c = f.as_object(raw, where)
-            state = f.string(c, "state", where)
-            if state not in CONTAINER_STATES:
-                raise f.FieldError(
-                    f"{where}.state", f"{state!r} is not one of {', '.join(CONTAINER_STATES)}"
-                )
-            containers.append(
-                Container(
-                    pod_uid=f.string(c, "podUID", where),
-                    name=f.string(c, "name", where),
-                    id=f.string(c, "id", where, nonempty=False),
-                    state=state,
-                )
+    return tuple(holders)
+
+
+def _containers(p: Mapping[str, object]) -> tuple[Container, ...] | None:
+    if p.get("containers") is None:
+        return None
+    containers = []
+    for i, raw in enumerate(f.opt_list(p, "containers", "probe")):
+        where = f"probe.containers[{i}]"
+        c = f.as_object(raw, where)
+        state = f.string(c, "state", where)
+        if state not in CONTAINER_STATES:
+            raise f.FieldError(
+                f"{where}.state", f"{state!r} is not one of {', '.join(CONTAINER_STATES)}"
             )
-    return Probe(
+        containers.append(
+            Container(
+                pod_uid=f.string(c, "podUID", where),
+                name=f.string(c, "name", where),
+                id=f.string(c, "id", where, nonempty=False),
+                state=state,
+            )
+        )
+    return tuple(containers)
+
+
+def _one_of(p: Mapping[str, object], key: str, allowed: tuple[str, ...]) -> str | None:
+    value = p.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        raise f.FieldError(f"probe.{key}", f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
+    """`probe` plus the optional keys saying which pod was probed and what was seen."""
+    if p.get("podUID") is not None:
+        f.string(p, "podUID", "probe")  # present: a non-empty string
+    seen = f.opt_int(p, "podDirsSeen", "probe")
+    if seen is not None and seen < 0:
+        raise f.FieldError("probe.podDirsSeen", f"{seen} must be >= 0")
+    return replace(
+        probe,
+        pod_uid=f.opt_string(p, "podUID", "probe"),
+        pod_dir_exists=f.opt_bool(p, "podDirExists", "probe"),
+        pod_dirs_seen=seen,
+        runtime=_one_of(p, "runtime", (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
+        holder_scan=_one_of(p, "holderScan", (HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE)),
+        blind_spots=f.string_list(p, "blindSpots", "probe"),
+    )
+
+
+def _probe(obj: object) -> Probe:
+    p = f.as_object(obj, "probe")
+    kubelet_root = f.string(p, "kubeletRoot", "probe")
+    if not kubelet_root.startswith("/"):
+        raise f.FieldError("probe.kubeletRoot", f"{kubelet_root!r} must be an absolute path")
+    try:
+        mounts = parse_mountinfo(f.string(p, "mountinfo", "probe", nonempty=False))
+    except MountinfoError as err:
+        raise f.FieldError("probe.mountinfo", str(err)) from None
+    probe = Probe(
         node_name=f.string(p, "nodeName", "probe"),
         probed_at=f.parse_time(f.get(p, "probedAt", "probe"), "probe.probedAt"),
         kubelet_root=kubelet_root,
         kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
         registered_plugins=f.string_list(p, "registeredPlugins", "probe"),
         mounts=tuple(mounts),
-        volume_dirs=tuple(dirs),
-        holders=tuple(holders),
-        containers=None if containers is None else tuple(containers),
+        volume_dirs=_volume_dirs(p),
+        holders=_holders(p),
+        containers=_containers(p),
     )
+    return _with_visibility(probe, p)
 
 
 def parse_probe(obj: object) -> Probe:
