@@ -24,7 +24,6 @@ import pytest
 from unstick.agent.containers import cgroup_containers, pod_containers
 from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
-from unstick.agent.holders import _is_copy
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.plugins import registered_plugins
 from unstick.agent.proto import (
@@ -35,6 +34,7 @@ from unstick.agent.proto import (
 )
 from unstick.agent.safepath import UnsafePath, check_path
 from unstick.agent.settings import AgentSettings
+from unstick.core.mount_identity import MountTable, Target, holding_copies, is_copy
 from unstick.core.mountinfo import parse_mountinfo
 
 UID = "cccccccc-3333-4333-8333-cccccccccccc"
@@ -139,17 +139,26 @@ def _mount(line: str) -> Any:
     return parse_mountinfo(line)[0]
 
 
-def test_a_copy_in_another_namespace_holds_unless_it_is_a_propagation_peer() -> None:
-    pod = _mount("100 22 8:1 /data/x /k/pods/u/volumes/p/v rw shared:7 - ext4 /dev/sda1 rw")
+def test_a_copy_in_another_namespace_holds_unless_it_is_the_propagated_copy() -> None:
+    """Invariant 9: a peer or slave is exempt only at the propagated place (on a peer or
+    slave of the target's parent, at the same directory); at any other path it holds."""
+    parent = _mount("90 22 8:1 / /k rw shared:3 - ext4 /dev/sda1 rw")
+    pod = _mount("100 90 8:1 /data/x /k/pods/u/volumes/p/v rw shared:7 - ext4 /dev/sda1 rw")
     private = _mount("300 290 8:1 /data/x /data rw - ext4 /dev/sda1 rw")
     below = _mount("301 290 8:1 /data/x/sub /data rw - ext4 /dev/sda1 rw")
-    peer = _mount("302 290 8:1 /data/x /k/pods/u/volumes/p/v rw shared:7 - ext4 /dev/sda1 rw")
-    slave = _mount("303 290 8:1 /data/x /k/pods/u/volumes/p/v rw master:7 - ext4 /dev/sda1 rw")
     other_dev = _mount("304 290 8:2 /data/x /data rw - ext4 /dev/sdb1 rw")
     above = _mount("305 290 8:1 /data /data rw - ext4 /dev/sda1 rw")
-    assert _is_copy(private, pod) and _is_copy(below, pod)
-    assert not _is_copy(peer, pod) and not _is_copy(slave, pod)
-    assert not _is_copy(other_dev, pod) and not _is_copy(above, pod)
+    assert is_copy(private, pod) and is_copy(below, pod)
+    assert not is_copy(other_dev, pod) and not is_copy(above, pod)
+    ns_parent = _mount("390 290 8:1 / /k rw master:3 - ext4 /dev/sda1 rw")
+    host_pods = _mount("391 290 8:1 /pods /host_pods rw master:3 - ext4 /dev/sda1 rw")
+    for kind in ("shared:7", "master:7"):
+        same_place = _mount(f"302 390 8:1 /data/x /k/pods/u/volumes/p/v rw {kind} - ext4 x rw")
+        moved = _mount(f"303 391 8:1 /data/x /host_pods/u/volumes/p/v rw {kind} - ext4 x rw")
+        elsewhere = _mount(f"306 290 8:1 /data/x /backup rw {kind} - ext4 x rw")
+        table = MountTable.of([ns_parent, host_pods, same_place, moved, elsewhere])
+        assert holding_copies(table, Target(pod, parent)) == [elsewhere]
+        assert holding_copies(table, Target(pod, None)) == [same_place, moved, elsewhere]
 
 
 # --- restart-kubelet -------------------------------------------------------------------

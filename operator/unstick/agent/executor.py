@@ -27,6 +27,8 @@ from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable, read_mount_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
+from unstick.agent.refused import Refused
+from unstick.agent.replay import replay_volume
 from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd
 from unstick.agent.settings import AgentSettings
 from unstick.agent.umount import MNT_DETACH, umount2
@@ -42,7 +44,15 @@ from unstick.core.kubelet_paths import (
 )
 from unstick.core.mountinfo import Mount
 
+__all__ = ["DRY_RUN", "FAILED", "REFUSED", "SUCCEEDED", "Executor", "Refused", "StepResult"]
+
 log = logging.getLogger(__name__)
+
+
+def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
+    """What must not change between planning and acting on a mount."""
+    return (m.mount_id, m.major, m.minor, m.root, m.fstype, m.source)
+
 
 SUCCEEDED, FAILED, REFUSED, DRY_RUN = "succeeded", "failed", "refused", "dry_run"
 VOL_DATA = "vol_data.json"
@@ -66,10 +76,6 @@ class StepResult:
             "message": self.message,
             "time": self.time,
         }
-
-
-class Refused(Exception):
-    """A precondition does not hold: the step is refused and nothing is changed."""
 
 
 @dataclass
@@ -155,7 +161,7 @@ class Executor:
 
     def _check_no_holders(self, mount: Mount, after: str = "") -> None:
         """Refused unless a complete holder scan finds nobody holding the mount."""
-        scan = scan_holders(self.settings.host_proc, [mount])
+        scan = scan_holders(self.settings.host_proc, [mount], kubelet_root=self.root)
         if scan.holders:
             names = ", ".join(f"pid {h.pid} ({h.comm}) via {h.via}" for h in scan.holders)
             raise Refused(f"{after}{mount.mount_point} is held: {names}")
@@ -206,7 +212,8 @@ class Executor:
         mounts = table.pod_mounts(self.root, uid)
         points = list(dict.fromkeys(m.mount_point for m in mounts))
         selected = self._select(uid, target, points, "mount points", table=table, exists_ok=True)
-        todo = [m for m in mounts if m.mount_point in selected]
+        # deepest first; where mounts are stacked on one point, the top (listed last) first
+        todo = [m for p in selected for m in reversed(mounts) if m.mount_point == p]
         if not todo:
             return "not mounted (nothing to do)"
         self._check_pod(uid)
@@ -216,26 +223,54 @@ class Executor:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
         done = []
         for mount in todo:
-            fresh = {m.mount_id: m for m in self._table().pod_mounts(self.root, uid)}
-            if mount.mount_id not in fresh:
+            current = self._recheck(uid, mount)
+            if current is None:
                 continue  # gone meanwhile
             self._check_pod(uid)
-            self._check_mount(uid, fresh[mount.mount_id])
-            try:
-                umount2(mount.mount_point)
-                done.append(mount.mount_point)
-            except OSError as exc:
-                if not (lazy and exc.errno == errno.EBUSY):
-                    raise
-                # EBUSY: something holds it. Detach only if a fresh, complete holder scan
-                # still finds nobody (the hold is not a process: e.g. an in-flight fd).
-                self._check_no_holders(fresh[mount.mount_id], after="busy (EBUSY) and ")
-                umount2(mount.mount_point, MNT_DETACH)
-                done.append(f"{mount.mount_point} (lazy)")
-        left = {m.mount_id for m in self._table().mounts} & {m.mount_id for m in todo}
+            self._check_mount(uid, current)
+            done.append(self._umount(current, lazy))
+        left = {(m.mount_id, m.mount_point) for m in self._table().mounts} & {
+            (m.mount_id, m.mount_point) for m in todo
+        }
         if left:
-            raise RuntimeError(f"still mounted after unmount: mount ids {sorted(left)}")
+            raise RuntimeError(f"still mounted after unmount: {sorted(p for _, p in left)}")
         return "unmounted " + ", ".join(done)
+
+    def _recheck(self, uid: str, planned: Mount) -> Mount | None:
+        """The mount now on top at the planned mount point, re-read right before acting: None
+        when nothing of this pod is mounted there any more; Refused unless it is the planned
+        mount (same mount id, device, root, filesystem type and source: a mount id can be
+        reused by a new mount, and a new mount can appear at the same path)."""
+        here = [
+            m
+            for m in self._table().pod_mounts(self.root, uid)
+            if m.mount_point == planned.mount_point
+        ]
+        if not here:
+            return None
+        parents = {m.parent_id for m in here}
+        top = [m for m in here if m.mount_id not in parents]  # what umount2 would hit
+        if len(top) != 1 or _identity(top[0]) != _identity(planned):
+            now = ", ".join(f"id {m.mount_id} {m.fstype} {m.source}" for m in here)
+            raise Refused(
+                f"{planned.mount_point} changed since it was planned (mount id "
+                f"{planned.mount_id} {planned.fstype} {planned.source}; now {now}): not unmounting"
+            )
+        return top[0]
+
+    def _umount(self, mount: Mount, lazy: bool) -> str:
+        """Plain umount of the re-read mount; with `lazy`, MNT_DETACH after EBUSY only if a
+        fresh, complete holder scan still finds nobody (a hold that is not a process, e.g.
+        an fd in flight)."""
+        try:
+            umount2(mount.mount_point)
+            return mount.mount_point
+        except OSError as exc:
+            if not (lazy and exc.errno == errno.EBUSY):
+                raise
+        self._check_no_holders(mount, after="busy (EBUSY) and ")
+        umount2(mount.mount_point, MNT_DETACH)
+        return f"{mount.mount_point} (lazy)"
 
     # --- rmdir-stale ---------------------------------------------------------------
 
@@ -254,6 +289,7 @@ class Executor:
         selected.sort(key=lambda p: -depth(p))
         if not selected:
             return "no volume directories left (nothing to do)"
+        self._check_pod(uid)
         if dry_run:
             return "would remove the empty ones of " + ", ".join(selected)
         removed, kept = [], []
@@ -267,6 +303,7 @@ class Executor:
         return f"removed {len(removed)} empty directories"
 
     def _rmdir_one(self, uid: str, path: str) -> bool:
+        self._check_pod(uid)  # right before acting: a container may have started meanwhile
         table = self._table()
         inside = [m.mount_point for m in table.mounts if m.mount_point.startswith(path + "/")]
         if path in table.mount_points() or inside:
@@ -311,8 +348,6 @@ class Executor:
     def replay_unpublish(self, uid: str, target: str, dry_run: bool) -> str:
         """NodeUnpublishVolume for the pod's mounted CSI volumes (then NodeUnstageVolume
         where the staging mount is used by no other pod), as the kubelet would."""
-        from unstick.agent.replay import replay_volume
-
         table = self._table()
         csi = [
             m

@@ -1,35 +1,59 @@
-"""Who holds a mount: processes whose cwd, root, open files or mapped files are inside it,
-and processes in other mount namespaces that have their own copy of it.
+"""Who holds a mount (DESIGN §3 invariant 9): any process, in any mount namespace, that
+uses the mount or a copy of it (a bind, a propagated peer or slave, at any path).
+
+Holders are matched by mount identity (device and root, see
+`unstick.core.mount_identity`), never by comparing path text across namespaces:
+
+- `fd`: an open file whose mount (`mnt_id` in `/proc/<pid>/fdinfo/<fd>`, looked up in that
+  process's own mountinfo, or any scanned namespace's: mount ids are unique system-wide)
+  is the mount or a copy of it. Only when the mount id is in no table (a detached mount)
+  is the link's path resolved in the process's own table, as for cwd;
+- `cwd`, `root`: the process's working or root directory lies in such a mount: the path
+  is resolved to the mount with the longest mount point in *that process's own*
+  mountinfo (paths relative to its root, as its mountinfo shows them), then compared by
+  identity;
+- `maps`: a memory-mapped file (a binary, a library) lies in such a mount (resolved the
+  same way);
+- `mountns`: a mount namespace has a copy of the mount (same device, root equal to or
+  under the mount's root) at any path that does not go away with the unmount: only the
+  mount's propagated copy (the same place on a propagation peer or slave of the mount's
+  parent, itself a peer or slave, nothing mounted on it, in a namespace of the host's user
+  namespace) is exempt. One holder is reported per namespace (its lowest pid). In the
+  namespace the mount table was read from (recognised by holding the mount itself), the
+  kubelet's own copies (under `kubelet_root`: staging mounts, other pods of the volume)
+  are not holders; when `kubelet_root` is not given, that namespace is not searched.
 
 Everything comes from `<host-proc>/<pid>/...` with `readlink` and reading text files; no
 path inside a mount is ever opened or stat'ed.
 
-`via` is one of:
-- `cwd`, `root`: the process's working or root directory is in the mount;
-- `fd`: an open file descriptor points into it;
-- `maps`: a memory-mapped file (e.g. a binary or library) lives in it;
-- `mountns`: the process's mount namespace has a mount of the same filesystem and root
-  (at or below the mount's root) that is not a propagation peer or slave of it, so
-  unmounting on the host would leave that copy (and the filesystem) alive. One holder is
-  reported per namespace (its lowest pid). The namespace the mount table was read from is
-  recognised by containing the mount's own id (mount ids are unique system-wide) and skipped.
-
 `scan_holders` also says whether the scan was complete. It is *unknown* (never "no
 holders") when `host_proc` cannot be listed, lists no process, does not show the agent's
 own process (`<host_proc>/self`: a /proc of another PID namespace, e.g. without hostPID),
-or a process's fd directory cannot be read for lack of permission. Unmounting is refused
-while the answer is unknown.
+or an entry of a live process (its fd dir, fdinfo, cwd, root, maps, mount namespace or
+mountinfo) cannot be read for lack of permission. Unmounting is refused while the answer
+is unknown; `HolderScan.unknown` (None when complete) is the field to report.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
+from unstick.core.mount_identity import (
+    MountTable,
+    Target,
+    holding_copies,
+    overlaps,
+    targets_in,
+    under,
+    uses,
+)
 from unstick.core.mountinfo import Mount, MountinfoError, parse_mountinfo
 
 _DELETED = " (deleted)"
+_DENIED = (errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,60 +69,6 @@ class Holder:
         return {"mountPoint": self.mount_point, "pid": self.pid, "comm": self.comm, "via": self.via}
 
 
-def _readlink(path: str) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _inside(path: str, mount_point: str) -> bool:
-    return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
-
-
-def _matching(path: str | None, mounts: Sequence[Mount]) -> list[str]:
-    if not path or not path.startswith("/"):
-        return []
-    if path.endswith(_DELETED):
-        path = path[: -len(_DELETED)]
-    return [m.mount_point for m in mounts if _inside(path, m.mount_point)]
-
-
-def _maps_paths(text: str) -> set[str]:
-    paths = set()
-    for line in text.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith("/"):
-            paths.add(fields[5])
-    return paths
-
-
-def _peer_groups(mount: Mount) -> set[str]:
-    return {o.split(":", 1)[1] for o in mount.optional if o.startswith("shared:")}
-
-
-def _is_copy(other: Mount, mount: Mount) -> bool:
-    """`other` (in another namespace) keeps `mount`'s filesystem alive after a host unmount."""
-    if (other.major, other.minor) != (mount.major, mount.minor):
-        return False
-    if not _inside(other.root, mount.root):
-        return False
-    groups = _peer_groups(mount)
-    for opt in other.optional:
-        kind, _, group = opt.partition(":")
-        if kind in ("shared", "master") and group in groups:
-            return False  # a peer or slave: the host's unmount propagates to it
-    return True
-
-
 @dataclass(frozen=True, slots=True)
 class HolderScan:
     """The holders found, and why the scan is incomplete (None when it is complete)."""
@@ -107,48 +77,73 @@ class HolderScan:
     unknown: str | None = None
 
 
-def _process_holders(
-    proc_dir: str, pid: int, comm: str, mounts: Sequence[Mount], gaps: list[str]
-) -> list[Holder]:
-    found: list[Holder] = []
-    for via in ("cwd", "root"):
-        for mp in _matching(_readlink(os.path.join(proc_dir, via)), mounts):
-            found.append(Holder(mp, pid, comm, via))
-    fd_dir = os.path.join(proc_dir, "fd")
-    try:
-        fds = os.listdir(fd_dir)
-    except PermissionError as exc:
-        gaps.append(f"cannot read {fd_dir}: {exc.strerror}")
-        fds = []
-    except OSError:  # the process exited meanwhile
-        fds = []
-    fd_points: set[str] = set()
-    for fd in fds:
-        fd_points.update(_matching(_readlink(os.path.join(fd_dir, fd)), mounts))
-    found.extend(Holder(mp, pid, comm, "fd") for mp in sorted(fd_points))
-    maps = _read(os.path.join(proc_dir, "maps")) or ""
-    map_points: set[str] = set()
-    for path in _maps_paths(maps):
-        map_points.update(_matching(path, mounts))
-    found.extend(Holder(mp, pid, comm, "maps") for mp in sorted(map_points))
-    return found
+@dataclass
+class _Gaps:
+    """What could not be read (for lack of permission) in live processes: the first path
+    of each kind of entry (`fd`, `ns/mnt`, ...) and how many more of that kind."""
+
+    first: dict[str, str] = field(default_factory=dict)
+    more: dict[str, int] = field(default_factory=dict)
+
+    def denied(self, path: str, exc: OSError) -> None:
+        if exc.errno not in _DENIED:
+            return  # gone meanwhile: an exited process holds nothing
+        kind = (
+            path.rsplit("/", 2)[-2]
+            if path.rsplit("/", 1)[-1].isdigit()
+            else path.rsplit("/", 1)[-1]
+        )
+        if kind in self.first:
+            self.more[kind] = self.more.get(kind, 0) + 1
+        else:
+            self.first[kind] = f"cannot read {path}: {exc.strerror}"
+
+    def merge(self, other: _Gaps) -> None:
+        for kind, text in other.first.items():
+            if kind in self.first:
+                self.more[kind] = self.more.get(kind, 0) + 1 + other.more.get(kind, 0)
+            else:
+                self.first[kind] = text
+                if kind in other.more:
+                    self.more[kind] = other.more[kind]
+
+    def text(self) -> str | None:
+        parts = [
+            text + (f" (and {self.more[kind]} more like it)" if kind in self.more else "")
+            for kind, text in self.first.items()
+        ]
+        return "; ".join(parts) if parts else None
 
 
-def _namespace_holders(
-    mountinfo: str, pid: int, comm: str, mounts: Sequence[Mount]
-) -> list[Holder]:
+@dataclass(frozen=True, slots=True)
+class _Process:
+    pid: int
+    comm: str
+    ns: str
+
+
+@dataclass
+class _Namespace:
+    table: MountTable | None
+    first: _Process
+    user_ns: str | None
+
+
+def _readlink(path: str, gaps: _Gaps) -> str | None:
     try:
-        others = parse_mountinfo(mountinfo)
-    except MountinfoError:
-        return []
-    own_ids = {(o.mount_id, o.mount_point) for o in others}
-    found = []
-    for mount in mounts:
-        if (mount.mount_id, mount.mount_point) in own_ids:
-            continue  # this is the namespace the mount table came from
-        if any(_is_copy(o, mount) for o in others):
-            found.append(Holder(mount.mount_point, pid, comm, "mountns"))
-    return found
+        return os.readlink(path)
+    except OSError as exc:
+        gaps.denied(path, exc)
+        return None
+
+
+def _read(path: str, gaps: _Gaps) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError as exc:
+        gaps.denied(path, exc)
+        return None
 
 
 def _pids(host_proc: str) -> tuple[list[int], str | None]:
@@ -167,32 +162,200 @@ def _pids(host_proc: str) -> tuple[list[int], str | None]:
     return pids, None
 
 
-def scan_holders(host_proc: str, mounts: Iterable[Mount]) -> HolderScan:
+def _table(text: str | None) -> MountTable | None:
+    if text is None:
+        return None
+    try:
+        return MountTable.of(parse_mountinfo(text))
+    except MountinfoError:
+        return None
+
+
+class _Scan:
+    """One pass over `host_proc`: every process's namespace and mount table first (a
+    file's mount id may belong to another namespace), then each process's holds."""
+
+    def __init__(self, host_proc: str, targets: Sequence[Mount], kubelet_root: str | None):
+        self.proc = host_proc
+        self.targets = list(targets)
+        self.kubelet_root = kubelet_root
+        self.gaps = _Gaps()
+        self.processes: list[_Process] = []
+        self.namespaces: dict[str, _Namespace] = {}
+        self.mounts_by_id: dict[int, Mount] = {}
+
+    def path(self, pid: int, *parts: str) -> str:
+        return os.path.join(self.proc, str(pid), *parts)
+
+    # --- pass 1: namespaces ----------------------------------------------------------
+
+    def collect(self, pids: Iterable[int]) -> None:
+        quiet = _Gaps()  # a namespace link that cannot be read: the process's own table
+        for pid in pids:
+            ns = _readlink(self.path(pid, "ns", "mnt"), quiet) or f"pid:{pid}"
+            comm = (_read(self.path(pid, "comm"), quiet) or "").strip()
+            process = _Process(pid, comm, ns)
+            if ns in self.namespaces:
+                self.processes.append(process)
+                continue
+            text = _read(self.path(pid, "mountinfo"), self.gaps)
+            if text is None:
+                continue  # exited (or denied: recorded)
+            self.processes.append(process)
+            table = _table(text)
+            user_ns = _readlink(self.path(pid, "ns", "user"), quiet)  # unknown: not trusted
+            self.namespaces[ns] = _Namespace(table, process, user_ns)
+            for m in table.mounts if table else ():
+                self.mounts_by_id.setdefault(m.mount_id, m)
+
+    def home(self) -> tuple[str | None, list[Target]]:
+        """The namespace the targets were read from (it holds them, by id and mount point)
+        and the targets with their parents from it."""
+        wanted = {(m.mount_id, m.mount_point) for m in self.targets}
+        for ns, info in self.namespaces.items():
+            table = info.table
+            if table and any((m.mount_id, m.mount_point) in wanted for m in table.mounts):
+                return ns, targets_in(table, self.targets)
+        return None, [Target(m, None) for m in self.targets]
+
+    # --- pass 2: holds ---------------------------------------------------------------
+
+    def _held(self, mounts: Iterable[Mount], path: str | None) -> Iterator[str]:
+        for m in mounts:
+            for t in self.targets:
+                if uses(m, path, t):
+                    yield t.mount_point
+
+    def _by_path(self, table: MountTable, root: str | None, path: str) -> set[str]:
+        """Targets a path of this process (cwd, root, a mapped file) lies in."""
+        if path.endswith(_DELETED):
+            path = path[: -len(_DELETED)]
+        candidates = {path}
+        if root not in (None, "/") and under(path, root):  # links are shown from the host's root
+            candidates.add(path[len(root.rstrip("/")) :] or "/")
+        found: set[str] = set()
+        for p in candidates:
+            found.update(self._held(table.containing(p), p))
+        return found
+
+    def _mnt_id(self, pid: int, fd: str, gaps: _Gaps) -> int | None:
+        text = _read(self.path(pid, "fdinfo", fd), gaps)
+        for line in (text or "").split("\n"):
+            key, _, value = line.partition(":")
+            if key == "mnt_id" and value.strip().isdigit():
+                return int(value.strip())
+        return None
+
+    def _fd_mount(self, table: MountTable, mnt_id: int | None) -> Mount | None:
+        if mnt_id is None:
+            return None
+        return table.by_id.get(mnt_id) or self.mounts_by_id.get(mnt_id)
+
+    def _fd_holds(self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps) -> set[str]:
+        fd_dir = self.path(p.pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError as exc:
+            self.gaps.denied(fd_dir, exc)  # no list of open files at all: always unknown
+            return set()
+        found: set[str] = set()
+        for fd in fds:
+            link = _readlink(os.path.join(fd_dir, fd), gaps)
+            if not link or not link.startswith("/"):
+                continue  # pipes, sockets, anonymous inodes: no mount of a volume
+            mount = self._fd_mount(table, self._mnt_id(p.pid, fd, gaps))
+            if mount is None:  # a mount in no table (detached): where its path leads
+                found.update(self._by_path(table, root, link))
+            else:
+                path = link[: -len(_DELETED)] if link.endswith(_DELETED) else link
+                found.update(self._held([mount], path))
+        return found
+
+    def _maps_holds(
+        self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps
+    ) -> set[str]:
+        paths = set()
+        for line in (_read(self.path(p.pid, "maps"), gaps) or "").split("\n"):
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/"):
+                paths.add(fields[5])
+        found: set[str] = set()
+        for path in paths:
+            found.update(self._by_path(table, root, path))
+        return found
+
+    def _could_hold(self, table: MountTable) -> bool:
+        """The process's namespace has a mount of a target's filesystem (the same device
+        and overlapping root): only then can its unreadable entries hide a hold."""
+        return any(overlaps(m, t) for m in table.mounts for t in self.targets)
+
+    def process_holders(self, p: _Process) -> list[Holder]:
+        table = self.namespaces[p.ns].table
+        if table is None:
+            return []
+        gaps = _Gaps()
+        root = _readlink(self.path(p.pid, "root"), gaps)
+        found = [
+            Holder(mp, p.pid, p.comm, "fd") for mp in sorted(self._fd_holds(p, table, root, gaps))
+        ]
+        for via, link in (("cwd", _readlink(self.path(p.pid, "cwd"), gaps)), ("root", root)):
+            if link and link.startswith("/"):
+                held = sorted(self._by_path(table, root, link))
+                found.extend(Holder(mp, p.pid, p.comm, via) for mp in held)
+        maps = self._maps_holds(p, table, root, gaps)
+        found.extend(Holder(mp, p.pid, p.comm, "maps") for mp in sorted(maps))
+        if gaps.first and self._could_hold(table):
+            self.gaps.merge(gaps)
+        return found
+
+    def namespace_holders(self, home: str | None, targets: Sequence[Target]) -> list[Holder]:
+        agent_user = _readlink(os.path.join(self.proc, "self", "ns", "user"), _Gaps())
+        found: list[Holder] = []
+        for ns, info in self.namespaces.items():
+            if info.table is None or (ns == home and self.kubelet_root is None):
+                continue
+            trusted = info.user_ns is not None and info.user_ns == agent_user
+            for target in targets:
+                if self._copy_holds(info.table, target, home=ns == home, trusted=trusted):
+                    first = info.first
+                    found.append(Holder(target.mount.mount_point, first.pid, first.comm, "mountns"))
+        return found
+
+    def _copy_holds(self, table: MountTable, target: Target, *, home: bool, trusted: bool) -> bool:
+        # a namespace of another user namespace has its copies locked: a propagated
+        # unmount may leave them, so none is exempt there
+        copies = holding_copies(table, target if trusted else Target(target.mount, None))
+        if home:
+            root = self.kubelet_root or "/"
+            copies = [c for c in copies if c.mount_id != target.mount.mount_id]
+            copies = [c for c in copies if not under(c.mount_point, root)]
+        return bool(copies)
+
+
+def scan_holders(
+    host_proc: str, mounts: Iterable[Mount], *, kubelet_root: str | None = None
+) -> HolderScan:
     """Every (process, mount) hold on the given mounts, found under `host_proc`, and
-    whether the scan could see every process (see the module docstring)."""
+    whether the scan could see every process (see the module docstring). `kubelet_root`
+    also searches the namespace the mounts were read from for copies outside it."""
     targets = list(mounts)
     if not targets:
         return HolderScan([])
     pids, unknown = _pids(host_proc)
-    gaps = [unknown] if unknown else []
+    scan = _Scan(host_proc, targets, kubelet_root)
+    scan.collect(pids)
+    home, with_parents = scan.home()
     holders: list[Holder] = []
-    seen_ns: set[str] = set()
-    for pid in pids:
-        proc_dir = os.path.join(host_proc, str(pid))
-        comm = (_read(os.path.join(proc_dir, "comm")) or "").strip()
-        holders.extend(_process_holders(proc_dir, pid, comm, targets, gaps))
-        ns = _readlink(os.path.join(proc_dir, "ns", "mnt"))
-        if ns is None or ns in seen_ns:
-            continue
-        seen_ns.add(ns)
-        text = _read(os.path.join(proc_dir, "mountinfo"))
-        if text is not None:
-            holders.extend(_namespace_holders(text, pid, comm, targets))
-    if len(gaps) > 3:
-        gaps = [*gaps[:3], f"and {len(gaps) - 3} more"]
-    return HolderScan(holders, "; ".join(gaps) if gaps else None)
+    for process in scan.processes:
+        holders.extend(scan.process_holders(process))
+    holders.extend(scan.namespace_holders(home, with_parents))
+    gaps = scan.gaps.text()
+    reasons = [r for r in (unknown, gaps) if r]
+    return HolderScan(holders, "; ".join(reasons) if reasons else None)
 
 
-def find_holders(host_proc: str, mounts: Iterable[Mount]) -> list[Holder]:
+def find_holders(
+    host_proc: str, mounts: Iterable[Mount], *, kubelet_root: str | None = None
+) -> list[Holder]:
     """The holders `scan_holders` finds (for reporting; actions use `scan_holders`)."""
-    return scan_holders(host_proc, mounts).holders
+    return scan_holders(host_proc, mounts, kubelet_root=kubelet_root).holders

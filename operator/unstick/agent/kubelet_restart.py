@@ -12,14 +12,11 @@ import os
 import subprocess
 from datetime import datetime
 
+from unstick.agent.refused import Refused
 from unstick.agent.settings import AgentSettings
 
 _STATE_FILE = "last-kubelet-restart"
 _last_in_memory: dict[str, datetime] = {}
-
-
-class RestartRefused(Exception):
-    """Restarted too recently."""
 
 
 def _last(settings: AgentSettings) -> datetime | None:
@@ -44,9 +41,7 @@ def _record(settings: AgentSettings, now: datetime) -> None:
 
 
 def restart_kubelet(settings: AgentSettings, now: datetime, dry_run: bool) -> str:
-    """Run the restart command; raises the executor's Refused when too soon."""
-    from unstick.agent.executor import Refused
-
+    """Run the restart command; raises Refused when too soon."""
     last = _last(settings)
     if last is not None and (now - last).total_seconds() < settings.restart_kubelet_min_interval_s:
         raise Refused(f"the kubelet was restarted at {last.isoformat()}: at most once per hour")

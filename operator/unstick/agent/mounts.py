@@ -52,7 +52,7 @@ def pod_lines(text: str, kubelet_root: str, uid: str) -> str:
     prefix = pod_dir(kubelet_root, uid) + "/"
     escaped = escape(prefix)
     kept = []
-    for line in text.splitlines():
+    for line in text.split("\n"):  # mountinfo is \n-separated; never splitlines()
         if escaped not in line:  # cheap pre-filter; the parse below decides
             continue
         mount = parse_mountinfo(line)[0]

@@ -12,17 +12,30 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
 from unstick.agent import csi_client
+from unstick.agent.mounts import MountTable
 from unstick.agent.plugins import Plugin
+from unstick.agent.refused import Refused
+from unstick.agent.settings import AgentSettings
 from unstick.core.kubelet_paths import classify
 from unstick.core.mountinfo import Mount
 
-if TYPE_CHECKING:
-    from unstick.agent.executor import Executor
+
+class ReplayHost(Protocol):
+    """What a replay needs of the executor (which imports this module, not the reverse)."""
+
+    settings: AgentSettings
+
+    @property
+    def root(self) -> str: ...
+
+    def _table(self) -> MountTable: ...
+
+    def read_vol_data(self, volume_dir: str) -> dict[str, str]: ...
 
 
 def _rpc_error(exc: grpc.RpcError) -> str:
@@ -46,12 +59,10 @@ def _used_by_other_pods(mounts: list[Mount], root: str, uid: str, staging: Mount
 
 
 def replay_volume(
-    ex: Executor, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
+    ex: ReplayHost, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
 ) -> str:
     """Replay the teardown of one mounted CSI volume of the pod; returns a message.
-    Raises Refused (from the executor) or RuntimeError on a failed call."""
-    from unstick.agent.executor import Refused
-
+    Raises Refused or RuntimeError on a failed call."""
     info = classify(mount.mount_point, ex.root, uid)
     if info is None or info.csi_volume is None:
         raise Refused(f"{mount.mount_point} is not a CSI volume of pod {uid}")
@@ -80,7 +91,7 @@ def replay_volume(
 
 
 def _unstage(
-    ex: Executor, uid: str, plugin: Plugin, *, handle: str, pv: str, mounts: tuple[Mount, ...]
+    ex: ReplayHost, uid: str, plugin: Plugin, *, handle: str, pv: str, mounts: tuple[Mount, ...]
 ) -> str:
     timeout = ex.settings.grpc_timeout_s
     by_point = {m.mount_point: m for m in mounts}
