@@ -1,0 +1,139 @@
+"""Holder scenarios with shared/slave propagation, run INSIDE a private mount namespace by
+conftest (`run_scenario(name, workdir, script=HOLDERS)`), like mountns_scenarios.py.
+
+The scenario's work tmpfs is made *shared*, so each pod volume mounted under it is shared
+too. A second mount namespace (`unshare -m --propagation unchanged`, then `--make-rslave`)
+gets the kubelet's pods dir as an rslave copy at `<work>/host_pods` (what a DaemonSet with
+`mountPropagation: HostToContainer` sees), and then does one thing with the volume: holds
+a file open through the copy, sits in it (cwd), binds it elsewhere, or nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from mountns_scenarios import UID_A, Node, main, mount_points, sh
+
+from unstick.core.mountinfo import parse_mountinfo
+
+
+def _second_namespace(node: Node, then: str) -> subprocess.Popen[str]:
+    """A process in a new mount namespace, an rslave of this one, with the pods dir
+    rbind-mounted at <work>/host_pods; it runs `then` (shell), says ready, sleeps."""
+    script = (
+        "set -e; mount --make-rslave /; "
+        f"mount --rbind {node.root / 'pods'} {node.work / 'host_pods'}; "
+        f"{then}; echo ready; exec sleep 600"
+    )
+    proc = node.start(
+        "unshare", "-m", "--propagation", "unchanged", "sh", "-c", script,
+        stdout=subprocess.PIPE, text=True, cwd="/",
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line == "ready", f"second namespace did not start: {line!r}"
+    return proc
+
+
+def _points_of(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as f:
+        return [m.mount_point for m in parse_mountinfo(f.read())]
+
+
+def _unmount(node: Node, vol: Path, lazy: bool) -> dict[str, str]:
+    return (
+        node.executor()
+        .run_step(UID_A, "unmount", str(vol), dry_run=False, lazy_unmount=lazy)
+        .to_json()
+    )
+
+
+def _setup(node: Node) -> tuple[Path, Path]:
+    """A shared work tmpfs, pod A's projected volume under it, and where the volume shows in
+    the second namespace (under host_pods)."""
+    sh("mount", "--make-shared", str(node.work))
+    (node.work / "host_pods").mkdir()
+    (node.work / "backup").mkdir()
+    vol = node.projected(UID_A, "kube-api-access-x")
+    return vol, node.work / "host_pods" / vol.relative_to(node.root / "pods")
+
+
+def _held_case(node: Node, then: str) -> dict[str, Any]:
+    vol, copy = _setup(node)
+    other = _second_namespace(node, then.format(copy=copy, work=node.work))
+    return {
+        "vol": str(vol),
+        "copy": str(copy),
+        "pid": other.pid,
+        "copy_in_other_ns": str(copy) in _points_of(other.pid),
+        "probe": node.probe(UID_A),
+        "plain": _unmount(node, vol, lazy=False),
+        "lazy": _unmount(node, vol, lazy=True),
+        "mounted_after": str(vol) in mount_points(),
+    }
+
+
+def scenario_fd_through_copy(node: Node) -> dict[str, Any]:
+    """(a) a file open through the rslave copy at host_pods."""
+    return _held_case(node, "exec 3< {copy}/token")
+
+
+def scenario_cwd_in_copy(node: Node) -> dict[str, Any]:
+    """(c) the working directory inside the rslave copy."""
+    return _held_case(node, "cd {copy}")
+
+
+def scenario_bind_elsewhere(node: Node) -> dict[str, Any]:
+    """(b) the volume bind-mounted at <work>/backup in the second namespace, nothing open;
+    once that namespace is gone, the unmount goes through."""
+    result = _held_case(node, "mount --bind {copy} {work}/backup")
+    node.cleanup()
+    result["after_release"] = _unmount(node, Path(result["vol"]), lazy=False)
+    result["mounted_after_release"] = result["vol"] in mount_points()
+    return result
+
+
+def scenario_bind_in_same_namespace(node: Node) -> dict[str, Any]:
+    """(e) the volume bind-mounted outside the kubelet root in the namespace the agent reads
+    the mount table from: plain umount of the volume would succeed and leave the bind."""
+    vol, _ = _setup(node)
+    sh("mount", "--bind", str(vol), str(node.work / "backup"))
+    try:
+        refused = _unmount(node, vol, lazy=False)
+        still = str(vol) in mount_points()
+    finally:
+        sh("umount", str(node.work / "backup"))
+    after = _unmount(node, vol, lazy=False)
+    return {"refused": refused, "mounted": still, "after": after, "pid": 0}
+
+
+def scenario_unused_copy(node: Node) -> dict[str, Any]:
+    """(d) the honest case: the propagated copies (at host_pods and at the same path) with
+    nobody using them are no holders; the unmount proceeds and takes them along."""
+    vol, copy = _setup(node)
+    other = _second_namespace(node, "true")
+    before = _points_of(other.pid)
+    return {
+        "vol": str(vol),
+        "copy": str(copy),
+        "copies_before": [p for p in before if p in (str(vol), str(copy))],
+        "probe": node.probe(UID_A),
+        "plain": _unmount(node, vol, lazy=False),
+        "mounted_after": str(vol) in mount_points(),
+        "copies_after": [p for p in _points_of(other.pid) if p in (str(vol), str(copy))],
+    }
+
+
+SCENARIOS = {
+    "fd_through_copy": scenario_fd_through_copy,
+    "cwd_in_copy": scenario_cwd_in_copy,
+    "bind_elsewhere": scenario_bind_elsewhere,
+    "bind_in_same_namespace": scenario_bind_in_same_namespace,
+    "unused_copy": scenario_unused_copy,
+}
+
+if __name__ == "__main__":
+    sys.exit(main(SCENARIOS))
