@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import http.server
+import json
+import logging
+import threading
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -116,3 +123,148 @@ def test_peering_gate_follows_kopf_rule() -> None:
     assert not is_active({"other": {"priority": 5, "lastseen": seen, "lifetime": 60}}, "me", 1, now)
     assert is_active({"other": {"priority": 0, "lastseen": seen, "lifetime": 60}}, "me", 1, now)
     assert is_active({"other": {"priority": 9, "lastseen": seen, "lifetime": 5}}, "me", 0, now)
+
+
+# -- log levels: a retried 429/5xx answer is a WARNING ----------------------------------
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Answers GETs in turn from the server's `answers` list (status codes)."""
+
+    def do_GET(self) -> None:
+        code = self.server.answers.pop(0)  # type: ignore[attr-defined]
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure" if code >= 400 else "Success",
+            "message": "storage is (re)initializing" if code == 429 else "",
+            "code": code,
+        }
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _kopf_request_levels(answers: list[int], backoffs: list[float]) -> list[tuple[int, str]]:
+    """Run Kopf's own API request against a local server that gives `answers`; the
+    (level, message) of every record Kopf logs, as the controller's handler emits them."""
+    import kopf
+    from kopf._cogs.clients import api, auth
+
+    from unstick.controller import logfilter
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.answers = list(answers)  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    seen: list[tuple[int, str]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.levelno, record.getMessage()))
+
+    root = logging.Logger("root-under-test")
+    handler = Keep()
+    root.addHandler(handler)
+    logfilter.install(root)
+    logger = logging.getLogger("kopf._cogs.clients.api.test")
+    logger.addHandler(handler)
+    logger.propagate = False
+    settings = kopf.OperatorSettings()
+    settings.networking.error_backoffs = backoffs
+
+    async def go() -> None:
+        info = kopf.ConnectionInfo(server=f"http://127.0.0.1:{server.server_port}")
+        context = auth.APIContext(info)
+        try:
+            await api.request("GET", "/api", settings=settings, logger=logger, context=context)
+        except Exception:
+            pass
+        finally:
+            await context.session.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        logger.removeHandler(handler)
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    return seen
+
+
+def test_kopf_retried_429_is_a_warning_and_giving_up_is_an_error() -> None:
+    seen = _kopf_request_levels([429, 200], [0.01])
+    assert len(seen) == 1 and "storage is (re)initializing" in seen[0][1]
+    assert seen[0][0] == logging.WARNING
+    seen = _kopf_request_levels([503, 429], [0.01])  # the last attempt: Kopf gives up
+    assert [level for level, _ in seen] == [logging.WARNING, logging.ERROR]
+    assert "escalating" in seen[1][1]
+    seen = _kopf_request_levels([403, 200], [0.01])  # RBAC: says something is wrong
+    assert [level for level, _ in seen] == [logging.ERROR]
+
+
+def test_a_failed_pass_on_a_transient_answer_is_a_warning() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from unstick.controller.logfilter import log_retried_failure
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    log = logging.Logger("unstick.test")
+    log.addHandler(Keep())
+    busy = ApiException(status=429, reason="Too Many Requests")
+    log_retried_failure(log, busy, "pod=%s reconcile failed; retrying in 10s", "ns/p")
+    log_retried_failure(log, ApiException(status=500), "pod=%s failed", "ns/p")
+    log_retried_failure(log, ApiException(status=422), "pod=%s failed", "ns/p")
+    assert [r.levelno for r in seen] == [logging.WARNING, logging.WARNING, logging.ERROR]
+    assert seen[0].getMessage().startswith("pod=ns/p reconcile failed; retrying in 10s: (429)")
+    assert seen[0].exc_info is None and seen[2].exc_info is not None
+
+
+# -- the budget rebuilt from Remediations -----------------------------------------------
+
+
+def test_recent_grants_are_the_actions_of_the_last_minute_that_changed_something() -> None:
+    from unstick.controller.budget import recent_grants
+
+    now = 1795168800.0  # 2026-11-20T10:00:00Z
+
+    def rem(node: str, actions: list[dict[str, str]], steps_at: str | None = None) -> Any:
+        spec = {"podName": "p", "podUID": "u", "nodeName": node}
+        if steps_at:
+            spec["nodeStepsRequestedAt"] = steps_at
+        return {"spec": spec, "status": {"policy": "fast", "actions": actions}}
+
+    def act(action: str, result: str, time: str, by: str = "controller") -> dict[str, str]:
+        return {"action": action, "target": "", "result": result, "time": time, "by": by}
+
+    items = [
+        rem(
+            "n1",
+            [
+                act("force-delete", "succeeded", "2026-11-20T09:59:30.000000Z"),
+                act("remove-finalizer", "failed", "2026-11-20T09:59:50Z"),
+                act("force-delete", "refused", "2026-11-20T09:59:50Z"),  # changed nothing
+                act("observe", "succeeded", "2026-11-20T09:59:50Z"),
+                act("force-delete", "succeeded", "2026-11-20T09:58:59Z"),  # > 60 s ago
+                act("unmount", "succeeded", "2026-11-20T09:59:55Z", by="agent"),  # in batch
+                act("force-delete", "succeeded", "not a time"),
+            ],
+            steps_at="2026-11-20T09:59:40Z",
+        ),
+        rem("n2", [], steps_at="2026-11-20T09:58:00Z"),  # handed over too long ago
+        {"spec": None, "status": {"actions": "garbage"}},
+    ]
+    got = sorted((g.node, now - g.at, g.policy) for g in recent_grants(items, now))
+    assert got == [("n1", 10.0, "fast"), ("n1", 20.0, "fast"), ("n1", 30.0, "fast")]

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
+
 DESCRIPTION = """\
 Run the unstick controller. It watches pods with a lean paginated list+watch that keeps
 only terminating pods in memory, diagnoses every pod stuck past deletionTimestamp + slack,
@@ -81,6 +83,23 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="look again at a stuck pod nothing changed about after S seconds (default 300)",
     )
+    p.add_argument(
+        "--max-actions-per-minute",
+        type=int,
+        default=DEFAULT_CLUSTER_CAP,
+        metavar="N",
+        help="cluster-wide cap on actions per minute that no RemediationPolicy can raise "
+        f"(default {DEFAULT_CLUSTER_CAP}); a policy's rateLimits.clusterPerMinute applies "
+        "when lower",
+    )
+    p.add_argument(
+        "--max-node-actions-per-minute",
+        type=int,
+        default=DEFAULT_NODE_CAP,
+        metavar="N",
+        help="cap on actions per node per minute that no RemediationPolicy can raise "
+        f"(default {DEFAULT_NODE_CAP}); a policy's rateLimits.nodePerMinute applies when lower",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.set_defaults(command="controller")
 
@@ -90,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from unstick.controller import logfilter
+
+    logfilter.install()  # a retried 429/5xx answer is a WARNING, not an ERROR
     if args.kubeconfig and not Path(args.kubeconfig).exists():
         print(f"unstick controller: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
         return 2
@@ -100,9 +122,11 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    if args.workers < 1:
-        print("unstick controller: --workers must be at least 1", file=sys.stderr)
-        return 2
+    for count_flag in ("workers", "max_actions_per_minute", "max_node_actions_per_minute"):
+        if getattr(args, count_flag) < 1:
+            flag = count_flag.replace("_", "-")
+            print(f"unstick controller: --{flag} must be at least 1", file=sys.stderr)
+            return 2
 
     import asyncio
 
@@ -132,7 +156,11 @@ def run(args: argparse.Namespace) -> int:
         runtime=RuntimeSettings(
             namespaces=namespaces,
             workers=args.workers,
-            reconcile=ReconcileSettings(recheck_s=args.recheck_seconds),
+            reconcile=ReconcileSettings(
+                recheck_s=args.recheck_seconds,
+                max_cluster_per_minute=args.max_actions_per_minute,
+                max_node_per_minute=args.max_node_actions_per_minute,
+            ),
         ),
         metrics_port=args.metrics_port,
         peering=None if args.standalone else PeeringSettings(args.peering, identity),

@@ -30,6 +30,7 @@ from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
 from unstick.controller.inputs import NodeInputs, fetch_pod
+from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
 from unstick.controller.reconciler import ActionInputs, Reconciler
@@ -322,6 +323,7 @@ class Runtime:
     async def _reconcile(self, uid: str, record: TerminatingPod) -> None:
         next_due: float | None = None
         loop = asyncio.get_running_loop()
+        ids = (record.key, uid)
         try:
             # Only a probe bound to this pod and to our own request (trust.usable_probe).
             probe = usable_probe(self.probes.get(uid), record, self.reconciler.requests.first(uid))
@@ -333,8 +335,8 @@ class Runtime:
         try:
             async with self._slots:
                 next_due = await loop.run_in_executor(self._pool, self.reconciler.reconcile, record)
-        except Exception:
-            log.exception("pod=%s uid=%s reconcile failed; retrying in 10s", record.key, uid)
+        except Exception as exc:  # a transient API answer (429, 5xx) is only a warning
+            log_retried_failure(log, exc, "pod=%s uid=%s reconcile failed; retrying in 10s", *ids)
             next_due = self.clock() + 10.0
         finally:
             self._running.discard(uid)
