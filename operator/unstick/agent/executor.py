@@ -303,7 +303,6 @@ class Executor:
         return f"removed {len(removed)} empty directories"
 
     def _rmdir_one(self, uid: str, path: str) -> bool:
-        self._check_pod(uid)  # right before acting: a container may have started meanwhile
         table = self._table()
         inside = [m.mount_point for m in table.mounts if m.mount_point.startswith(path + "/")]
         if path in table.mount_points() or inside:
@@ -311,6 +310,7 @@ class Executor:
         subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
         if not (is_pod_volume_path(path, self.root, uid) or path == subpaths):
             raise Refused(f"{path} is not a volume directory of pod {uid}")
+        self._check_pod(uid)  # right before acting: a container may have started meanwhile
         try:
             with parent_fd(path) as (fd, name):
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
