@@ -104,3 +104,19 @@ def test_parses_ten_thousand_lines_and_reports_the_time() -> None:
     assert len(mounts) == 10_000
     assert mounts[-1].mount_point.endswith("kube api-9999")
     assert mounts[1234].optional == ("shared:1234",)
+
+
+@pytest.mark.parametrize(
+    "odd", ["\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x0b", "\x0c"]
+)
+def test_a_source_with_a_unicode_line_break_stays_one_line(odd: str) -> None:
+    """mountinfo is separated by \\n only; a user-controlled NFS/CSI source may hold any
+    other character that str.splitlines() would split on."""
+    from unstick.agent.mounts import pod_lines
+
+    point = "/k/pods/u/volumes/kubernetes.io~nfs/data"
+    line = f"50 22 0:40 / {point} rw - nfs server{odd}:/export rw"
+    text = f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n{line}\n"
+    [_, m] = parse_mountinfo(text)
+    assert m.source == f"server{odd}:/export" and m.mount_point == point
+    assert pod_lines(text, "/k", "u") == line + "\n"
