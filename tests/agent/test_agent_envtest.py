@@ -27,7 +27,8 @@ from unstick.kube.client import ClientSettings, Kube, remediation_path
 
 pytestmark = pytest.mark.envtest
 
-CRD = Path(__file__).parents[2] / "operator" / "unstick" / "crds" / "remediations.yaml"
+CRDS = Path(__file__).parents[2] / "operator" / "unstick" / "crds"
+POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 ORPHAN = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
 
 
@@ -57,21 +58,22 @@ def _deleted_at(kube: Kube, path: str) -> str | None:
 @pytest.fixture
 def kube(control_plane: Any) -> Iterator[Kube]:
     k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    try:
-        k.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                  body=yaml.safe_load(CRD.read_text()))  # fmt: skip
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    for plural in ("remediations", "remediationpolicies"):
+        try:
+            k.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                      body=yaml.safe_load((CRDS / f"{plural}.yaml").read_text()))  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
-    def established() -> bool:
-        crd = k.get(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/remediations.unstick.dev"
-        )
-        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        def established(plural: str = plural) -> bool:
+            crd = k.get(
+                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.unstick.dev"
+            )
+            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    wait_for("the Remediation CRD", established)
+        wait_for(f"the {plural} CRD", established)
     try:
         yield k
     finally:
@@ -152,10 +154,11 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         def status(name: str) -> dict[str, Any]:
             return (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
 
-        probe = wait_for("the probe", lambda: status("web-0").get("probe"))
-        assert probe["nodeName"] == node
-        assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
-        assert probe["mountinfo"] == ""
+        # a probe of a pod that is not Terminating is refused (the same pod check as for
+        # node steps): on record, and no probe is written
+        refusal = wait_for("the probe refusal", lambda: status("web-0").get("nodeRefusals"))
+        assert refusal[0]["action"] == "probe" and "is not terminating" in refusal[0]["message"]
+        assert "probe" not in status("web-0")
 
         step = {"action": "rmdir-stale", "target": "", "reason": "test"}
 
@@ -182,7 +185,39 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         assert stale.is_dir()
         kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
         wait_for("the pod's deletionTimestamp", lambda: _deleted_at(kube, pod_path))
-        done = request_steps()
+        kube.request(
+            "PATCH",
+            remediation_path(ns, "web-0"),
+            body={"spec": {"probeRequestedAt": now()}},
+            content_type="application/merge-patch+json",
+        )
+        probe = wait_for("the probe", lambda: status("web-0").get("probe"))
+        assert probe["nodeName"] == node
+        assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
+        assert probe["mountinfo"] == ""
+        # Terminating and overdue, but neither the pod nor its namespace opted in: refused,
+        # whatever the record says (dryRun: false)
+        (refused,) = request_steps()["nodeActions"]
+        assert refused["result"] == "refused" and "has not opted in" in refused["message"]
+        assert stale.is_dir()
+        # the namespace opts in and the admin's default policy permits rmdir-stale: runs
+        kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}",
+            body={"metadata": {"labels": {"unstick.dev/remediate": "true"}}},
+            content_type="application/merge-patch+json",
+        )
+        policy = {
+            "apiVersion": "unstick.dev/v1alpha1",
+            "kind": "RemediationPolicy",
+            "metadata": {"name": "default"},
+            "spec": {"dryRun": False, "actions": ["rmdir-stale"]},
+        }
+        kube.request("POST", POLICIES, body=policy)
+        try:
+            done = request_steps()
+        finally:
+            kube.request("DELETE", f"{POLICIES}/default")
         (action,) = done["nodeActions"]
         assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
         assert not stale.exists() and (root / "pods" / pod_uid / "volumes").is_dir()
@@ -195,6 +230,8 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         wait_for("the orphaned-mount gauge", orphan_gauge)
         _, text = _get(f"http://127.0.0.1:{port}/metrics")
         assert "unstick_node_probe_duration_seconds_count" in text
+        assert 'unstick_refusals_total{reason="not_opted_in"} 1.0' in text
+        assert 'unstick_refusals_total{reason="forged"} 2.0' in text  # probe + steps, running
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         assert "probe" not in status("other"), "a Remediation of another node was touched"
     finally:

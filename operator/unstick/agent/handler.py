@@ -3,14 +3,24 @@
 Decisions read only `spec` (written by the controller) and the agent's own `status` keys.
 Bad input in a Remediation gets a clear message naming the field and never an action.
 
-Node steps are refused (each reported as `refused`, with the reason) unless, right before
-they run:
+A Remediation is a channel, not an authority (DESIGN §3 invariant 7): whoever wrote it,
+node steps are refused (each reported as `refused`, with the reason, in
+`status.nodeActions`, and counted in `unstick_refusals_total{reason}`) unless, right
+before they run:
 - the request is fresh: `spec.nodeStepsRequestedAt` is at most `max_request_age_s` old and
   at most `max_request_skew_s` in the future (a request the agent missed while it was down
   may no longer be wanted: the policy may be dryRun now, the pod opted out);
 - the pod is the one named: GET `spec.podName` in the Remediation's namespace exists, its
   uid is `spec.podUID`, it is bound to this node, and its deletionTimestamp is set and in
-  the past (the pod is Terminating and overdue), whoever wrote the Remediation.
+  the past (the pod is Terminating and overdue);
+- the pod opted in, and the RemediationPolicy in force for it — read from the API
+  (`authority.read_mandate`), never from the Remediation — serves its namespace, permits
+  the action and is not in dry-run (then the steps are reported `dry_run`); `lazyUnmount`
+  is the policy's too;
+- the batch fits this node's budget (`authority.NodeBudget`).
+A probe is only taken for a pod that passes the same pod check: the probe of any other UID
+would write another pod's mounts, holders and containers into the asker's record. A probe
+refused is noted in `status.nodeRefusals` (no probe is written).
 """
 
 from __future__ import annotations
@@ -23,10 +33,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.agent.executor import REFUSED, Executor, StepResult
+from unstick.agent.authority import NodeBudget, PolicySources, read_mandate
+from unstick.agent.executor import DRY_RUN, REFUSED, Executor, StepResult
 from unstick.agent.probe import probe_pod, rfc3339
 from unstick.agent.settings import AgentSettings
-from unstick.core.vocabulary import NODE_ACTIONS
+from unstick.core.mandate import Mandate, permit
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +47,19 @@ _POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS subdomain
 JSON = dict[str, Any]
 StatusPatcher = Callable[[str, str, JSON], None]  # (namespace, name, status patch)
 PodLookup = Callable[[str, str], JSON | None]  # (namespace, name) -> the pod, None if absent
+MAX_NODE_REFUSALS = 20  # status.nodeRefusals keeps the newest entries
+
+#: Reads nothing, so every pod counts as not opted in: the safe default for a Handler
+#: built without access to namespaces and policies.
+NO_POLICIES = PolicySources(namespace=lambda _name: None, policy=lambda _name: None)
 
 
 class BadRemediation(ValueError):
     """A Remediation field the agent cannot use; the message names the field."""
+
+    def __init__(self, message: str, refusal: Refusal = Refusal.FORGED) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 def parse_time(value: object, field_name: str) -> datetime | None:
@@ -92,12 +113,14 @@ def check_request_age(requested: datetime, now: datetime, settings: AgentSetting
         raise BadRemediation(
             f"spec.nodeStepsRequestedAt: the request is {age:.0f}s old, older than "
             f"--max-request-age ({settings.max_request_age_s:.0f}s); not running stale steps, "
-            "the controller re-requests them if it still wants them"
+            "the controller re-requests them if it still wants them",
+            Refusal.STALE,
         )
     if -age > settings.max_request_skew_s:
         raise BadRemediation(
             f"spec.nodeStepsRequestedAt: the request is {-age:.0f}s in the future, more than "
-            f"the allowed clock skew ({settings.max_request_skew_s:.0f}s)"
+            f"the allowed clock skew ({settings.max_request_skew_s:.0f}s)",
+            Refusal.STALE,
         )
 
 
@@ -132,7 +155,10 @@ class Handler:
     executor: Executor
     patch_status: StatusPatcher
     lookup_pod: PodLookup  # the agent GETs the pod from the API (loop.Agent.get_pod)
+    policies: PolicySources = NO_POLICIES  # namespace and RemediationPolicy GETs
+    budget: NodeBudget = field(default_factory=lambda: NodeBudget(cap=10))
     on_probe_duration: Callable[[float], None] = lambda _s: None
+    on_refusal: Callable[[Refusal], None] = lambda _r: None  # unstick_refusals_total
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     served_probes: dict[str, str] = field(default_factory=dict)
     served_steps: dict[str, str] = field(default_factory=dict)
@@ -176,11 +202,30 @@ class Handler:
         probe_due = probe_at and (probed_at is None or probe_at > probed_at)
         if probe_due and self.served_probes.get(key) != probe_at_raw:
             self.served_probes[key] = str(probe_at_raw)
+            try:
+                self._check_pod(ns, spec)
+            except BadRemediation as exc:
+                log.warning("remediation %s/%s: probe refused: %s", ns, name, exc)
+                self._refuse_probe(ns, name, status, exc)
+                return
             self.patch_status(ns, name, {"probe": self.probe(uid)})
 
-    def _check_request(self, ns: str, spec: JSON, requested: datetime) -> None:
-        """The request is fresh and names an overdue Terminating pod of this node."""
-        check_request_age(requested, self.clock(), self.settings)
+    def _refuse_probe(self, ns: str, name: str, status: JSON, exc: BadRemediation) -> None:
+        """No probe for a pod that fails the pod check: a refusal on record instead."""
+        self.on_refusal(exc.refusal)
+        entry = {
+            "action": "probe",
+            "reason": str(exc.refusal),
+            "message": str(exc)[:1000],
+            "time": rfc3339(self.clock()),
+            "by": "agent",
+        }
+        current = status.get("nodeRefusals")
+        kept = [e for e in current if isinstance(e, dict)] if isinstance(current, list) else []
+        self.patch_status(ns, name, {"nodeRefusals": [*kept, entry][-MAX_NODE_REFUSALS:]})
+
+    def _check_pod(self, ns: str, spec: JSON) -> JSON:
+        """The pod named in spec, from the API: this uid, on this node, overdue Terminating."""
         name = spec.get("podName")
         if not isinstance(name, str) or not _POD_NAME.fullmatch(name):
             raise BadRemediation("spec.podName: missing or not a pod name")
@@ -189,34 +234,72 @@ class Handler:
         except Exception as exc:  # API down, forbidden, ...: never act on an unchecked pod
             status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
             why = f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
-            raise BadRemediation(f"spec.podName: cannot GET pod {name!r}: {why}") from None
+            raise BadRemediation(
+                f"spec.podName: cannot GET pod {name!r}: {why}", Refusal.UNSAFE
+            ) from None
         check_pod(pod, spec, self.settings.node_name, self.clock())
+        assert pod is not None
+        return pod
+
+    def _check_request(self, ns: str, spec: JSON, requested: datetime) -> Mandate:
+        """The request is fresh and names an overdue Terminating pod of this node; returns
+        the policy in force for that pod, read from the API."""
+        check_request_age(requested, self.clock(), self.settings)
+        pod = self._check_pod(ns, spec)
+        return read_mandate(self.policies, ns, pod)
+
+    def _refused(self, action: str, target: str, refusal: Refusal, message: str) -> StepResult:
+        self.on_refusal(refusal)
+        result = DRY_RUN if refusal is Refusal.DRY_RUN else REFUSED
+        return StepResult(action, target, result, message, rfc3339(self.clock()))
+
+    def _authorised(
+        self, ns: str, spec: JSON, requested: datetime, steps: list[tuple[str, str]]
+    ) -> tuple[list[StepResult], Mandate | None]:
+        """(refusals, None) or ([], the mandate every step is permitted under)."""
+        try:
+            m = self._check_request(ns, spec, requested)
+        except BadRemediation as exc:
+            return [self._refused(a, t, exc.refusal, str(exc)) for a, t in steps], None
+        for action, _target in steps:
+            narrowed = permit(m, Action(action))
+            if not narrowed:
+                assert narrowed.refusal is not None
+                refusals = [
+                    self._refused(a, t, narrowed.refusal, narrowed.message) for a, t in steps
+                ]
+                return refusals, None
+        assert m.policy is not None
+        wait = self.budget.try_take(self.clock().timestamp(), m.policy.rate_limits.node_per_minute)
+        if wait > 0:
+            message = (
+                f"rate limit: this node's budget ({m.policy.rate_limits.node_per_minute} per "
+                f"minute, RemediationPolicy {m.policy.name!r}) is used up for {wait:.0f}s"
+            )
+            return [self._refused(a, t, Refusal.POLICY_FORBIDS, message) for a, t in steps], None
+        return [], m
 
     def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
-        dry_run = spec.get("dryRun", False)
-        lazy = spec.get("lazyUnmount", False)
         results: list[StepResult] = []
         try:
-            if not isinstance(dry_run, bool):
-                raise BadRemediation("spec.dryRun: expected true or false")
-            if not isinstance(lazy, bool):
-                raise BadRemediation("spec.lazyUnmount: expected true or false")
             steps = parse_steps(spec)
         except BadRemediation as exc:
-            now = rfc3339(self.clock())
-            results.append(StepResult("(none)", "", REFUSED, str(exc), now))
+            results.append(self._refused("(none)", "", exc.refusal, str(exc)))
             steps = []
+        m: Mandate | None = None
         if steps:
-            try:
-                self._check_request(ns, spec, requested)
-            except BadRemediation as exc:
-                log.warning("remediation %s/%s: node steps refused: %s", ns, name, exc)
-                now = rfc3339(self.clock())
-                results = [StepResult(a, t, REFUSED, str(exc), now) for a, t in steps]
+            results, m = self._authorised(ns, spec, requested, steps)
+            if m is None:
+                log.warning(
+                    "remediation %s/%s: node steps refused: %s", ns, name, results[0].message
+                )
                 steps = []
+        lazy = bool(m is not None and m.policy is not None and m.policy.lazy_unmount)
         for action, target in steps:
-            result = self.executor.run_step(uid, action, target, dry_run=dry_run, lazy_unmount=lazy)
+            result = self.executor.run_step(uid, action, target, dry_run=False, lazy_unmount=lazy)
             results.append(result)
+            if result.result == REFUSED:
+                self.on_refusal(Refusal.UNSAFE)
             if result.result in ("failed", "refused"):
                 break
         done = max(self.clock(), requested)  # never earlier than the request (clock skew)
@@ -224,8 +307,9 @@ class Handler:
             "nodeActions": [r.to_json() for r in results],
             "nodeStepsDoneAt": rfc3339(done),
         }
-        try:
-            patch["probe"] = self.probe(uid)
-        except Exception as exc:  # steps are reported even if the probe fails
-            log.warning("probe after node steps failed: %s", exc)
+        if m is not None:  # a refused request gets no probe either (same pod check)
+            try:
+                patch["probe"] = self.probe(uid)
+            except Exception as exc:  # steps are reported even if the probe fails
+                log.warning("probe after node steps failed: %s", exc)
         self.patch_status(ns, name, patch)

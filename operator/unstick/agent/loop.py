@@ -13,12 +13,14 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from unstick import __version__
+from unstick.agent.authority import NodeBudget, PolicySources
 from unstick.agent.executor import Executor
 from unstick.agent.handler import JSON, Handler
 from unstick.agent.mounts import read_mount_table
@@ -30,6 +32,7 @@ from unstick.kube.listwatch import WatchStream, list_watch
 log = logging.getLogger(__name__)
 
 REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
+POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 NODE_LABEL = "unstick.dev/node"
 
 
@@ -41,11 +44,12 @@ class LoopSettings:
     watch_timeout_s: int = 300
     summary_interval_s: float = 30.0
     backoff_max_s: float = 30.0
+    node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
 
 
 class AgentMetrics:
-    """The agent's own registry: `unstick_node_orphaned_mounts{node}` and
-    `unstick_node_probe_duration_seconds`."""
+    """The agent's own registry: `unstick_node_orphaned_mounts{node}`,
+    `unstick_node_probe_duration_seconds` and `unstick_refusals_total{reason}`."""
 
     def __init__(self, node: str) -> None:
         self.registry = CollectorRegistry()
@@ -61,6 +65,13 @@ class AgentMetrics:
             "Time to probe one pod on this node",
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.refusals = Counter(
+            "unstick_refusals_total",
+            "Requests refused by this node's agent (forged, stale, not opted in, policy "
+            "forbids, dry-run, unsafe)",
+            ["reason"],
+            registry=self.registry,
         )
 
 
@@ -79,7 +90,10 @@ class Agent:
             Executor(settings),
             self.patch_status,
             self.get_pod,
+            policies=PolicySources(namespace=self.get_namespace, policy=self.get_policy),
+            budget=NodeBudget(cap=loop.node_actions_per_minute),
             on_probe_duration=self.metrics.probe_duration.observe,
+            on_refusal=lambda reason: self.metrics.refusals.labels(str(reason)).inc(),
         )
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
@@ -99,6 +113,12 @@ class Agent:
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The pod from the API server (None when it does not exist)."""
         return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def get_namespace(self, name: str) -> JSON | None:
+        return self.kube.get(f"/api/v1/namespaces/{quote(name, safe='')}")
+
+    def get_policy(self, name: str) -> JSON | None:
+        return self.kube.get(f"{POLICIES}/{quote(name, safe='')}")
 
     def _query(self) -> dict[str, Any]:
         return {"labelSelector": f"{NODE_LABEL}={self.settings.node_name}"}

@@ -1,0 +1,37 @@
+"""RemediationPolicy and namespace answers for Handlers built without an API server.
+
+What `unstick.agent.authority.read_mandate` would read from the API for a pod in a
+namespace labelled `unstick.dev/remediate=true` under the policy `default`; the policy's
+`dryRun`, `actions` and `lazyUnmount` are the test's to choose. Tests with a real API
+server create the real objects instead (test_agent_envtest.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstick.agent.authority import PolicySources
+
+NODE_ACTIONS = ["replay-unpublish", "unmount", "rmdir-stale", "restart-kubelet"]
+
+
+def opted_in(
+    *, dry_run: bool = False, actions: list[str] | None = None, lazy_unmount: bool = False
+) -> PolicySources:
+    policy: dict[str, Any] = {
+        "apiVersion": "unstick.dev/v1alpha1",
+        "kind": "RemediationPolicy",
+        "metadata": {"name": "default"},
+        "spec": {
+            "dryRun": dry_run,
+            "actions": NODE_ACTIONS if actions is None else actions,
+            "lazyUnmount": lazy_unmount,
+            "rateLimits": {"clusterPerMinute": 1000, "nodePerMinute": 1000},
+        },
+    }
+    return PolicySources(
+        namespace=lambda name: {
+            "metadata": {"name": name, "labels": {"unstick.dev/remediate": "true"}}
+        },
+        policy=lambda name: policy if name == "default" else None,
+    )
