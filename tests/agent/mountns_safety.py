@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
+from policy_sources import opted_in
 
 import unstick.agent.executor as executor_module
 from unstick.agent.executor import Executor
@@ -115,7 +116,13 @@ def scenario_requests(node: Node) -> dict[str, Any]:
     def lookup(ns: str, name: str) -> dict[str, Any]:
         return answer["pod"]  # type: ignore[no-any-return]
 
-    handler = Handler(node.settings, node.executor(), lambda ns, n, p: patches.append(p), lookup)
+    handler = Handler(
+        node.settings,
+        node.executor(),
+        lambda ns, n, p: patches.append(p),
+        lookup,
+        policies=opted_in(),
+    )
 
     def request(key: str, requested: datetime) -> dict[str, Any]:
         handler.handle(

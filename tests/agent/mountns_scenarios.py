@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from policy_sources import opted_in
 
 from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
@@ -361,7 +362,11 @@ def _run_handler_steps(
 ) -> dict[str, Any]:
     patches: list[dict[str, Any]] = []
     handler = Handler(
-        node.settings, node.executor(), lambda ns, name, p: patches.append(p), terminating_pod
+        node.settings,
+        node.executor(),
+        lambda ns, name, p: patches.append(p),
+        terminating_pod,
+        policies=opted_in(),
     )
     remediation = {
         "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
+from policy_sources import opted_in
 
 from unstick.agent.containers import cgroup_containers, pod_containers
 from unstick.agent.executor import Executor
@@ -219,6 +220,7 @@ def _handler(tmp_path: Path, mountinfo: str = "") -> tuple[Handler, list[dict[st
             "metadata": {"name": name, "uid": UID, "deletionTimestamp": "2025-12-31T23:00:00Z"},
             "spec": {"nodeName": "node-1"},
         },
+        policies=opted_in(),
         clock=lambda: datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC),  # requests below are fresh
     )
     return handler, patches
