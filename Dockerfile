@@ -1,18 +1,26 @@
 # syntax=docker/dockerfile:1
 # unstick: one image for `unstick controller` and `unstick agent`.
-# Built and pushed by the release pipeline (not in this repo's tests: there is no
-# container engine there); `docker build -t unstick:dev .` works locally.
+# Built and pushed by the release pipeline; `docker build -t unstick:dev .` works
+# locally. The real-node tests build it with buildah on a Python base made from Debian's
+# packages (hack/build-images.sh: --build-arg BASE=...), with no public registry.
+
+# The Python 3.11 image both stages start from (python, pip on PATH).
+ARG BASE=python:3.11-slim
 
 # --- build: wheels for unstick and every dependency -------------------------------
-FROM python:3.11-slim AS build
+FROM ${BASE} AS build
 WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip wheel --wheel-dir /wheels .
+# A build that must trust another CA for the package index (a proxy) passes its bundle
+# as the optional secret `pip-ca`; without it pip uses its own.
+RUN --mount=type=secret,id=pip-ca,required=false \
+    if [ -f /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi; \
+    pip wheel --wheel-dir /wheels .
 
 # --- runtime: wheels only, no compilers, no pip cache -----------------------------
-FROM python:3.11-slim
+FROM ${BASE}
 # nsenter (restart-kubelet enters PID 1's namespaces) comes with util-linux, which
 # Debian images always include.
 # The wheels are bind-mounted from the build stage, so they are in no layer.

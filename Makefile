@@ -6,13 +6,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools lint test test-fast demo bench bench-quick manifests proto clean help
+.PHONY: all venv tools node-deps images lint test test-fast demo bench bench-quick manifests proto clean help
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
 	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
 	@echo "make lint         ruff, mypy (strict on the core), import contract"
-	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager into bin/"
+	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
+	@echo "                  kube-scheduler, kubelet into bin/"
+	@echo "make node-deps    (root) apt-get install containerd, runc, CNI plugins, mmdebstrap, buildah"
+	@echo "make images       (root) build the unstick, pause and busybox images for the node suite"
 	@echo "make manifests    render manifests/ from the Helm chart"
 	@echo "make bench        scale benchmark against peer approaches (long)"
 	@echo "make bench-quick  the same, small (under 5 minutes)"
@@ -30,13 +33,21 @@ venv: $(STAMP)
 tools:
 	bash hack/build-tools.sh
 
+# The real-node suite (tests/node): Debian's containerd, runc and CNI plugins, and the
+# images built here. Both are no-ops (with a message) when not root.
+node-deps:
+	bash hack/install-node-deps.sh
+
+images: node-deps
+	bash hack/build-images.sh
+
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
 	$(VENV)/bin/ruff format --check operator tests bench hack
 	$(VENV)/bin/mypy operator/unstick
 	$(VENV)/bin/lint-imports
 
-test: venv tools lint
+test: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-fast: venv

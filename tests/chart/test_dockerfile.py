@@ -37,12 +37,26 @@ def _instructions() -> list[tuple[str, str]]:
 
 
 def _stages() -> list[list[tuple[str, str]]]:
+    """The instructions of each stage; those before the first FROM (global ARGs) are not
+    in any."""
     stages: list[list[tuple[str, str]]] = []
     for ins in _instructions():
         if ins[0] == "FROM":
             stages.append([])
-        stages[-1].append(ins)
+        if stages:
+            stages[-1].append(ins)
     return stages
+
+
+def _global_args() -> dict[str, str]:
+    out = {}
+    for word, args in _instructions():
+        if word == "FROM":
+            break
+        if word == "ARG":
+            name, _, default = args.partition("=")
+            out[name] = default
+    return out
 
 
 def _hadolint() -> str | None:
@@ -63,16 +77,30 @@ def test_hadolint_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_two_stages_on_python_slim() -> None:
+def test_two_stages_on_python_slim_by_default() -> None:
+    # The base is an ARG (the real-node tests build on a Debian-made Python base, no
+    # registry); users get the public Python image.
+    assert _global_args() == {"BASE": "python:3.11-slim"}
     build, final = _stages()
-    assert build[0] == ("FROM", "python:3.11-slim AS build")
-    assert final[0] == ("FROM", "python:3.11-slim")
+    assert build[0] == ("FROM", "${BASE} AS build")
+    assert final[0] == ("FROM", "${BASE}")
+
+
+def test_package_index_ca_is_an_optional_build_secret() -> None:
+    # Only the `pip wheel` RUN may see it, and a build without the secret still works.
+    runs = [args for stage in _stages() for word, args in stage if word == "RUN"]
+    with_secret = [args for args in runs if "type=secret" in args]
+    assert len(with_secret) == 1
+    (run,) = with_secret
+    assert "--mount=type=secret,id=pip-ca,required=false" in run
+    assert "pip wheel" in run
+    assert "if [ -f /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi" in run
 
 
 def test_wheels_built_first_and_only_installed_last() -> None:
     build, final = _stages()
     build_runs = [args for word, args in build if word == "RUN"]
-    assert any(args.startswith("pip wheel") for args in build_runs)
+    assert any("pip wheel --wheel-dir /wheels ." in args for args in build_runs)
     final_runs = [args for word, args in final if word == "RUN"]
     assert len(final_runs) == 1
     (install,) = final_runs
