@@ -4,6 +4,7 @@ Kopf's handlers and in the lean watcher's actions."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,5 +79,93 @@ def test_acts_only_when_the_other_replica_is_gone(
             objects.replace_policy("default", before)
             objects.custom.delete_cluster_custom_object(
                 "kopf.dev", "v1", "clusterkopfpeerings", PEERING
+            )
+            objects.api_client.close()
+
+
+FAILOVER = "t-failover"
+
+
+def _active_at(ctl: Controller, name: str) -> float | None:
+    """When the replica's log says its peering gate turned active (epoch seconds)."""
+    for line in ctl.log().splitlines():
+        if f"peering {name}: active" in line:
+            stamp = line[:23]  # logging's asctime: "2026-11-22 15:00:00,123"
+            return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+def measure_failover(
+    cp: ControlPlane, objects: Objects, namespace: str, node: str, log_dir: Path, *args: str
+) -> tuple[float, float, dict[str, Any]]:
+    """SIGKILL the active replica, start the next one (as the chart's Recreate Deployment
+    does), and time it: (s until the new one is active, s until it force-deleted a pod
+    that got stuck meanwhile, the peering record it wrote)."""
+    first = Controller(cp, log_dir / "first.log", peering=FAILOVER, extra_args=args)
+    second = Controller(cp, log_dir / "second.log", peering=FAILOVER, extra_args=args)
+    try:
+        first.start()
+        await_(lambda: _active_at(first, FAILOVER), 60, "the first replica to be active")
+        assert first.proc is not None
+        first.proc.kill()  # no goodbye: its peering record stays until its lifetime ends
+        first.proc.wait(timeout=10)
+        first.proc = None
+        killed = time.time()
+        pod = objects.pod(namespace, node, remediate="true")
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        second.start()
+        await_(
+            lambda: objects.read_pod(namespace, pod["name"]) is None,
+            150,
+            "the new replica to take over and force-delete the stuck pod",
+        )
+        acted = time.time() - killed
+        active = (_active_at(second, FAILOVER) or float("nan")) - killed
+        peers = objects.custom.get_cluster_custom_object(
+            "kopf.dev", "v1", "clusterkopfpeerings", FAILOVER
+        )
+        return active, acted, dict(peers.get("status") or {})
+    finally:
+        second.stop()
+        first.stop()
+        print(first.log()[-1500:], second.log()[-3000:])
+
+
+def test_failover_after_sigkill_waits_only_the_short_peering_lifetime(
+    control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    with crds_installed(control_plane):
+        control_plane.kubectl("apply", "-f", "operator/unstick/crds/kopfpeerings.yaml")
+        control_plane.kubectl(
+            "wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev"
+        )
+        objects = Objects(control_plane)
+        objects.custom.create_cluster_custom_object(
+            "kopf.dev",
+            "v1",
+            "clusterkopfpeerings",
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "ClusterKopfPeering",
+                "metadata": {"name": FAILOVER},
+            },
+        )
+        before = objects.replace_policy("default", policy_spec())
+        node = make_node(kubelet=False)
+        objects.core.delete_node(node)
+        try:
+            active, acted, peers = measure_failover(
+                control_plane, objects, namespace, node, tmp_path
+            )
+            print(
+                f"failover: active after {active:.1f}s, stuck pod force-deleted after {acted:.1f}s"
+            )
+            # Each replica announces the short lifetime (Kopf's default is 60 s): that is
+            # what a successor waits for at most after a SIGKILL.
+            assert {int(p["lifetime"]) for p in peers.values() if p} == {20}
+        finally:
+            objects.replace_policy("default", before)
+            objects.custom.delete_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", FAILOVER
             )
             objects.api_client.close()

@@ -10,6 +10,12 @@ from typing import Any
 
 from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 
+#: Kopf renews a peering record `lifetime - randint(5, 10)` s after the last renewal (at
+#: least 1 s): with 20 s a renewal is due 10-15 s after the last one, 5-10 s before the
+#: record runs out; at 10 s every 1-5 s.
+DEFAULT_PEERING_LIFETIME_S = 20
+MIN_PEERING_LIFETIME_S = 10
+
 DESCRIPTION = """\
 Run the unstick controller. It watches pods with a lean paginated list+watch that keeps
 only terminating pods in memory, diagnoses every pod stuck past deletionTimestamp + slack,
@@ -62,6 +68,16 @@ def add_parser(sub: Any) -> None:
         default="unstick",
         help="Kopf peering name (ClusterKopfPeering) so only one replica is active "
         "(default: unstick)",
+    )
+    p.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=DEFAULT_PEERING_LIFETIME_S,
+        metavar="S",
+        help="seconds this replica's peering record stays valid; Kopf renews it 5-10 s "
+        "before it runs out. After a replica is killed without saying goodbye (SIGKILL, "
+        f"node lost) the next one waits up to S seconds (default {DEFAULT_PEERING_LIFETIME_S}"
+        f", at least {MIN_PEERING_LIFETIME_S}; Kopf's own default is 60)",
     )
     mode.add_argument(
         "--standalone",
@@ -122,6 +138,13 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.peering_lifetime < MIN_PEERING_LIFETIME_S:
+        print(
+            f"unstick controller: --peering-lifetime must be at least {MIN_PEERING_LIFETIME_S} "
+            "(a renewal must arrive before the record expires)",
+            file=sys.stderr,
+        )
+        return 2
     for count_flag in ("workers", "max_actions_per_minute", "max_node_actions_per_minute"):
         if getattr(args, count_flag) < 1:
             flag = count_flag.replace("_", "-")
@@ -167,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     )
     kopf_settings = kopf.OperatorSettings()
     configure(kopf_settings, args.verbose)
+    kopf_settings.peering.lifetime = args.peering_lifetime
     memo = kopf.Memo(state=State(settings=settings))
     liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
     try:

@@ -3,7 +3,7 @@
 Kopf pauses its own handlers while a live peer of higher (or the same) priority is
 listed in the `ClusterKopfPeering` object, but it has no public hook for other tasks. The
 lean pod watcher and reconciler are ours, so this gate reads the same peering object
-(every few seconds, one GET) and applies Kopf's rule: active only while no other live
+(every 2 s, one GET) and applies Kopf's rule: active only while no other live
 peer has a priority >= ours. While inactive the controller keeps its watch (a warm cache
 for fail-over) but diagnoses and changes nothing.
 """
@@ -35,7 +35,7 @@ class PeeringSettings:
     name: str
     identity: str
     priority: int = 0
-    interval_s: float = 5.0
+    interval_s: float = 2.0  # a GET of the peering object this often
 
 
 def is_active(status: Mapping[str, Any], identity: str, priority: int, now: float) -> bool:
