@@ -1,4 +1,5 @@
-"""Property tests: the six safety invariants of DESIGN §3 hold on every plan.
+"""Property tests: the safety invariants of DESIGN §3 hold on every plan (1-6, and 7-8 where
+they are pure: a probe of another pod and a blind probe).
 
 Random pods, nodes, probes and policies are generated as bundles; each invariant is
 checked against the raw facts, independently of the planner's own checks.
@@ -64,6 +65,23 @@ def ts(offset_s: int) -> str:
 
 
 state = st.sampled_from(["running", "exited", "created", "unknown"])
+ANSWERED = ("cri+cgroup", "cri", "cgroup")
+# what the agent could see: mostly everything, else one or more blind spots, or an older
+# agent's probe without the keys (None drops a key)
+sight = st.one_of(
+    st.just({}),
+    st.just({}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "podUID": st.sampled_from([None, OTHER_UID]),
+            "podDirExists": st.sampled_from([None, False]),
+            "podDirsSeen": st.sampled_from([None, 0, 1]),
+            "runtime": st.sampled_from([None, "unanswered", *ANSWERED]),
+            "holderScan": st.sampled_from([None, "incomplete"]),
+        },
+    ),
+)
 
 
 @st.composite
@@ -118,6 +136,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
                 )
             ),
             plugins=draw(st.lists(st.sampled_from([DRIVER, "x.io"]), max_size=2, unique=True)),
+            sight=draw(sight),
+            legacy=draw(st.sampled_from([False, False, False, True])),
         )
     b = bundle(
         the_pod=the_pod,
@@ -147,11 +167,26 @@ def run(case: tuple[dict[str, Any], RemediationPolicy | None, bool]) -> tuple[Fa
 
 
 def fresh(facts: Facts) -> bool:
+    """A fresh probe of the pod's node, not of another pod (invariants 1, 7)."""
     p = facts.probe
     return (
         p is not None
         and p.node_name == facts.pod.node_name
         and abs((facts.now - p.probed_at).total_seconds()) <= 120
+        and p.pod_uid in (None, facts.pod.uid)
+    )
+
+
+def sighted(facts: Facts) -> bool:
+    """The probe proves it could see (invariant 8), from its raw fields."""
+    p = facts.probe
+    return (
+        p is not None
+        and p.pod_uid == facts.pod.uid
+        and p.pod_dir_exists is not None
+        and (p.pod_dirs_seen or 0) >= 1
+        and p.runtime in ANSWERED
+        and p.holder_scan == "complete"
     )
 
 
@@ -166,10 +201,14 @@ def under_pod_volumes(path: str, facts: Facts) -> bool:
 
 
 def anything_running(facts: Facts) -> bool:
+    """Running per a runtime that answered; else per the node or the API."""
     p = facts.probe
-    if p is not None and p.containers is not None:
-        return any(c.state == "running" and c.pod_uid == facts.pod.uid for c in p.containers)
-    return any(c.state == "running" for c in facts.pod.container_statuses)
+    on_node = p is not None and any(
+        c.state == "running" and c.pod_uid == facts.pod.uid for c in p.containers or ()
+    )
+    if p is not None and p.containers is not None and p.runtime in ANSWERED:
+        return on_node
+    return on_node or any(c.state == "running" for c in facts.pod.container_statuses)
 
 
 def node_lost_and_fenced(facts: Facts) -> bool:
@@ -182,7 +221,7 @@ def node_lost_and_fenced(facts: Facts) -> bool:
 
 def nothing_left(facts: Facts) -> bool:
     p = facts.probe
-    if not fresh(facts) or p is None or p.containers is None:
+    if not fresh(facts) or not sighted(facts) or p is None or p.containers is None:
         return False
     mine = [c for c in p.containers if c.pod_uid == facts.pod.uid]
     paths = [m.mount_point for m in p.mounts] + [d.path for d in p.volume_dirs]
@@ -209,6 +248,8 @@ def test_2_unmount_only_own_unheld_mounts_with_nothing_running(case: Any) -> Non
             assert under_pod_volumes(s.target, facts), s.target
             assert s.target in {m.mount_point for m in facts.probe.mounts}
             assert not [h for h in facts.probe.holders if h.mount_point == s.target]
+            assert facts.probe.holder_scan != "incomplete"  # no listed holder ≠ no holder
+            assert facts.probe.runtime != "unanswered"
             assert not anything_running(facts)
         if s.action in (Action.RMDIR_STALE, Action.REPLAY_UNPUBLISH):
             assert under_pod_volumes(s.target, facts), s.target
@@ -268,6 +309,61 @@ def test_6_rate_limits_hold_in_every_minute(
         assert len(window) <= cluster
         for name in "abc":
             assert len([1 for n, _ in window if n == name]) <= per_node
+
+
+@settings(max_examples=500, deadline=None)
+@given(cases())
+def test_7_a_probe_of_another_pod_is_never_used(case: Any) -> None:
+    facts, p = run(case)
+    probe = facts.probe
+    if probe is not None and probe.pod_uid not in (None, facts.pod.uid):
+        d = diagnose(facts, case[1].settings if case[1] else None)
+        assert not d.probe_fresh and not d.nothing_left
+        assert not any(s.action in NODE_ACTIONS for s in p.steps)
+
+
+@settings(max_examples=500, deadline=None)
+@given(cases())
+def test_8_a_blind_probe_never_shows_nothing_left(case: Any) -> None:
+    facts, p = run(case)
+    d = diagnose(facts, case[1].settings if case[1] else None)
+    if not sighted(facts):
+        assert d.cause is not Cause.KubeletNotProgressing and not d.nothing_left
+    probe = facts.probe
+    if probe is not None and (probe.holder_scan == "incomplete" or probe.runtime == "unanswered"):
+        assert Action.UNMOUNT not in p.actions and Action.REPLAY_UNPUBLISH not in p.actions
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    containers=st.lists(st.tuples(st.sampled_from(["app", "init"]), st.just("exited")), max_size=2),
+    runtime=st.sampled_from(ANSWERED),
+    pod_dir=st.booleans(),
+    pod_dirs=st.integers(1, 500),
+    decoys=st.lists(st.sampled_from(PATHS[-2:]), max_size=2, unique=True),
+    statuses=st.sampled_from(["running", "terminated", "waiting"]),
+)
+def test_8_a_fully_sighted_empty_probe_is_kubelet_not_progressing(
+    containers: list[tuple[str, str]],
+    runtime: str,
+    pod_dir: bool,
+    pod_dirs: int,
+    decoys: list[str],
+    statuses: str,
+) -> None:
+    """The honest case: the probe saw everything and nothing of the pod is left."""
+    seen = {"runtime": runtime, "podDirExists": pod_dir, "podDirsSeen": pod_dirs}
+    b = bundle(
+        the_pod=pod(statuses=[("app", statuses)]),
+        the_probe=probe(
+            containers=containers,
+            mounts=[mount_line(1000 + i, x) for i, x in enumerate(decoys)],
+            sight=seen,
+        ),
+    )
+    d = diagnose(parse_bundle(b))
+    assert d.cause is Cause.KubeletNotProgressing and d.nothing_left
+    assert Action.FORCE_DELETE in plan(d, None, opted_in=True).actions
 
 
 def test_generated_cases_reached_every_cause() -> None:

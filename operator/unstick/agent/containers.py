@@ -12,9 +12,9 @@ Sources:
   such a container has live processes, so its state is `running`, and `name` is its id
   (the cgroup does not know the container's name). The sandbox (pause) container counts
   too. Exited containers have no processes and are not listed. The scan is *complete*
-  only when `<host-proc>` lists processes, shows the agent's own (`self`: the host's PID
-  namespace) and every process's cgroup file could be read (a process that exited
-  meanwhile is not a gap; a permission error is).
+  only when `<host-proc>` lists processes, shows pid 1 (not hidden by `hidepid`) and the
+  agent's own (`self`: the host's PID namespace), and every process's cgroup file could
+  be read (a process that exited meanwhile is not a gap; a permission error is).
 
 The answer is the union: a container running per either source is running (a CRI entry
 whose id the cgroup scan saw with live processes becomes `running`; cgroup-only ids are
@@ -133,6 +133,8 @@ def _proc_pids(host_proc: str) -> tuple[list[str], str | None]:
         return [], f"cannot list {host_proc}: {exc.strerror}"
     if not pids:
         return [], f"{host_proc} lists no process (not a mounted /proc?)"
+    if "1" not in pids:
+        return pids, f"{host_proc} does not show pid 1 (mounted with hidepid?)"
     if not os.path.lexists(os.path.join(host_proc, "self")):
         return pids, (
             f"{host_proc} does not show the agent's own process: it is the /proc of another "

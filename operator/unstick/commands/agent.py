@@ -6,7 +6,11 @@ import argparse
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from unstick.agent.settings import AgentSettings
+    from unstick.core.kubelet_paths import RootView
 
 
 def add_parser(sub: Any) -> None:
@@ -133,8 +137,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    problem = kubelet_root_problem(settings)
+    if problem:
+        print(f"unstick agent: {problem}", file=sys.stderr)
+        return 2
     agent = Agent(
-        settings, LoopSettings(
+        settings,
+        LoopSettings(
             kubeconfig=args.kubeconfig,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_address,
@@ -144,3 +153,39 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: agent.shutdown())
     agent.run()
     return 0
+
+
+def root_view(root: str) -> RootView:
+    """What this process sees of `root` (lstat: no symlink followed)."""
+    import stat
+    from pathlib import Path
+
+    from unstick.core.kubelet_paths import RootView
+
+    def is_dir(path: Path) -> bool:
+        try:
+            return stat.S_ISDIR(path.lstat().st_mode)
+        except OSError:
+            return False
+
+    top, pods = Path(root), Path(root) / "pods"
+    names: frozenset[str] = frozenset()
+    try:
+        names = frozenset(p.name for p in pods.iterdir() if is_dir(p))
+    except OSError:
+        pass
+    return RootView(root, is_dir(top), top.is_symlink(), is_dir(pods), names)
+
+
+def kubelet_root_problem(settings: AgentSettings) -> str | None:
+    """The start-up check: does `--kubelet-root` hold the pod dirs that the host mount table
+    shows mounts of? (`unstick.core.kubelet_paths.check_kubelet_root`)"""
+    from unstick.agent.mounts import read_mount_table
+    from unstick.core.kubelet_paths import check_kubelet_root
+    from unstick.core.mountinfo import MountinfoError
+
+    try:
+        table = read_mount_table(settings.mountinfo)
+    except (OSError, MountinfoError) as exc:
+        return f"cannot read the mount table {settings.mountinfo}: {exc}"
+    return check_kubelet_root(root_view(settings.kubelet_root), table.mounts)

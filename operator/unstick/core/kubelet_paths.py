@@ -130,3 +130,79 @@ def pod_mounts(mounts: Iterable[Mount], kubelet_root: str, uid: str) -> list[Mou
     """
     mine = [m for m in mounts if is_pod_volume_path(m.mount_point, kubelet_root, uid)]
     return sorted(mine, key=lambda m: (-depth(m.mount_point), -m.mount_id))
+
+
+# --- the agent's start-up check of its kubelet root (DESIGN §3 invariant 8) ------------
+
+
+@dataclass(frozen=True, slots=True)
+class RootView:
+    """What the agent sees of its kubelet root, read with lstat (no symlink followed)."""
+
+    root: str
+    is_dir: bool  # the root is a directory (a symlink is not)
+    is_symlink: bool
+    has_pods_dir: bool  # <root>/pods is a directory
+    pod_dirs: frozenset[str]  # names of the directories in <root>/pods
+
+
+def _volume_mount_root(mount_point: str) -> tuple[str, str] | None:
+    """(root, uid) when `mount_point` is `<root>/pods/<uid>/volumes|volume-subpaths/...`."""
+    parts = _components(mount_point)
+    if parts is None:
+        return None
+    for i in range(len(parts) - 3):
+        if parts[i] == "pods" and parts[i + 2] in (VOLUMES, SUBPATHS):
+            return "/" + "/".join(parts[:i]), parts[i + 1]
+    return None
+
+
+def mounted_pods(mounts: Iterable[Mount]) -> dict[str, dict[str, int]]:
+    """Kubelet root → pod uid → number of volume/subpath mounts, over a mount table."""
+    out: dict[str, dict[str, int]] = {}
+    for m in mounts:
+        found = _volume_mount_root(m.mount_point)
+        if found is not None:
+            per_uid = out.setdefault(found[0], {})
+            per_uid[found[1]] = per_uid.get(found[1], 0) + 1
+    return out
+
+
+def _hint(others: dict[str, dict[str, int]]) -> str:
+    if not others:
+        return ""
+    best = max(others, key=lambda r: sum(others[r].values()))
+    count = sum(others[best].values())
+    return f"; the host mount table has {count} mounts under {best}/pods/ — is the root {best}?"
+
+
+def check_kubelet_root(view: RootView, mounts: Iterable[Mount]) -> str | None:
+    """Why `--kubelet-root` is not this node's kubelet root, or None when it is.
+
+    It is when the root is a real directory with a `pods` directory, and every pod whose
+    volumes are mounted under `<root>/pods/` in the host mount table has its directory
+    there (an agent whose root is empty or a different directory would see none). A node
+    with no pod mounts yet passes with an existing `pods` directory, unless the host mount
+    table shows pod mounts under another root only.
+    """
+    root = normalise(view.root) or view.root
+    by_root = mounted_pods(mounts)
+    mine = by_root.pop(root, {})
+    flag = f"--kubelet-root {view.root}"
+    if view.is_symlink:
+        return f"{flag}: is a symlink; pass the real path (mountinfo shows real paths)"
+    if not view.is_dir:
+        return f"{flag}: no such directory{_hint(by_root)}"
+    if not view.has_pods_dir:
+        return f"{flag}: has no pods/ directory{_hint(by_root)}"
+    missing = sorted(uid for uid in mine if uid not in view.pod_dirs)
+    if missing:
+        count = sum(mine[uid] for uid in missing)
+        return (
+            f"{flag}: the host mount table has {count} mounts under {root}/pods/ of "
+            f"{len(missing)} pods whose directories the agent does not see there (e.g. "
+            f"{missing[0]}); mount the host's {root} at the same path in the agent"
+        )
+    if not mine and by_root:
+        return f"{flag}: the host mount table has no mount under {root}/pods/{_hint(by_root)}"
+    return None
