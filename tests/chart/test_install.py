@@ -155,7 +155,11 @@ CONTROLLER = "unstick-chart-test-controller"
         (AGENT, "patch", "remediations.unstick.dev", ("-n", "x"), False),
         (AGENT, "delete", "remediations.unstick.dev", ("-n", "x"), False),
         (AGENT, "create", "remediations.unstick.dev", ("-n", "x"), False),
-        (AGENT, "get", "remediationpolicies.unstick.dev", (), False),
+        # it re-derives opt-in and the policy in force itself (invariant 7): reads only
+        (AGENT, "get", "remediationpolicies.unstick.dev", (), True),
+        (AGENT, "patch", "remediationpolicies.unstick.dev", (), False),
+        (AGENT, "get", "namespaces", (), True),
+        (AGENT, "patch", "namespaces", (), False),
         # the controller: force-delete and remove-finalizer on pods, its own resources
         (CONTROLLER, "delete", "pods", ("-n", "default"), True),
         (CONTROLLER, "patch", "pods", ("-n", "default"), True),

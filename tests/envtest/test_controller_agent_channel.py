@@ -43,8 +43,11 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _probe(node: str, volume_dirs: list[dict[str, Any]]) -> dict[str, Any]:
+def _probe(node: str, volume_dirs: list[dict[str, Any]], uid: str = "") -> dict[str, Any]:
+    """A probe as the agent writes it: of pod `uid`, and able to see everything (the
+    kubelet root holds pod dirs, the runtime answered, the holder scan was complete)."""
     return {
+        "podUID": uid,
         "nodeName": node,
         "probedAt": _now(),
         "kubeletRoot": "/var/lib/kubelet",
@@ -54,6 +57,10 @@ def _probe(node: str, volume_dirs: list[dict[str, Any]]) -> dict[str, Any]:
         "volumeDirs": volume_dirs,
         "holders": [],
         "containers": [],
+        "podDirExists": True,
+        "podDirsSeen": 3,
+        "runtime": "cri+cgroup",
+        "holderScan": "complete",
     }
 
 
@@ -101,7 +108,12 @@ def test_probe_request_node_steps_then_force_delete(
 
     # The agent's probe: an empty volume dir of the pod is left → rmdir-stale on the node.
     stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
-    _as_agent(objects, namespace, rem, {"probe": _probe(node, [{"path": stale, "empty": True}])})
+    _as_agent(
+        objects,
+        namespace,
+        rem,
+        {"probe": _probe(node, [{"path": stale, "empty": True}], pod["uid"])},
+    )
     rem = await_(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
         30,
@@ -135,7 +147,7 @@ def test_probe_request_node_steps_then_force_delete(
     assert objects.read_pod(namespace, pod["name"]) is not None
 
     # A fresh probe shows nothing of the pod left: KubeletNotProgressing → force-delete.
-    _as_agent(objects, namespace, rem, {"probe": _probe(node, [])})
+    _as_agent(objects, namespace, rem, {"probe": _probe(node, [], pod["uid"])})
     await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
     status = await_(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
@@ -155,3 +167,175 @@ def test_probe_request_node_steps_then_force_delete(
         )
         == 1
     )
+
+
+# --- the trust boundary (DESIGN §3 invariant 7): forged and replayed records ---------------
+
+OTHER_UID = "0badf00d-0000-4000-8000-000000000000"
+
+
+def _running(objects: Objects, namespace: str, name: str) -> None:
+    """pod.status says its container runs (as a kubelet would report)."""
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "containerStatuses": [
+            {
+                "name": "app",
+                "ready": True,
+                "restartCount": 0,
+                "image": "registry.example/app:1",
+                "imageID": "",
+                "state": {"running": {"startedAt": started}},
+            }
+        ]
+    }
+    objects.core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def _forge(
+    objects: Objects, namespace: str, name: str, spec: dict[str, Any], status: dict[str, Any]
+) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Remediation",
+        "metadata": {"name": name, "labels": {"unstick.dev/node": spec.get("nodeName", "")}},
+        "spec": spec,
+    }
+    objects.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
+    objects.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "remediations", name, {"status": status}
+    )
+
+
+def _get_rem(objects: Objects, namespace: str, name: str) -> dict[str, Any] | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return dict(
+            objects.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "remediations", name
+            )
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """Issue item 1: someone pre-creates the pod's Remediation name with another pod UID and
+    a probe of that UID that shows nothing left. Before, the controller read the record by
+    name, took the probe's empty container list over the API's running container →
+    KubeletNotProgressing → force-delete of a running pod (split-brain)."""
+    from unstick.controller.records import alternate_name, remediation_name
+
+    controller, objects = setup
+    node = make_node(kubelet=False)
+    _ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    name = remediation_name(pod["name"], pod["uid"])
+    forged_probe = _probe(node, [], OTHER_UID)
+    _forge(
+        objects,
+        namespace,
+        name,
+        {"podName": pod["name"], "podUID": OTHER_UID, "nodeName": node},
+        {"probe": forged_probe, "phase": "Remediating", "cause": "NodeGone"},
+    )
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+
+    forged = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, name))
+            and (r.get("status") or {}).get("phase") == "Refused"
+            and r
+        ),
+        60,
+        "the forged record marked Refused",
+    )
+    (refusal,) = forged["status"]["refusals"]
+    assert refusal["reason"] == "forged" and "spec.podUID" in refusal["message"], refusal
+    genuine = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, alternate_name(pod["name"], pod["uid"])))
+            and (r.get("status") or {}).get("cause")
+            and r
+        ),
+        60,
+        "the pod's own record at the alternate name",
+    )
+    assert genuine["spec"]["podUID"] == pod["uid"]
+    assert genuine["status"]["cause"] == "ContainersStillRunning", genuine["status"]
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    assert controller.sample("unstick_refusals_total", reason="forged") >= 1
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """A record with the pod's identity, written ahead with a probe that says nothing is
+    left (a replayed or planted answer): the controller asks for its own probe and never
+    acts on the planted one."""
+    from unstick.controller.records import remediation_name
+
+    _controller, objects = setup
+    node = make_node(kubelet=False)
+    _ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    name = remediation_name(pod["name"], pod["uid"])
+    planted = _probe(node, [], pod["uid"])
+    _forge(
+        objects,
+        namespace,
+        name,
+        {"podName": pod["name"], "podUID": pod["uid"], "nodeName": node},
+        {"probe": planted},
+    )
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    rem = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, name))
+            and (r.get("spec") or {}).get("probeRequestedAt")
+            and (r.get("status") or {}).get("cause")
+            and r
+        ),
+        60,
+        "the controller's own probe request",
+    )
+    assert rem["status"]["cause"] == "ContainersStillRunning", rem["status"]
+    assert rem["spec"]["probeRequestedAt"] > planted["probedAt"]
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
+    setup: tuple[Controller, Objects], namespace: str
+) -> None:
+    """Issue item 7: a record for a pod that does not exist, dressed up as "NodeGone
+    Remediating", is marked Refused with the reason."""
+    _controller, objects = setup
+    _forge(
+        objects,
+        namespace,
+        "ghost-12345678",
+        {"podName": "ghost", "podUID": OTHER_UID, "nodeName": "nowhere"},
+        {"phase": "Remediating", "cause": "NodeGone"},
+    )
+    status = await_(
+        lambda: (
+            ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {})
+            if ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {}).get(
+                "phase"
+            )
+            == "Refused"
+            else None
+        ),
+        60,
+        "the forged record marked Refused",
+    )
+    assert "no pod 'ghost'" in status["refusals"][0]["message"], status

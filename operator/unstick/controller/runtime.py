@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
 DEFAULT_WORKERS = 32
-RECORD_CHECK_DELAY_S = 30.0  # longer than the pod watch lags behind the API
+RECORD_CHECK_DELAY_S = 10.0  # longer than the pod watch lags behind the API
 GONE_REMEMBERED = 10_000  # uids of pods seen leaving, so their records are not suspected
 DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
 
