@@ -20,7 +20,9 @@ def test_lazy_unmount_only_after_ebusy_with_a_complete_scan_finding_nobody(
     r = scenario("lazy", work, script=SAFETY)
     for key in ("blind_plain", "blind_lazy"):
         assert r[key]["result"] == "refused", r[key]
-        assert "cannot tell who holds" in r[key]["message"], r[key]
+        # a blind /proc hides both the holders and the pod's containers: either refuses
+        message = r[key]["message"]
+        assert "cannot tell who holds" in message or "cannot tell whether containers" in message
     assert r["held_still_mounted"] is True
     plain = r["inflight_plain"]
     assert plain["result"] == "failed" and "busy" in plain["message"].lower(), plain
