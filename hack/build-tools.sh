@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries unstick is tested against from pinned Go modules
+# Builds the control-plane binaries (and the real-node suite's kubelet) unstick is tested against from pinned Go modules
 # (there is no release download here) into a cache keyed by tool and version, and
 # links them into bin/. A second run finds everything cached and only relinks.
 #
@@ -32,6 +32,7 @@ build() {
   if [ $missing = 1 ]; then
     mkdir -p "$out.tmp"
     for p in "${pkgs[@]}"; do
+      [ -x "$out/${p%%=*}" ] && continue  # only what is missing (e.g. a newly added tool)
       echo "building ${p%%=*} (${p#*=}) into $out" >&2
       (cd "$root/tools/$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/${p%%=*}" "${p#*=}")
     done
@@ -45,7 +46,8 @@ k8s=$(pinned kubernetes k8s.io/kubernetes)
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] && [ -x "$KUBEBUILDER_ASSETS/kubectl" ]; then
   echo "using etcd, kube-apiserver, kubectl from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
   for b in etcd kube-apiserver kubectl; do link "$KUBEBUILDER_ASSETS/$b"; done
-  build kubernetes "$cache/kubernetes-$k8s" kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager -- "$(
+  build kubernetes "$cache/kubernetes-$k8s" kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet -- "$(
     minor=${k8s#v1.}; minor=${minor%%.*}
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=1970-01-01T00:00:00Z ' "$p" "$k8s" "$p" "$p" "$minor" "$p" "$p"
@@ -59,7 +61,9 @@ else
   build kubernetes "$cache/kubernetes-$k8s" \
     kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kubectl=k8s.io/kubernetes/cmd/kubectl \
-    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager -- "$kflags"
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+    kubelet=k8s.io/kubernetes/cmd/kubelet -- "$kflags"
   etcd=$(pinned etcd go.etcd.io/etcd/server/v3)
   build etcd "$cache/etcd-$etcd" etcd=go.etcd.io/etcd/server/v3
 fi
