@@ -69,8 +69,7 @@ ANSWERED = ("cri+cgroup", "cri", "cgroup")
 # what the agent could see: mostly everything, else one or more blind spots, or an older
 # agent's probe without the keys (None drops a key)
 sight = st.one_of(
-    st.just({}),
-    st.just({}),
+    *[st.just({})] * 5,
     st.fixed_dictionaries(
         {},
         optional={
@@ -86,7 +85,10 @@ sight = st.one_of(
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bool]:
-    deletion = draw(st.one_of(st.none(), st.integers(-4000, 100), st.integers(-4000, -100)))
+    # weighted towards stuck pods on a Ready node, so the node-side causes are reached too
+    deletion = [None, draw(st.integers(-4000, 100)), draw(st.integers(-4000, -100))][
+        draw(st.sampled_from([0, 1, 2, 2]))
+    ]
     the_pod = pod(
         node=draw(st.sampled_from(["node-1", "node-1", "node-1", None])),
         deletion=None if deletion is None else ts(deletion),
@@ -106,6 +108,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
         st.one_of(
             st.none(),
             st.just(node()),
+            st.just(node()),
+            st.just(node()),
             st.builds(
                 node,
                 ready=st.sampled_from(["True", "False", "Unknown", None]),
@@ -117,7 +121,9 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
     )
     the_probe = None
     if draw(st.sampled_from([True, True, True, False])):
-        paths = draw(st.lists(st.sampled_from(PATHS), max_size=5, unique=True))
+        # a fifth of the probes show a node with nothing of the pod mounted
+        quiet = draw(st.integers(0, 4)) == 0
+        paths = [] if quiet else draw(st.lists(st.sampled_from(PATHS), max_size=5, unique=True))
         the_probe = probe(
             node_name=draw(st.sampled_from(["node-1", "node-1", "node-1", "node-2"])),
             probed_at=ts(draw(st.one_of(st.integers(-60, 10), st.integers(-400, 60)))),
@@ -127,7 +133,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
                 for i, p in enumerate(draw(st.lists(st.sampled_from(paths or PATHS), max_size=2)))
             ],
             dirs=[
-                (p, draw(st.booleans())) for p in draw(st.lists(st.sampled_from(PATHS), max_size=3))
+                (p, draw(st.booleans()))
+                for p in draw(st.lists(st.sampled_from(PATHS), max_size=0 if quiet else 3))
             ],
             containers=draw(
                 st.one_of(
@@ -137,7 +144,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
             ),
             plugins=draw(st.lists(st.sampled_from([DRIVER, "x.io"]), max_size=2, unique=True)),
             sight=draw(sight),
-            legacy=draw(st.sampled_from([False, False, False, True])),
+            legacy=draw(st.sampled_from([False] * 9 + [True])),
         )
     b = bundle(
         the_pod=the_pod,

@@ -88,7 +88,7 @@ def probe_pod(
     if plugins is None:
         plugins = registered_plugins(settings.registry_dir, settings.grpc_timeout_s)
     answer = runtime_answer(settings.host_proc, uid, settings.cri_socket, settings.grpc_timeout_s)
-    holders = scan_holders(settings.host_proc, mine)
+    holders = scan_holders(settings.host_proc, mine, kubelet_root=root)
     blind = list(answer.gaps)
     if holders.unknown:
         blind.append(f"holder scan incomplete: {holders.unknown}")
