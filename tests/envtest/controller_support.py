@@ -148,6 +148,7 @@ def policy_spec(**overrides: Any) -> dict[str, Any]:
         "probeMaxAgeSeconds": 5,
         "finalizerAllowlist": [],
         "rateLimits": {"clusterPerMinute": 1000, "nodePerMinute": 1000},
+        "namespaceSelector": {},  # a policy other than `default` serves no namespace without
     }
     spec.update(overrides)
     return spec

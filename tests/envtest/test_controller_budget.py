@@ -122,9 +122,11 @@ def test_a_step_skipped_at_the_re_check_takes_no_slot(
             objects.core.delete_namespaced_pod(pod["name"], namespace)
         record_a, record_b = (_record(kube, namespace, p["name"]) for p in (a, b))
         # Someone else removes `keep` from A: the controller's memory of A is now stale.
-        objects.core.patch_namespaced_pod(
-            a["name"], namespace, {"metadata": {"finalizers": [other]}}
-        )
+        remove_keep = [
+            {"op": "test", "path": "/metadata/finalizers/0", "value": keep},
+            {"op": "remove", "path": "/metadata/finalizers/0"},
+        ]
+        objects.core.patch_namespaced_pod(a["name"], namespace, remove_keep)
 
         reconciler.reconcile(record_a)
         assert not any(

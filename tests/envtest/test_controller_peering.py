@@ -4,6 +4,7 @@ Kopf's handlers and in the lean watcher's actions."""
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,6 +96,13 @@ def _active_at(ctl: Controller, name: str) -> float | None:
     return None
 
 
+def _live_peers(objects: Objects) -> dict[str, Any]:
+    peering = objects.custom.get_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", FAILOVER
+    )
+    return {k: v for k, v in (peering.get("status") or {}).items() if v and v.get("lifetime")}
+
+
 def measure_failover(
     cp: ControlPlane, objects: Objects, namespace: str, node: str, log_dir: Path, *args: str
 ) -> tuple[float, float, dict[str, Any]]:
@@ -106,6 +114,7 @@ def measure_failover(
     try:
         first.start()
         await_(lambda: _active_at(first, FAILOVER), 60, "the first replica to be active")
+        await_(lambda: _live_peers(objects), 60, "the first replica's peering record")
         assert first.proc is not None
         first.proc.kill()  # no goodbye: its peering record stays until its lifetime ends
         first.proc.wait(timeout=10)
@@ -154,15 +163,18 @@ def test_failover_after_sigkill_waits_only_the_short_peering_lifetime(
         node = make_node(kubelet=False)
         objects.core.delete_node(node)
         try:
+            # UNSTICK_TEST_PEERING_LIFETIME=60 measures Kopf's default for comparison.
+            lifetime = os.environ.get("UNSTICK_TEST_PEERING_LIFETIME")
+            args = ("--peering-lifetime", lifetime) if lifetime else ()
             active, acted, peers = measure_failover(
-                control_plane, objects, namespace, node, tmp_path
+                control_plane, objects, namespace, node, tmp_path, *args
             )
             print(
                 f"failover: active after {active:.1f}s, stuck pod force-deleted after {acted:.1f}s"
             )
             # Each replica announces the short lifetime (Kopf's default is 60 s): that is
             # what a successor waits for at most after a SIGKILL.
-            assert {int(p["lifetime"]) for p in peers.values() if p} == {20}
+            assert {int(p["lifetime"]) for p in peers.values() if p} == {int(lifetime or 20)}
         finally:
             objects.replace_policy("default", before)
             objects.custom.delete_cluster_custom_object(
