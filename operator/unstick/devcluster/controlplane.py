@@ -67,6 +67,10 @@ class ControlPlaneSettings:
     audit: bool = True
     extra_apiserver_args: tuple[str, ...] = ()
     start_timeout_s: float = 120.0
+    # The ServiceAccount admission plugin (pods get their projected token volume); off as
+    # in envtest, where no kube-controller-manager creates the `default` ServiceAccounts.
+    # The real-node suite turns it on (its pods talk to the API server).
+    service_account_admission: bool = False
 
 
 @dataclass
@@ -172,11 +176,12 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
-            # No kube-controller-manager creates the `default` ServiceAccount: as in envtest.
-            "--disable-admission-plugins=ServiceAccount",
             "--endpoint-reconciler-type=none",
             "--v=1",
         ]
+        if not self.settings.service_account_admission:
+            # No kube-controller-manager creates the `default` ServiceAccount: as in envtest.
+            argv.append("--disable-admission-plugins=ServiceAccount")
         if self.settings.audit:
             policy = self.workdir / "audit-policy.yaml"
             policy.write_text(yaml.safe_dump(_AUDIT_POLICY))

@@ -1,0 +1,150 @@
+"""Fixtures of the real-node suite (marker `node`, root only): a control plane of its own
+(the ServiceAccount admission plugin on, kube-controller-manager and kube-scheduler
+running), one real node for the session (containerd + runc + CNI + kubelet, see
+unstick.devcluster.node), and unstick installed on it with `helm install` from the
+chart, with the image built here. Skipped, with the reason, where any of it is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from unstick.devcluster import ControlPlane, ControlPlaneSettings, find_bin_dir
+from unstick.devcluster.node import RealNode
+from unstick.devcluster.node_cluster import ClusterControllers
+from unstick.devcluster.node_images import NodeImages, load_images
+
+from .support import CHART, Release, delete_pods_and_wait
+
+_COMMANDS = ("containerd", "runc", "ctr", "unshare", "nsenter", "ip", "mount")
+
+
+def _node_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (containerd, the kubelet, mounts, a bridge)"
+    missing = [c for c in _COMMANDS if shutil.which(c) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (make node-deps / hack/install-node-deps.sh)"
+    if not Path("/usr/lib/cni/bridge").exists():
+        return "CNI plugins not in /usr/lib/cni (apt-get install containernetworking-plugins)"
+    try:
+        bin_dir = find_bin_dir()
+    except FileNotFoundError as e:
+        return str(e)
+    for tool in ("kubelet", "kube-scheduler", "kube-controller-manager"):
+        if not (bin_dir / tool).exists():
+            return f"{tool} not in {bin_dir}: run `make tools`"
+    try:
+        load_images()
+    except FileNotFoundError as e:
+        return str(e)
+    if subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"]).returncode != 0:
+        return "unshare --mount --pid is not permitted here"
+    return None
+
+
+@pytest.fixture(scope="session")
+def node_images() -> NodeImages:
+    reason = _node_unavailable()
+    if reason:
+        pytest.skip(f"node: {reason}")
+    return load_images()
+
+
+@pytest.fixture(scope="session")
+def node_cluster(node_images: NodeImages) -> Iterator[ClusterControllers]:
+    cp = ControlPlane(ControlPlaneSettings(service_account_admission=True)).start()
+    controllers = ClusterControllers(cp)
+    try:
+        controllers.start()
+        cp.install_crds()
+        yield controllers
+    finally:
+        controllers.stop()
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def node_control_plane(node_cluster: ClusterControllers) -> ControlPlane:
+    return node_cluster.control_plane
+
+
+@pytest.fixture(scope="session")
+def real_node(node_control_plane: ControlPlane, node_images: NodeImages) -> Iterator[RealNode]:
+    """One real node for the session; stopping it fails if anything is left behind."""
+    node = RealNode(node_control_plane, node_images).start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def unstick_release(
+    real_node: RealNode,
+    node_control_plane: ControlPlane,
+    node_images: NodeImages,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    """The chart installed with `helm install`: image built here (pullPolicy Never), the
+    node's paths, remediation on (not dry-run), a short slack so tests need not wait."""
+    if not (node_control_plane.bin_dir / "helm").exists():
+        pytest.skip(f"node: helm not in {node_control_plane.bin_dir}: run `make tools`")
+    home = tmp_path_factory.mktemp("helm")
+    values = real_node.write_helm_values(
+        home / "values.yaml",
+        {
+            "image": {
+                "repository": node_images.unstick.repository,
+                "tag": node_images.unstick.tag,
+                "pullPolicy": "Never",
+            },
+            "policy": {"dryRun": False, "slackSeconds": 5},
+            "agent": {"logLevel": "DEBUG"},
+            "controller": {"verbose": True},
+        },
+    )
+    release = Release(node_control_plane, home, namespace="unstick-system")
+    release.install(CHART, values)
+    try:
+        release.wait_ready(real_node)
+        yield release
+    finally:
+        release.uninstall(real_node)
+
+
+@pytest.fixture
+def node_namespace(node_cluster: ClusterControllers) -> Iterator[str]:
+    """A namespace for one test; its pods are deleted (and gone: the real kubelet
+    finishes them) before it is."""
+    from kubernetes import client
+
+    api_client = node_cluster.control_plane.api_client()
+    core = client.CoreV1Api(api_client)
+    name = f"n-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    node_cluster.wait_namespace(name)
+    try:
+        yield name
+    finally:
+        delete_pods_and_wait(core, name)
+        core.delete_namespace(name)
+        api_client.close()
+
+
+@pytest.fixture
+def core(node_control_plane: ControlPlane) -> Iterator[Any]:
+    from kubernetes import client
+
+    api_client = node_control_plane.api_client()
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        api_client.close()

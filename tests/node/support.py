@@ -1,0 +1,212 @@
+"""Helpers of the real-node suite: the helm release, pods on the node, waits."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.node import RealNode
+from unstick.devcluster.process import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "unstick"
+REMEDIATE = {"unstick.dev/remediate": "true"}
+
+
+class Release:
+    """`helm install` of the chart into the node's control plane."""
+
+    def __init__(self, cp: ControlPlane, home: Path, namespace: str, name: str = "unstick"):
+        self.cp = cp
+        self.home = home
+        self.namespace = namespace
+        self.name = name
+        self.env = {
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+            "PATH": "/usr/bin:/bin",
+        }
+
+    def helm(self, *args: str, timeout: float = 180) -> str:
+        proc = subprocess.run(
+            [
+                str(self.cp.bin_dir / "helm"),
+                *args,
+                f"--kubeconfig={self.cp.kubeconfig}",
+                f"--namespace={self.namespace}",
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(f"helm {args[0]} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc.stdout
+
+    def install(self, chart: Path, values: Path) -> None:
+        self.helm("install", self.name, str(chart), "--create-namespace", "-f", str(values))
+
+    def pods(self, component: str | None = None) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance={self.name}"
+        if component:
+            selector += f",app.kubernetes.io/component={component}"
+        path = f"/api/v1/namespaces/{self.namespace}/pods?labelSelector={selector}"
+        items: list[dict[str, Any]] = self.cp.request("GET", path)["items"]
+        return items
+
+    def wait_ready(self, node: RealNode, timeout: float = 150) -> None:
+        def ready() -> bool:
+            pods = self.pods()
+            comps = {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods}
+            return comps >= {"controller", "agent"} and all(pod_ready(p) for p in pods)
+
+        try:
+            wait_until(ready, timeout=timeout, what="unstick's controller and agent pods Ready")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.describe(node)}") from None
+
+    def describe(self, node: RealNode) -> str:
+        lines = []
+        for pod in self.pods():
+            status = pod.get("status", {})
+            lines.append(
+                f"{pod['metadata']['name']}: {status.get('phase')} "
+                f"{status.get('containerStatuses')}"
+            )
+            lines.append(self.logs(pod["metadata"]["name"]))
+        lines.append("kubelet:\n" + node.log_tail("kubelet", 30))
+        return "\n".join(lines)
+
+    def logs(self, pod: str) -> str:
+        proc = self.cp.kubectl("logs", "-n", self.namespace, pod, "--tail=40", check=False)
+        return proc.stdout + proc.stderr
+
+    def uninstall(self, node: RealNode) -> None:
+        try:
+            self.helm("uninstall", self.name, "--wait", "--timeout=90s")
+        finally:
+            wait_until(lambda: not self.pods(), timeout=90, what="unstick's pods gone")
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def busybox_pod(
+    name: str,
+    image: str,
+    node: str,
+    *,
+    command: str = "sleep 3600",
+    annotations: dict[str, str] | None = None,
+    memory_volume: bool = True,
+) -> dict[str, Any]:
+    """A busybox pod on `node` (bound directly) with a memory-backed emptyDir (a tmpfs the
+    kubelet mounts and must unmount) at /data."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", command],
+    }
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [container],
+    }
+    if memory_volume:
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        spec["volumes"] = [{"name": "data", "emptyDir": {"medium": "Memory"}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": spec,
+    }
+
+
+def wait_running(core: Any, namespace: str, name: str, timeout: float = 60) -> Any:
+    def running() -> Any:
+        pod = core.read_namespaced_pod(name, namespace)
+        return pod if pod.status.phase == "Running" and pod.status.pod_ip else None
+
+    return wait_until(running, timeout=timeout, what=f"pod {namespace}/{name} Running")
+
+
+def pod_exists(core: Any, namespace: str, name: str, uid: str | None = None) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return uid is None or pod.metadata.uid == uid
+
+
+def wait_gone(core: Any, namespace: str, name: str, uid: str, timeout: float = 60) -> None:
+    wait_until(
+        lambda: not pod_exists(core, namespace, name, uid),
+        timeout=timeout,
+        what=f"pod {namespace}/{name} gone",
+    )
+
+
+def delete_pods_and_wait(core: Any, namespace: str, timeout: float = 60) -> None:
+    """Delete every pod of the namespace and wait until the kubelet has finished them."""
+    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=1)
+    wait_until(
+        lambda: not core.list_namespaced_pod(namespace).items,
+        timeout=timeout,
+        what=f"the pods of {namespace} gone",
+    )
+
+
+def pod_mounts(node: RealNode, uid: str) -> list[str]:
+    """The node's mountinfo lines under the pod's kubelet directory."""
+    prefix = f"{node.kubelet_root}/pods/{uid}/"
+    return [line for line in node.mountinfo().splitlines() if line.split()[4].startswith(prefix)]
+
+
+def remediations(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.request(
+        "GET", f"/apis/unstick.dev/v1alpha1/namespaces/{namespace}/remediations"
+    )["items"]
+    return items
+
+
+def remediation_for(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any] | None:
+    for item in remediations(cp, namespace):
+        if item.get("spec", {}).get("podUID") == uid:
+            return item
+    return None
+
+
+def scrape(url: str, timeout: float = 5) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        body: bytes = resp.read()
+    return body.decode()
+
+
+def eventually(check: Any, timeout: float, what: str) -> Any:
+    """`wait_until`, swallowing connection errors while waiting."""
+
+    def attempt() -> Any:
+        try:
+            return check()
+        except OSError:
+            return None
+
+    return wait_until(attempt, timeout=timeout, what=what)
+
+
+def monotonic() -> float:
+    return time.monotonic()
