@@ -145,7 +145,7 @@ class RealNode:
     containerd: NodeDaemon | None = field(init=False, default=None)
     kubelet: NodeDaemon | None = field(init=False, default=None)
     relay: ServiceRelay | None = field(init=False, default=None)
-    _links_before: set[str] = field(init=False, default_factory=set)
+    _links_before: dict[str, str] = field(init=False, default_factory=dict)
     _made_cni_cache: bool = field(init=False, default=False)
 
     # -- paths -------------------------------------------------------------------
@@ -408,7 +408,13 @@ class RealNode:
         found += [f"cgroup: {p}" for p in cgroup_dirs(self.settings.cgroup_root)]
         if bridge_exists(self.settings.network.bridge):
             found.append(f"bridge: {self.settings.network.bridge}")
-        new = links() - self._links_before
+        # New interfaces, except those of another node's bridge (its pods' veths).
+        bridge = self.settings.network.bridge
+        new = [
+            name
+            for name, master in links().items()
+            if name not in self._links_before and master in ("", bridge)
+        ]
         found += [f"link: {name}" for name in sorted(new)]
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         found += [f"netns: {line}" for line in netns.splitlines() if line.strip()]

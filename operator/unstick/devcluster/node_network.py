@@ -55,10 +55,18 @@ def bridge_exists(name: str) -> bool:
     return _ip("link", "show", "dev", name, check=False).returncode == 0
 
 
-def links() -> set[str]:
-    """Names of the network interfaces of this (the host's) network namespace."""
-    out = _ip("-o", "link", "show").stdout
-    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line}
+def links() -> dict[str, str]:
+    """The network interfaces of this (the host's) network namespace: name -> the bridge
+    it is attached to ("" if none)."""
+    out = {}
+    for line in _ip("-o", "link", "show").stdout.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        name = fields[1].rstrip(":").split("@")[0]
+        master = fields[fields.index("master") + 1] if "master" in fields else ""
+        out[name] = master
+    return out
 
 
 def cni_conflist(settings: NetworkSettings, ipam_dir: Path) -> dict[str, Any]:
