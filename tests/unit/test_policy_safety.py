@@ -206,6 +206,15 @@ def test_caps_hold_whatever_the_policy_says() -> None:
     assert budget.try_acquire("n4", 4.0, 1000, 1000) == 56.0  # cluster cap 4
 
 
+def test_peek_answers_like_acquire_and_takes_nothing() -> None:
+    budget = ActionBudget()
+    assert budget.try_acquire("n1", 0.0, 30, 1) == 0.0
+    assert budget.peek("n1", 1.0, 30, 1) == 59.0
+    assert budget.peek("n2", 1.0, 30, 1) == 0.0
+    assert budget.peek("n2", 1.0, 30, 1) == 0.0  # still free: a look takes no slot
+    assert budget.try_acquire("n2", 1.0, 30, 1) == 0.0
+
+
 def test_recorded_grants_count_with_their_limits() -> None:
     """Grants read back after a restart: in time order wherever they are recorded."""
     budget = ActionBudget()

@@ -249,6 +249,12 @@ class Reconciler(NodeSide):
         if step is None:
             self._write(p, "Remediating")
             return now + self.settings.recheck_s
+        # Only a look at the budget (no slot taken: that happens right before acting), so
+        # pods waiting for it do not re-read pod and Node every time a slot frees.
+        wait = self._budget_wait(dec.policy, record.node, now)
+        if wait > 0:
+            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
+            return now + wait
         return self._act_on_api(p, step)
 
     def _act_on_api(self, p: Pass, step: Any) -> float | None:
@@ -332,6 +338,12 @@ class Reconciler(NodeSide):
                 node or "(none)", now, policy.cluster_per_minute, policy.node_per_minute
             )
 
+    def _budget_wait(self, policy: Policy, node: str, now: float) -> float:
+        with self.budget_lock:
+            return self.budget.peek(
+                node or "(none)", now, policy.cluster_per_minute, policy.node_per_minute
+            )
+
     def rebuild_budget(self, remediations: list[JSON], now: float) -> int:
         """Put back the grants of the last minute recorded in `remediations` (a restart or
         failover does not reset the budget; controller/budget.py); returns their count."""
@@ -340,9 +352,7 @@ class Reconciler(NodeSide):
             for g in grants:
                 policy, _ = self.detector.policies.lookup(g.policy) if g.policy else (None, None)
                 limits = policy or BUILTIN
-                self.budget.record(
-                    g.node, g.at, limits.cluster_per_minute, limits.node_per_minute
-                )
+                self.budget.record(g.node, g.at, limits.cluster_per_minute, limits.node_per_minute)
         return len(grants)
 
     def _count_once(

@@ -79,14 +79,20 @@ class ActionBudget:
     ) -> float:
         """Take one action's budget for a policy with these limits; 0.0 when granted,
         else the seconds to wait."""
-        cluster_limit = min(cluster_per_minute, self.cluster_cap)
-        node_limit = min(node_per_minute, self.node_cap)
-        window = self.nodes.setdefault(node, SlidingWindow())
-        wait = max(self.cluster.wait_s(now, cluster_limit), window.wait_s(now, node_limit))
+        wait = self.peek(node, now, cluster_per_minute, node_per_minute)
         if wait > 0:
             return wait
+        cluster_limit = min(cluster_per_minute, self.cluster_cap)
+        node_limit = min(node_per_minute, self.node_cap)
         self._add(node, Grant(now, cluster_limit), Grant(now, node_limit))
         return 0.0
+
+    def peek(self, node: str, now: float, cluster_per_minute: int, node_per_minute: int) -> float:
+        """What `try_acquire` would answer, without taking anything (0.0: it would grant)."""
+        cluster_limit = min(cluster_per_minute, self.cluster_cap)
+        node_limit = min(node_per_minute, self.node_cap)
+        window = self.nodes.get(node) or SlidingWindow()
+        return max(self.cluster.wait_s(now, cluster_limit), window.wait_s(now, node_limit))
 
     def record(self, node: str, at: float, cluster_per_minute: int, node_per_minute: int) -> None:
         """A grant made at `at` elsewhere (before a restart, by another replica): it counts
