@@ -111,25 +111,44 @@ class Reconciler(NodeSide):
         if not d.stuck:
             return max(record.deletion_timestamp + decision.policy.slack_s, now + 1.0)
         if rem is None:
-            rem = records.create_remediation(
-                self.kube,
-                record.namespace,
-                record.name,
-                record.uid,
-                node=record.node,
-                dry_run=decision.policy.dry_run,
-                name=name,
-            )
-            why = trust.identity_mismatch(rem, record)
-            if why is not None:  # someone else's record appeared at that name meanwhile
-                self.refuse_record(rem, why, now)
-                return now + RECHECK_AFTER_CONFLICT_S
+            rem, name = self._create_record(record, name, decision.policy.dry_run, now)
+            if rem is None or name is None:
+                return now + self.settings.recheck_s
             status = rem.get("status") or {}
         self.known[record.uid] = (record.namespace, name, status.get("phase") or "")
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
         if status.get("cause") != str(d.cause):
             self._announce(pod, record, decision, now)
         return self._advance(pod, record, rem, decision, now, probe=probe)
+
+    def _create_record(
+        self, record: TerminatingPod, name: str, dry_run: bool, now: float
+    ) -> tuple[JSON | None, str | None]:
+        """Create the pod's Remediation at `name`, or at the next name when a record that is
+        not the pod's is found there (marked Refused); (None, None) when every name is
+        taken so."""
+        names = records.remediation_names(record.name, record.uid)
+        for candidate in names[names.index(name) :] if name in names else (name,):
+            rem = records.create_remediation(
+                self.kube,
+                record.namespace,
+                record.name,
+                record.uid,
+                node=record.node,
+                dry_run=dry_run,
+                name=candidate,
+            )
+            why = trust.identity_mismatch(rem, record)
+            if why is None:
+                return rem, candidate
+            self.refuse_record(rem, why, now)  # someone else's record holds that name
+        log.warning(
+            "pod=%s uid=%s every Remediation name of the pod is taken by a record that is "
+            "not the pod's (marked Refused): observing only",
+            record.key,
+            record.uid,
+        )
+        return None, None
 
     def _find_record(self, record: TerminatingPod, now: float) -> tuple[JSON | None, str | None]:
         """(the pod's Remediation or None, the name it has or gets); name None when every
