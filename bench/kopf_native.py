@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 
 from unstick.controller import operator, runtime
+from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.runtime import RuntimeSettings
 from unstick.kube.client import ClientSettings
 from unstick.kube.podwatch import terminating_record
@@ -67,7 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = operator.ControllerSettings(
         client=ClientSettings(kubeconfig=args.kubeconfig, user_agent=USER_AGENT),
-        runtime=RuntimeSettings(workers=args.workers),
+        runtime=RuntimeSettings(
+            workers=args.workers,
+            # as bench.contenders does for unstick: lift the caps no policy can raise
+            reconcile=ReconcileSettings(
+                max_cluster_per_minute=1_000_000, max_node_per_minute=1_000_000
+            ),
+        ),
         metrics_port=0,
     )
     kopf_settings = kopf.OperatorSettings()
