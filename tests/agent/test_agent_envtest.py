@@ -115,11 +115,12 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
     stale.mkdir(parents=True)
     orphan = f"{root}/pods/{ORPHAN}/volumes/kubernetes.io~projected/tok"
     (tmp_path / "mountinfo").write_text(f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
-    (tmp_path / "proc").mkdir()
     settings = AgentSettings(
         node_name=node,
         kubelet_root=str(root),
-        host_proc=str(tmp_path / "proc"),
+        # the real /proc: the container check before rmdir-stale needs a complete cgroup
+        # scan (no process of the pod's UID runs here); an empty one would be blind
+        host_proc="/proc",
         mountinfo_path=str(tmp_path / "mountinfo"),
         kubelet_healthz="http://127.0.0.1:9/healthz",
         state_dir=str(tmp_path / "state"),
