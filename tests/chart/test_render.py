@@ -63,6 +63,8 @@ def test_default_render_has_every_part(defaults: list[dict[str, Any]]) -> None:
         ("Service", "unstick-agent-metrics"),
         ("ClusterKopfPeering", "unstick"),
         ("RemediationPolicy", "default"),
+        ("ValidatingAdmissionPolicy", "unstick-remediation-writers"),
+        ("ValidatingAdmissionPolicyBinding", "unstick-remediation-writers"),
     }
 
 
@@ -270,8 +272,12 @@ def test_agent_cannot_change_pods_or_nodes(defaults: list[dict[str, Any]]) -> No
         assert not rule_allows(rules, "", "nodes", verb), verb
         # it writes a Remediation's status, never its spec (docs/agent.md)
         assert not rule_allows(rules, "unstick.dev", "remediations", verb), verb
+        # it reads the policy in force and the namespace's opt-in itself (invariant 7)
+        assert not rule_allows(rules, "unstick.dev", "remediationpolicies", verb), verb
+        assert not rule_allows(rules, "", "namespaces", verb), verb
     assert not rule_allows(rules, "", "pods/eviction", "create")
-    assert not rule_allows(rules, "unstick.dev", "remediationpolicies", "get")
+    assert rule_allows(rules, "unstick.dev", "remediationpolicies", "get")
+    assert rule_allows(rules, "", "namespaces", "get")
     assert rule_allows(rules, "unstick.dev", "remediations", "watch")
     assert rule_allows(rules, "unstick.dev", "remediations/status", "patch")
     assert rule_allows(rules, "", "nodes", "get")
