@@ -355,6 +355,16 @@ class RealNode:
         finally:
             out.close()
 
+    def kill(self, popen: subprocess.Popen[bytes]) -> None:
+        """Stop a process `run` started: its own PID on the node first (nsenter, which
+        forked it, passes no signal on), then nsenter."""
+        for pid in children(popen.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            popen.kill()
+        popen.wait()
+
     def mountinfo(self) -> str:
         """The node's mount table (its init's)."""
         return Path(f"/proc/{self.init_pid}/mountinfo").read_text()

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from unstick.devcluster.controlplane import ControlPlane
 from unstick.devcluster.process import Process, wait_until
 
-# No podgc (it would delete the pods of a deleted Node itself, racing unstick's NodeGone)
-# and no nodelifecycle (no taints or evictions on the one test node).
+# node-lifecycle: the kubelet registers its Node with the `not-ready` taint, which only
+# this controller lifts. No podgc: it would delete the pods of a deleted Node itself,
+# racing unstick's NodeGone.
 CONTROLLERS = (
+    "node-lifecycle-controller",
     "deployment-controller",
     "replicaset-controller",
     "daemonset-controller",
