@@ -1,0 +1,60 @@
+"""NodeGone on the real node: the node's kubelet is down and its Node object deleted
+(what a cloud's node controller does with a dead machine); a pod of it, deleted, stays
+Terminating. unstick force-deletes it. The kubelet, started again, registers the node
+anew and cleans up the pod's containers and mounts itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.node import RealNode
+from unstick.devcluster.node_images import NodeImages
+from unstick.devcluster.process import wait_until
+
+from .support import (
+    REMEDIATE,
+    Release,
+    busybox_pod,
+    pod_mounts,
+    remediation_for,
+    wait_gone,
+    wait_running,
+)
+
+pytestmark = pytest.mark.node
+
+
+def test_node_gone_pod_is_force_deleted(
+    real_node: RealNode,
+    unstick_release: Release,
+    node_control_plane: ControlPlane,
+    node_images: NodeImages,
+    core: Any,
+    node_namespace: str,
+) -> None:
+    ns, node_name = node_namespace, real_node.settings.name
+    manifest = busybox_pod("orphan", node_images.busybox.ref, node_name, annotations=REMEDIATE)
+    uid = core.create_namespaced_pod(ns, manifest).metadata.uid
+    wait_running(core, ns, "orphan")
+
+    real_node.stop_kubelet()
+    try:
+        core.delete_node(node_name)
+        core.delete_namespaced_pod("orphan", ns)
+        # Nothing finishes it now but unstick.
+        wait_gone(core, ns, "orphan", uid, timeout=90)
+        rem = remediation_for(node_control_plane, ns, uid)
+        assert rem is not None
+        status = rem["status"]
+        assert status["cause"] == "NodeGone"
+        done = [a for a in status.get("actions", []) if a["action"] == "force-delete"]
+        assert done and done[0]["result"] == "succeeded", status
+    finally:
+        real_node.start_kubelet()
+        real_node.wait_ready()
+    # The kubelet, back, removes what was left of the pod on the node.
+    wait_until(lambda: not pod_mounts(real_node, uid), timeout=60, what="the pod's mounts gone")
+    unstick_release.wait_ready(real_node)
