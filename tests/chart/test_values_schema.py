@@ -39,6 +39,11 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
         (("--set", "image.pullPolicy=Sometimes"), "/image/pullPolicy", "must be one of"),
         (("--set", "agent.logLevel=chatty"), "/agent/logLevel", "must be one of"),
         (("--set", "controller.verbose=yes"), "/controller/verbose", "want boolean"),
+        (("--set", "agent.metrics.bindAddress=any"), "/agent/metrics/bindAddress", "pattern"),
+        (("--set", "agent.metrics.port=1"), "/agent/metrics", "additional properties 'port'"),
+        (("--set-string", "admission.enabled=yes"), "/admission/enabled", "want boolean"),
+        # Group names end up in the policy's CEL: no quotes.
+        (("--set", "admission.exemptGroups={it's}"), "/admission/exemptGroups/0", "pattern"),
     ],
 )
 def test_bad_values_fail_with_the_schema_message(
