@@ -8,6 +8,7 @@ other watch error it reconnects with backoff (`unstick.kube.listwatch`).
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -73,6 +74,12 @@ class AgentMetrics:
             ["reason"],
             registry=self.registry,
         )
+
+
+class _HTTPServer6(ThreadingHTTPServer):
+    """/metrics on an IPv6 address (a node IP from the downward API may be one)."""
+
+    address_family = socket.AF_INET6
 
 
 class Agent:
@@ -259,7 +266,8 @@ class Agent:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        server = ThreadingHTTPServer((self.loop.metrics_host, self.loop.metrics_port), Endpoints)
+        server_class = _HTTPServer6 if ":" in self.loop.metrics_host else ThreadingHTTPServer
+        server = server_class((self.loop.metrics_host, self.loop.metrics_port), Endpoints)
         threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         return server
 

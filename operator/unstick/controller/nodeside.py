@@ -64,16 +64,42 @@ class Pass:
     probe: Any = None  # the Remediation's probe, when bound to this pod and our request
 
 
+#: Bounds of the Remediation's status schema (operator/unstick/crds/remediations.yaml): a
+#: pod with thousands of volumes must not turn every status write into a 422.
+MAX_LIST_ITEMS = {"evidence": 256, "plan": 256, "refused": 64}
+MAX_MESSAGE = 2000
+
+
+def _bounded(key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cap = MAX_LIST_ITEMS[key]
+    out = [
+        {k: (v[:MAX_MESSAGE] if isinstance(v, str) else v) for k, v in item.items()}
+        for item in items
+    ]
+    if len(out) <= cap:
+        return out
+    dropped = len(out) - cap + 1
+    last = {**out[cap - 1]}
+    field = "message" if "message" in last else "reason"
+    last[field] = f"... and {dropped} more not recorded (status is bounded)"
+    return [*out[: cap - 1], last]
+
+
 def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
     d = dec.diagnosis
     return {
         "cause": str(d.cause),
         "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
-        "evidence": [{"kind": e.kind, "message": e.message} for e in d.evidence],
-        "plan": [
-            {"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps
-        ],
-        "refused": [{"action": str(r.action), "reason": r.reason} for r in dec.refused],
+        "evidence": _bounded(
+            "evidence", [{"kind": e.kind, "message": e.message} for e in d.evidence]
+        ),
+        "plan": _bounded(
+            "plan",
+            [{"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps],
+        ),
+        "refused": _bounded(
+            "refused", [{"action": str(r.action), "reason": r.reason} for r in dec.refused]
+        ),
         "optedIn": dec.opted_in,
         "policy": dec.policy.name,
     }
