@@ -76,4 +76,8 @@ build helm "$cache/helm-$helm" helm=helm.sh/helm/v3/cmd/helm -- \
 promtool=$(pinned promtool github.com/prometheus/prometheus)
 # remove_all_sd: without the cloud service discoveries (only rule files are checked): half the build
 GOFLAGS="$GOFLAGS -tags=remove_all_sd" build promtool "$cache/promtool-$promtool-nosd" promtool=github.com/prometheus/prometheus/cmd/promtool
+# The Prometheus server of tests/prometheus, same module and version as promtool (own go.mod:
+# cmd/prometheus needs more of the module's dependencies than promtool)
+prometheus=$(pinned prometheus github.com/prometheus/prometheus)
+GOFLAGS="$GOFLAGS -tags=remove_all_sd" build prometheus "$cache/prometheus-$prometheus-nosd" prometheus=github.com/prometheus/prometheus/cmd/prometheus
 echo "tools ready in $bin" >&2
