@@ -160,6 +160,10 @@ CONTROLLER = "unstick-chart-test-controller"
         (AGENT, "patch", "remediationpolicies.unstick.dev", (), False),
         (AGENT, "get", "namespaces", (), True),
         (AGENT, "patch", "namespaces", (), False),
+        # the OrphanedPodDirs Event on its Node (docs/aftermath.md), nothing else of Events
+        (AGENT, "create", "events", ("-n", "default"), True),
+        (AGENT, "patch", "events", ("-n", "default"), False),
+        (AGENT, "delete", "events", ("-n", "default"), False),
         # the controller: force-delete and remove-finalizer on pods, its own resources
         (CONTROLLER, "delete", "pods", ("-n", "default"), True),
         (CONTROLLER, "patch", "pods", ("-n", "default"), True),
@@ -168,6 +172,12 @@ CONTROLLER = "unstick-chart-test-controller"
         (CONTROLLER, "list", "secrets", ("-A",), False),
         (CONTROLLER, "get", "csinodes.storage.k8s.io", (), True),
         (CONTROLLER, "list", "volumeattachments.storage.k8s.io", (), True),
+        # blocked replacements: watch VolumeAttachments and attach/mount Events, never detach
+        (CONTROLLER, "watch", "volumeattachments.storage.k8s.io", (), True),
+        (CONTROLLER, "delete", "volumeattachments.storage.k8s.io", (), False),
+        (CONTROLLER, "patch", "volumeattachments.storage.k8s.io", (), False),
+        (CONTROLLER, "watch", "events", ("-A",), True),
+        (CONTROLLER, "watch", "namespaces", (), True),
         (CONTROLLER, "get", "persistentvolumes", (), True),
         (CONTROLLER, "get", "persistentvolumeclaims", ("-n", "default"), True),
         (CONTROLLER, "delete", "nodes", (), False),

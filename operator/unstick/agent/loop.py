@@ -8,6 +8,7 @@ other watch error it reconnects with backoff (`unstick.kube.listwatch`).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -25,6 +26,8 @@ from unstick.agent.authority import NodeBudget, PolicySources
 from unstick.agent.executor import Executor
 from unstick.agent.handler import JSON, Handler
 from unstick.agent.mounts import read_mount_table
+from unstick.agent.orphan_events import OrphanReporter
+from unstick.agent.orphans import OrphanPass
 from unstick.agent.probe import orphaned_mounts
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import ClientSettings, Kube, remediation_path
@@ -67,6 +70,12 @@ class AgentMetrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.orphaned_dirs = Gauge(
+            "unstick_node_orphaned_pod_dirs",
+            "Pod directories on this node whose pod is not in the API (DESIGN §9)",
+            ["node"],
+            registry=self.registry,
+        )
         self.refusals = Counter(
             "unstick_refusals_total",
             "Requests refused by this node's agent (forged, stale, not opted in, policy "
@@ -92,16 +101,23 @@ class Agent:
             ClientSettings(kubeconfig=loop.kubeconfig, user_agent=f"unstick-agent/{__version__}")
         )
         self.metrics = AgentMetrics(settings.node_name)
+        executor = Executor(settings)
+        budget = NodeBudget(cap=loop.node_actions_per_minute)
+        on_refusal = lambda reason: self.metrics.refusals.labels(str(reason)).inc()  # noqa: E731
         self.handler = Handler(
             settings,
-            Executor(settings),
+            executor,
             self.patch_status,
             self.get_pod,
             policies=PolicySources(namespace=self.get_namespace, policy=self.get_policy),
-            budget=NodeBudget(cap=loop.node_actions_per_minute),
+            budget=budget,
             on_probe_duration=self.metrics.probe_duration.observe,
-            on_refusal=lambda reason: self.metrics.refusals.labels(str(reason)).inc(),
+            on_refusal=on_refusal,
         )
+        self.orphans = OrphanPass(  # the same executor, budget and refusal counter
+            settings, executor, self.list_node_pods, self.get_policy, budget, on_refusal
+        )
+        self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
         self.last_sync = 0.0
@@ -120,6 +136,15 @@ class Agent:
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The pod from the API server (None when it does not exist)."""
         return self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def list_node_pods(self) -> list[JSON]:
+        """A fresh LIST of this node's pods (never a cache: orphans are judged on it)."""
+        return self.kube.list_all(
+            "/api/v1/pods", {"fieldSelector": f"spec.nodeName={self.settings.node_name}"}
+        )
+
+    def post(self, path: str, body: JSON) -> None:
+        self.kube.request("POST", path, body=body)
 
     def get_namespace(self, name: str) -> JSON | None:
         return self.kube.get(f"/api/v1/namespaces/{quote(name, safe='')}")
@@ -223,12 +248,27 @@ class Agent:
         self.metrics.orphaned.labels(node=self.settings.node_name).set(count)
         return count
 
+    def refresh_orphans(self) -> int | None:
+        """One orphaned-pod-dir pass (agent/orphans.py): gauge, Node Event, clean where the
+        `default` policy says `clean`; None when the node's pods could not be listed."""
+        dirs = self.orphans.run()
+        if dirs is None:
+            return None
+        left = [d for d in dirs if os.path.lexists(d.path)]
+        self.metrics.orphaned_dirs.labels(node=self.settings.node_name).set(len(left))
+        self.orphan_reporter.report(dirs, self.orphans.mode)
+        return len(left)
+
     def run_summary(self) -> None:
         while not self.stop.is_set():
             try:
                 self.refresh_summary()
             except Exception as exc:
                 log.warning("node summary failed: %s", exc)
+            try:
+                self.refresh_orphans()
+            except Exception as exc:
+                log.warning("orphaned pod dir pass failed: %s", exc)
             self.stop.wait(self.loop.summary_interval_s)
 
     # --- HTTP ----------------------------------------------------------------------

@@ -43,7 +43,10 @@ SPEC_KEYS = (
     "rateLimits",
     "lazyUnmount",
     "namespaceSelector",
+    "orphanedPodDirs",
 )
+#: What the agent does with a pod directory whose pod is gone from the API (DESIGN §9).
+ORPHANED_POD_DIRS = ("observe", "clean")
 RATE_KEYS = ("clusterPerMinute", "nodePerMinute")
 SELECTOR_KEYS = ("matchLabels", "matchExpressions")
 EXPRESSION_KEYS = ("key", "operator", "values")
@@ -105,6 +108,8 @@ class RemediationPolicy:
     lazy_unmount: bool = False
     #: Namespaces a pod annotation may use this policy from; None: none (see `serves`).
     namespace_selector: LabelSelector | None = None
+    #: `observe` (count and report) or `clean` (the safe node steps; docs/aftermath.md).
+    orphaned_pod_dirs: str = "observe"
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
         """May a pod in `namespace` (with these labels) use this policy? `default` serves
@@ -169,6 +174,15 @@ def _flag(spec: Mapping[str, object], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise f.FieldError(f"spec.{key}", "must be true or false")
     return value
+
+
+def _choice(spec: Mapping[str, object], key: str, choices: tuple[str, ...]) -> str:
+    value = spec.get(key)
+    if value is None:
+        return choices[0]
+    if value not in choices:
+        raise f.FieldError(f"spec.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
 
 
 def _unknown_keys(obj: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
@@ -270,6 +284,7 @@ def _parse(obj: object) -> RemediationPolicy:
         ),
         lazy_unmount=_flag(spec, "lazyUnmount", False),
         namespace_selector=_selector(spec),
+        orphaned_pod_dirs=_choice(spec, "orphanedPodDirs", ORPHANED_POD_DIRS),
     )
 
 
