@@ -1,0 +1,108 @@
+"""The stack the Prometheus tests run against, once per module: the real control plane,
+the controller and an agent as real processes, and a real Prometheus scraping both and
+evaluating the chart's own alerting rules (rendered with short `for:` durations)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "envtest"))  # controller_support
+
+from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+
+from unstick.devcluster import ControlPlane, node_manifest
+from unstick.devcluster.process import Process, free_port
+from unstick.devcluster.prometheus import Prometheus, RenderedChart, ScrapeTarget, render_chart
+
+# Short durations so that pending → firing takes seconds; the shipped defaults are minutes.
+TEST_VALUES: dict[str, Any] = {
+    "prometheusRule": {
+        "stuckFor": "4s",
+        "notRemediableFor": "4s",
+        "csiDriverMissingFor": "4s",
+        "agentDownFor": "4s",
+        "agentsAbsentFor": "4s",
+        "failedWindow": "2m",
+        "refusalWindow": "2m",
+    },
+    "grafanaDashboard": {"enabled": True},
+}
+ORPHAN_UID = "0rphan00-0000-4000-8000-000000000000"
+
+
+@dataclass
+class Stack:
+    cp: ControlPlane
+    objects: Objects
+    controller: Controller
+    prometheus: Prometheus
+    chart: RenderedChart
+    agent_node: str
+
+
+def _agent(cp: ControlPlane, node: str, work: Path, port: int) -> Process:
+    """`unstick agent` for `node` with a kubelet root and a mount table of its own: one
+    orphaned mount (a pod dir the API does not know) for unstick_node_orphaned_mounts."""
+    root = work / "kubelet"
+    orphan = root / "pods" / ORPHAN_UID / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    orphan.mkdir(parents=True)
+    (work / "mountinfo").write_text(f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
+    exe = Path(sys.executable).parent / "unstick"
+    argv = [str(exe), "agent", "--node-name", node, "--kubelet-root", str(root)]
+    argv += ["--host-proc", "/proc", "--mountinfo", str(work / "mountinfo")]
+    argv += ["--kubeconfig", str(cp.kubeconfig), "--metrics-port", str(port)]
+    argv += ["--metrics-address", "127.0.0.1", "--state-dir", str(work / "state")]
+    argv += ["--kubelet-healthz", "http://127.0.0.1:9/healthz", "--log-level", "WARNING"]
+    return Process("agent", argv, work / "agent.log").start()
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    work = tmp_path_factory.mktemp("prometheus")
+    chart = render_chart(control_plane.bin_dir / "helm", TEST_VALUES)
+    with crds_installed(control_plane):
+        objects = Objects(control_plane)
+        # `default` serves every namespace: pods not opted in are judged with its slack (1 s)
+        before = objects.replace_policy("default", policy_spec(probeMaxAgeSeconds=30))
+        node = f"prom-{uuid.uuid4().hex[:6]}"
+        objects.core.create_node(node_manifest(node, kubelet=False))
+        controller = Controller(control_plane, work / "controller.log")
+        agent_port = free_port()
+        agent: Process | None = None
+        prometheus: Prometheus | None = None
+        try:
+            controller.start()
+            agent = _agent(control_plane, node, work, agent_port)
+            (ctl_job, _), (agent_job, _) = (
+                chart.metrics_services[c] for c in ("controller", "agent")
+            )
+            targets = [
+                ScrapeTarget(ctl_job, f"127.0.0.1:{controller.metrics_port}"),
+                ScrapeTarget(agent_job, f"127.0.0.1:{agent_port}", {"node": node}),
+            ]
+            prometheus = Prometheus(control_plane.bin_dir, targets, chart.rule_groups).start()
+            await_(
+                lambda: prometheus.targets_up() == {ctl_job: "up", agent_job: "up"},
+                60,
+                "both targets up in Prometheus",
+            )
+            yield Stack(control_plane, objects, controller, prometheus, chart, node)
+        finally:
+            if prometheus is not None:
+                print(prometheus.log_tail())
+                prometheus.stop()
+            if agent is not None:
+                print(agent.log_tail())
+                agent.stop()
+            controller.stop()
+            print(controller.log()[-3000:])
+            objects.core.delete_node(node)
+            objects.replace_policy("default", before)
+            objects.api_client.close()
