@@ -2,40 +2,66 @@
 
 Each command module defines `add_parser(subparsers)` and `run(args) -> int`, and keeps
 its heavy imports inside `run`, so `unstick diagnose` never loads Kopf or a client.
+
+The same commands are a kubectl plugin: the `kubectl-unstick` entry point (kubectl finds
+it on PATH) makes `kubectl unstick status|why|snapshot|...` work.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
+from typing import Any
 
-COMMANDS = ("diagnose", "snapshot", "controller", "agent", "demo")
+COMMANDS = ("status", "why", "diagnose", "snapshot", "controller", "agent", "demo")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _not_yet(sub: Any, name: str) -> None:
+    """A command named in COMMANDS whose module this version does not have."""
+    p = sub.add_parser(name, help="(not available in this version of unstick)")
+    p.set_defaults(command=name, missing=True)
+
+
+def build_parser(prog: str = "unstick") -> argparse.ArgumentParser:
+    from unstick import __version__
+
     parser = argparse.ArgumentParser(
-        prog="unstick",
+        prog=prog,
         description=(
             "Find pods stuck in Terminating, work out why, and fix the cause where that is "
-            "safe. See `unstick COMMAND --help`."
+            f"safe. See `{prog} COMMAND --help`."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"unstick {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
+        if importlib.util.find_spec(f"unstick.commands.{name}") is None:
+            _not_yet(sub, name)
+            continue
         module = importlib.import_module(f"unstick.commands.{name}")
         module.add_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "unstick") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if getattr(args, "missing", False):
+        print(f"{prog} {args.command}: not available in this version yet", file=sys.stderr)
+        return 1
     module = importlib.import_module(f"unstick.commands.{args.command}")
     try:
         return int(module.run(args))
     except KeyboardInterrupt:
         return 130
+
+
+def kubectl_main() -> int:
+    """`kubectl unstick ...`: kubectl runs the `kubectl-unstick` executable it finds on PATH
+    with the remaining arguments."""
+    return main(sys.argv[1:], prog="kubectl unstick")
 
 
 if __name__ == "__main__":

@@ -13,11 +13,14 @@ DESCRIPTION = """\
 Diagnose one pod stuck in Terminating from a snapshot bundle (see `unstick snapshot`),
 offline: prints the cause, the evidence, the plan and what is refused and why.
 
-Without --policy the plan is computed as if every action were permitted (the safety
-refusals still apply) and opt-in is not considered: it shows what could safely be done.
-With --policy, the policy's permitted actions, thresholds and finalizer allowlist apply,
-and a pod without the annotation unstick.dev/remediate ("true" or the policy's name) is
-treated as not opted in (namespace labels are not in a bundle, so they count as absent).
+The policy: --policy FILE if given; otherwise the RemediationPolicy recorded in the
+bundle by `unstick snapshot` (the one in force for the pod when it was captured), if any.
+Under a policy, its permitted actions, thresholds (slack, nodeLostAfter, probeMaxAge) and
+finalizer allowlist apply, and a pod without the annotation unstick.dev/remediate ("true"
+or the policy's name) is treated as not opted in (namespace labels are not in a bundle,
+so they count as absent). With no policy (or --no-policy) the plan is computed with the
+built-in thresholds (60 s slack) as if every action were permitted (the safety refusals
+still apply) and opt-in is not considered: it shows what could safely be done.
 
 Exit status: 0 with a diagnosis, 2 when the bundle or the policy cannot be read."""
 
@@ -39,6 +42,11 @@ def add_parser(sub: Any) -> None:
         "--policy",
         metavar="FILE",
         help="a RemediationPolicy (YAML or JSON), the whole object or just its spec",
+    )
+    p.add_argument(
+        "--no-policy",
+        action="store_true",
+        help="ignore the policy recorded in the snapshot: built-in thresholds, every action",
     )
     p.add_argument(
         "--output",
@@ -89,25 +97,41 @@ def _load_policy(path: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from unstick.core.diagnosis import diagnose
-    from unstick.core.planner import plan
-    from unstick.core.policy import PolicyError, parse_policy
-    from unstick.core.report import to_report, to_text
-    from unstick.core.safety import opted_in
+    from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
     from unstick.core.snapshot import BundleError, parse_bundle
 
+    source = args.policy
+    policy: RemediationPolicy | None
     try:
-        facts = parse_bundle(_load_bundle(args.snapshot))
-        policy = parse_policy(_load_policy(args.policy)) if args.policy else None
+        raw = _load_bundle(args.snapshot)
+        facts = parse_bundle(raw)
+        if args.policy:
+            policy = parse_policy(_load_policy(args.policy))
+        else:
+            recorded = None if args.no_policy else recorded_policy(raw)
+            source = f"recorded in snapshot {args.snapshot} (field policy)"
+            policy = parse_policy(recorded) if recorded is not None else None
     except BundleError as err:
         print(f"unstick diagnose: bad snapshot {args.snapshot}: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
     except PolicyError as err:
-        print(f"unstick diagnose: bad policy {args.policy}: {err}", file=sys.stderr)
+        print(f"unstick diagnose: bad policy {source}: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
     except _Unreadable as err:
         print(f"unstick diagnose: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
+
+    print(render(facts, policy, args.output))
+    return 0
+
+
+def render(facts: Any, policy: Any, output: str) -> str:
+    """The diagnosis of parsed bundle `facts` under `policy` (a parsed RemediationPolicy,
+    or None: built-in thresholds, every action), as `output` (json|text)."""
+    from unstick.core.diagnosis import diagnose
+    from unstick.core.planner import plan
+    from unstick.core.report import to_report, to_text
+    from unstick.core.safety import opted_in
 
     if policy is None:
         diagnosis = diagnose(facts)
@@ -116,8 +140,12 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose(facts, policy.settings)
         consent = opted_in(facts.pod.annotations, None, policy.name)
         result = plan(diagnosis, policy, opted_in=bool(consent))
-    if args.output == "json":
-        print(json.dumps(to_report(diagnosis, result), indent=2))
-    else:
-        print(to_text(diagnosis, result))
-    return 0
+    if output == "json":
+        return json.dumps(to_report(diagnosis, result), indent=2)
+    under = f"policy {policy.name}" if policy else "no policy (built-in thresholds)"
+    return f"{to_text(diagnosis, result)}\n(diagnosed under {under})"
+
+
+def recorded_policy(bundle: object) -> object | None:
+    """The bundle's optional top-level `policy` (absent or null in older bundles)."""
+    return bundle.get("policy") if isinstance(bundle, dict) else None

@@ -19,12 +19,13 @@ DESCRIPTION = """\
 Capture everything unstick looks at for one pod into a snapshot bundle (JSON on
 standard output): the Pod, its Node (null if it does not exist), the node's CSINode,
 the pod's PersistentVolumeClaims and their PersistentVolumes, the VolumeAttachments of
-those volumes on the pod's node, the pod's recent Events, and the latest probe the
-unstick agent wrote to the pod's Remediation (null if there is none). Objects are kept
-exactly as the API server returns them.
+those volumes on the pod's node, the pod's recent Events, the latest probe the
+unstick agent wrote to the pod's Remediation (null if there is none), and the
+RemediationPolicy in force for the pod (null if none applies). Objects are kept exactly
+as the API server returns them.
 
-Diagnose it offline with `unstick diagnose --snapshot FILE`, or attach it to a bug
-report. Example:  unstick snapshot shop/web-0 > web-0.json"""
+Diagnose it offline with `unstick diagnose --snapshot FILE` (under the recorded policy),
+or attach it to a bug report. Example:  unstick snapshot shop/web-0 > web-0.json"""
 
 
 def add_parser(sub: Any) -> None:
@@ -88,6 +89,49 @@ def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
     return probes[-1] if probes else None
 
 
+def _namespace_labels(api: Kube, namespace: str) -> dict[str, str]:
+    """The namespace's labels (opt-in by label, the policy's namespaceSelector); {} when
+    they cannot be read."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        ns = api.get(f"/api/v1/namespaces/{quote(namespace, safe='')}") or {}
+    except ApiException:
+        return {}
+    return dict((ns.get("metadata") or {}).get("labels") or {})
+
+
+def policy_in_force(api: Kube, pod: JSON) -> JSON | None:
+    """The RemediationPolicy the controller applies to `pod`, exactly as the API returns it:
+    the one the pod's annotation (or its namespace's label) names, `default` otherwise;
+    None when it does not exist, is invalid, or does not serve the pod's namespace (the
+    controller then uses its built-in observe-only settings)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from unstick.controller.policies import load_policy, opt_in
+    from unstick.core.policy import PolicyError
+
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    labels = _namespace_labels(api, namespace)
+    choice = opt_in((meta.get("annotations") or {}).get("unstick.dev/remediate"), labels)
+    path = f"/apis/unstick.dev/v1alpha1/remediationpolicies/{quote(choice.policy_name, safe='')}"
+    try:
+        obj = api.get(path)
+    except ApiException as err:
+        if err.status in (403, 404):  # no RBAC to read it, or the CRD is not installed
+            return None
+        raise
+    if obj is None:
+        return None
+    try:
+        if not load_policy(choice.policy_name, obj).serves(namespace, labels):
+            return None
+    except PolicyError:
+        return None
+    return obj
+
+
 def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
     """The bundle of DESIGN §6 for one pod: the controller's bundle (one code path for both)
     plus the pod's Events."""
@@ -102,6 +146,7 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
         f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
         {"fieldSelector": f"involvedObject.uid={uid}"},
     )
+    bundle["policy"] = policy_in_force(api, pod)
     return bundle
 
 

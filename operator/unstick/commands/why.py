@@ -1,0 +1,79 @@
+"""`unstick why NAMESPACE/POD`: live diagnosis of one pod — the cause, the evidence and the
+plan from the live API and the agent's latest probe, under the policy in force, without
+writing a bundle first (`unstick snapshot` + `unstick diagnose` in one step)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+DESCRIPTION = """\
+Diagnose one pod now, from the live cluster: reads what `unstick snapshot` captures (the
+Pod, Node, CSINode, volumes, Events, the latest agent probe and the RemediationPolicy in
+force for the pod) and prints what `unstick diagnose` would say about that bundle: the
+cause, the evidence, the plan and what is refused and why. Nothing is written to the
+cluster. Example:  kubectl unstick why shop/web-0"""
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "why",
+        help="diagnose NAMESPACE/POD live (cause, evidence, plan) under the policy in force",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pod", metavar="NAMESPACE/POD", help="the pod, e.g. shop/web-0")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)",
+    )
+    p.add_argument(
+        "--output",
+        choices=("json", "text"),
+        default="text",
+        help="json: the DESIGN §6 report; text: for people (default)",
+    )
+    p.set_defaults(command="why")
+
+
+def run(args: argparse.Namespace) -> int:
+    namespace, sep, name = str(args.pod).partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        print(f"unstick why: {args.pod!r} is not NAMESPACE/POD (e.g. shop/web-0)", file=sys.stderr)
+        return EXIT_USAGE
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    from unstick.commands.diagnose import recorded_policy, render
+    from unstick.commands.snapshot import SnapshotError, _connect, capture
+    from unstick.core.policy import PolicyError, parse_policy
+    from unstick.core.snapshot import BundleError, parse_bundle
+
+    try:
+        api = _connect(args.kubeconfig)
+        try:
+            bundle = capture(api, namespace, name, datetime.now(UTC))
+        finally:
+            api.close()
+        raw_policy = recorded_policy(bundle)
+        policy = parse_policy(raw_policy) if raw_policy is not None else None
+        print(render(parse_bundle(bundle), policy, args.output))
+    except SnapshotError as err:
+        print(f"unstick why: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except ApiException as err:
+        print(f"unstick why: API error {err.status} {err.reason}", file=sys.stderr)
+        return EXIT_FAILED
+    except (urllib3.exceptions.HTTPError, OSError) as err:
+        print(f"unstick why: cannot reach the API server: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except (BundleError, PolicyError) as err:
+        print(f"unstick why: cannot diagnose {args.pod}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
