@@ -37,6 +37,15 @@ REFUSALS = Counter(
     "unsafe)",
     ["reason"],
 )
+BLOCKED_REPLACEMENTS = Gauge(
+    "unstick_blocked_replacements",
+    "Pods waiting to attach or mount a volume that a stuck or just-removed pod still holds",
+    ["namespace"],
+)
+BLOCKED_NAMESPACES = Gauge(
+    "unstick_blocked_namespaces",
+    "Namespaces in Terminating whose deletion waits on stuck pods",
+)
 
 
 class StuckPods:
@@ -69,6 +78,11 @@ class StuckPods:
             return
         self._counts[old] -= 1
         STUCK_PODS.labels(*old).set(self._counts[old])
+
+    def cause_of(self, uid: str) -> str | None:
+        """The cause a stuck pod was last diagnosed with (None: not stuck)."""
+        entry = self._by_uid.get(uid)
+        return entry[1] if entry else None
 
     def __contains__(self, uid: str) -> bool:
         return uid in self._by_uid

@@ -82,6 +82,9 @@ class Reconciler(NodeSide):
         self.known: dict[str, tuple[str, str, str]] = {}
         # When this process asked the agent about each pod (trust.ProbeRequests).
         self.requests = trust.ProbeRequests()
+        # Pods whose finalizer patch the API server rejected (422, DESIGN §9): uid → the
+        # resourceVersion it was rejected at. Not tried again until the pod changes.
+        self.rejected: dict[str, str] = {}
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -287,6 +290,10 @@ class Reconciler(NodeSide):
         if pod is None or meta.get("uid") != record.uid or not meta.get("deletionTimestamp"):
             self.resolve(record)
             return None
+        version = str(meta.get("resourceVersion") or "")
+        if step.action == Action.REMOVE_FINALIZER and self.rejected.get(record.uid) == version:
+            self._write(p, "Failed", waitingFor=None)  # rejected as it is: no loop
+            return self.clock() + self.settings.recheck_s
         fresh = self.detector.decide(pod, p.probe, self.clock(), self.inputs.fresh)
         fd = fresh.diagnosis
         still_planned = any(
@@ -338,6 +345,11 @@ class Reconciler(NodeSide):
         )
         if outcome.result == "conflict":
             return self.clock() + RECHECK_AFTER_CONFLICT_S
+        if outcome.result == "rejected":  # recorded once as failed, in the server's words
+            self.rejected[record.uid] = version
+            self._count_once(p, step.action, step.target, "failed", outcome.message)
+            self._write(p, "Failed", waitingFor=None)
+            return self.clock() + self.settings.recheck_s
         self._count_once(
             p,
             step.action,
@@ -413,6 +425,7 @@ class Reconciler(NodeSide):
         now = self.clock()
         self.detector.forget(record.uid)
         self.requests.forget(record.uid)
+        self.rejected.pop(record.uid, None)
         known = self.known.pop(record.uid, None)
         if known is not None:  # written or read by this process: no need to read it again
             namespace, name, phase = known

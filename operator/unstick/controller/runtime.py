@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from unstick.controller import records
+from unstick.controller.blocked import Aftermath, Sources
 from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
@@ -119,6 +120,16 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.watchers: list[PodWatcher] = []
+        # DESIGN §9: blocked replacements and namespaces (controller/blocked.py).
+        self.aftermath = Aftermath(
+            kube,
+            Sources(
+                terminating=lambda: list(self.pods.copy().values()),
+                stuck=self.detector.stuck,
+                node=self.nodes.peek,
+                gate=self.gate,
+            ),
+        )
         self.object_watchers = [
             ObjectWatcher(
                 kube, "/api/v1/nodes", self.nodes, self._object_from_thread, what="node watch"
@@ -147,6 +158,8 @@ class Runtime:
                 self._gone.popitem(last=False)
             gone = self.pods.pop(uid, None)
             self.scheduler.cancel(uid)
+            if gone is not None:
+                self.aftermath.poke()  # a holder may have gone: its waiters look again
             if gone is not None and uid in self._running:
                 self._resolve_after[uid] = gone  # never concurrently with its reconcile
             elif gone is not None:
@@ -252,6 +265,7 @@ class Runtime:
         self._loop = asyncio.get_running_loop()
         for object_watcher in self.object_watchers:
             object_watcher.start()
+        self.aftermath.start()
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(
@@ -286,6 +300,7 @@ class Runtime:
             self._stopping = True
             stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
             stops += [w.stop for w in self.object_watchers]
+            stops.append(self.aftermath.stop)
             for stop in stops:
                 await asyncio.to_thread(stop)
             self._pool.shutdown(wait=False, cancel_futures=True)

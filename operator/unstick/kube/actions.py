@@ -13,6 +13,8 @@ re-reads and re-decides instead of counting a failure.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.kube.client import Kube, pod_path
 
-Result = Literal["succeeded", "failed", "refused", "conflict"]
+Result = Literal["succeeded", "failed", "refused", "conflict", "rejected"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +31,26 @@ class Outcome:
     message: str
 
 
-def _refused(exc: ApiException) -> Outcome:
+# How the API server words a failed JSON-patch `test` op (the finalizer list changed).
+_TEST_FAILED = re.compile(r"testing value|test failed|test operation", re.IGNORECASE)
+
+
+def server_message(exc: ApiException) -> str:
+    """The API server's own words (Status.message), else the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or "")
+
+
+def _refused(exc: ApiException, *, patch: bool = False) -> Outcome:
+    if patch and exc.status == 422 and not _TEST_FAILED.search(server_message(exc)):
+        # Not our `test` op failing (the list changed) but the server refusing the object
+        # itself (validation, admission: e.g. "Pod QoS is immutable" on an old pod spec,
+        # DESIGN §9 "rejected fix"): not retried until the pod changes.
+        return Outcome("rejected", f"API server rejected the patch (422): {server_message(exc)}")
     if exc.status in (404, 409, 422):
         return Outcome(
             "conflict", f"API server refused ({exc.status}): the pod changed; re-reading"
@@ -69,5 +90,5 @@ def remove_finalizer(
             content_type="application/json-patch+json",
         )
     except ApiException as exc:
-        return _refused(exc)
+        return _refused(exc, patch=True)
     return Outcome("succeeded", f"removed finalizer {finalizer} from {namespace}/{name}")

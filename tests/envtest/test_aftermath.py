@@ -1,0 +1,364 @@
+"""DESIGN §9 on the controller, against a real kube-apiserver + etcd, the controller as a
+subprocess: a replacement pod's Multi-Attach linked to the stuck pod (Event, waiters,
+metric, the VolumeAttachment untouched), a namespace deletion blocked by a stuck pod, and a
+finalizer patch the API server rejects (422) recorded once, not retried."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from kubernetes import client
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+POLICIES = {
+    "default": policy_spec(),
+    "t-aftermath-fin": policy_spec(finalizerAllowlist=["example.com/keep"]),
+}
+VAP = "unstick-reject-finalizer-removal"
+
+
+@pytest.fixture(scope="module")
+def objects(control_plane: ControlPlane) -> Iterator[Objects]:
+    with crds_installed(control_plane):
+        objs = Objects(control_plane)
+        before = {name: objs.replace_policy(name, spec) for name, spec in POLICIES.items()}
+        try:
+            yield objs
+        finally:
+            for name, spec in before.items():
+                objs.replace_policy(name, spec)
+            objs.api_client.close()
+
+
+@pytest.fixture(scope="module")
+def controller(
+    control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Controller]:
+    ctl = Controller(control_plane, tmp_path_factory.mktemp("aftermath") / "controller.log")
+    try:
+        ctl.start()
+        for name in POLICIES:
+            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+        yield ctl
+    finally:
+        ctl.stop()
+        print(ctl.log()[-4000:])
+
+
+def _pod(objects: Objects, namespace: str, name: str, node: str, claim: str) -> dict[str, Any]:
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "db", "image": "registry.example/db:1"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    created = objects.core.create_namespaced_pod(namespace, body)
+    return {"name": name, "uid": created.metadata.uid}
+
+
+def _volume(objects: Objects, namespace: str) -> tuple[str, str]:
+    pv = f"pv-{uuid.uuid4().hex[:8]}"
+    objects.core.create_persistent_volume(
+        {
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": "ebs.csi.example.com", "volumeHandle": f"vol-{pv}"},
+                "claimRef": {"namespace": namespace, "name": "data"},
+            },
+        }
+    )
+    objects.core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                "volumeName": pv,
+                "storageClassName": "",
+            },
+        },
+    )
+    return pv, "data"
+
+
+def _events(objects: Objects, namespace: str, reason: str) -> list[Any]:
+    return list(
+        objects.core.list_namespaced_event(namespace, field_selector=f"reason={reason}").items
+    )
+
+
+def _controller_writes(cp: ControlPlane, resource: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cp.audit_events()
+        if str(e.get("userAgent", "")).startswith("unstick-controller")
+        and (e.get("objectRef") or {}).get("resource") == resource
+        and e.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
+    ]
+
+
+def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    cp = controller.cp
+    storage = client.StorageV1Api(objects.api_client)
+    old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
+    pv, claim = _volume(objects, namespace)
+    va_name = f"csi-{uuid.uuid4().hex}"
+    storage.create_volume_attachment(
+        {
+            "metadata": {"name": va_name},
+            "spec": {
+                "attacher": "ebs.csi.example.com",
+                "nodeName": old_node,
+                "source": {"persistentVolumeName": pv},
+            },
+        }
+    )
+    try:
+        holder = _pod(objects, namespace, "db-0", old_node, claim)
+        objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
+        await_(
+            lambda: objects.status(namespace, holder).get("cause") == "NodeUnreachable",
+            60,
+            "the holder diagnosed",
+        )
+        va_before = storage.read_volume_attachment(va_name).metadata.resource_version
+        waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
+        objects.core.create_namespaced_event(
+            namespace,
+            {
+                "metadata": {"name": f"db-0-new.{uuid.uuid4().hex[:8]}"},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": namespace,
+                    "name": "db-0-new",
+                    "uid": waiter["uid"],
+                },
+                "reason": "FailedAttachVolume",
+                "message": f'Multi-Attach error for volume "{pv}" Volume is already exclusively '
+                "attached to one node and can't be attached to another",
+                "type": "Warning",
+                "source": {"component": "attachdetach-controller"},
+                "firstTimestamp": _now(),
+                "lastTimestamp": _now(),
+                "count": 1,
+            },
+        )
+        (event,) = await_(
+            lambda: _events(objects, namespace, "BlockedReplacement"), 60, "the waiter's Event"
+        )
+        assert event.involved_object.name == "db-0-new"
+        assert event.message == (
+            f"volume pvc/data is held by {namespace}/db-0, stuck Terminating on {old_node} "
+            f"(NodeUnreachable, not fenced): it is freed when {old_node} is fenced "
+            "(node.kubernetes.io/out-of-service) or by the attach/detach controller's "
+            "force-detach after 6 min"
+        )
+        waiters = await_(
+            lambda: objects.status(namespace, holder).get("waiters"), 30, "waiters on record"
+        )
+        assert [(w["pod"], w["uid"], w["claim"]) for w in waiters] == [
+            (f"{namespace}/db-0-new", waiter["uid"], "data")
+        ]
+        assert waiters[0]["reasons"] == ["Multi-Attach"] and waiters[0]["waitedSeconds"] >= 0
+        assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
+        # Nothing touched the VolumeAttachment; nothing was detached or deleted.
+        assert storage.read_volume_attachment(va_name).metadata.resource_version == va_before
+        assert _controller_writes(cp, "volumeattachments") == []
+        # The holder goes, the VolumeAttachment stays: still blocked, now by the attachment.
+        objects.core.delete_namespaced_pod("db-0", namespace, grace_period_seconds=0)
+        ended = await_(
+            lambda: [
+                w for w in objects.status(namespace, holder).get("waiters") or [] if "until" in w
+            ],
+            60,
+            "the wait on the holder ended on record",
+        )
+        assert ended[0]["uid"] == waiter["uid"]
+        await_(
+            lambda: any(
+                "still attached" in e.message
+                for e in _events(objects, namespace, "BlockedReplacement")
+            ),
+            60,
+            "the Event naming the attachment",
+        )
+        assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
+        # The attach/detach controller (played by the test) detaches: nobody waits any more.
+        storage.delete_volume_attachment(va_name)
+        va_name = ""
+        await_(
+            lambda: controller.sample("unstick_blocked_replacements", namespace=namespace) == 0,
+            60,
+            "the gauge back to 0",
+        )
+        assert _controller_writes(cp, "volumeattachments") == []
+    finally:
+        if va_name:
+            storage.delete_volume_attachment(va_name)
+        objects.core.delete_persistent_volume(pv)
+
+
+def test_a_namespace_deletion_blocked_by_a_stuck_pod_is_reported(
+    controller: Controller, objects: Objects, make_node: Any
+) -> None:
+    name = f"t-ns-{uuid.uuid4().hex[:8]}"
+    objects.core.create_namespace({"metadata": {"name": name}})
+    node = make_node(kubelet=False)
+    pod = objects.pod(name, node, name="web-0")
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod("web-0", name)
+    try:
+        await_(lambda: objects.status(name, pod).get("cause") == "NodeGone", 60, "stuck")
+        objects.core.delete_namespace(name)  # stays Terminating: no namespace controller here
+        events = await_(
+            lambda: [
+                e
+                for e in _events(objects, "default", "NamespaceBlockedByStuckPods")
+                if e.involved_object.name == name
+            ],
+            60,
+            "the namespace's Event",
+        )
+        assert events[0].involved_object.kind == "Namespace"
+        assert "1 stuck pod(s): web-0 (NodeGone)" in events[0].message
+        assert controller.sample("unstick_blocked_namespaces") >= 1
+    finally:
+        objects.core.delete_namespaced_pod("web-0", name, grace_period_seconds=0)
+
+
+def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
+    controller: Controller, objects: Objects, namespace: str
+) -> None:
+    admission = client.AdmissionregistrationV1Api(objects.api_client)
+    _reject_finalizer_removal(admission, namespace)
+    try:
+        _await_policy_in_force(objects, namespace)
+        pod = objects.pod(
+            namespace, None, remediate="t-aftermath-fin", finalizers=["example.com/keep"]
+        )
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        status = await_(
+            lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
+            60,
+            "Remediation Failed",
+        )
+        (entry,) = [a for a in status["actions"] if a["action"] == "remove-finalizer"]
+        assert entry["result"] == "failed"
+        assert "Pod QoS is immutable" in entry["message"], entry
+        patches = lambda: [  # noqa: E731
+            e
+            for e in _controller_writes(controller.cp, "pods")
+            if e["verb"] == "patch" and (e.get("objectRef") or {}).get("name") == pod["name"]
+        ]
+        assert len(patches()) == 1
+        # the controller looks again (pod watch, re-check) but does not patch again
+        objects.core.patch_namespaced_pod(
+            pod["name"], namespace, {"metadata": {"labels": {"touched": "1"}}}
+        )
+        await_(lambda: len(patches()) == 2, 60, "one retry after the pod changed")
+        assert objects.read_pod(namespace, pod["name"]) is not None
+    finally:
+        admission.delete_validating_admission_policy_binding(VAP)
+        admission.delete_validating_admission_policy(VAP)
+        await_(lambda: _strip_finalizers(objects, namespace), 30, "the admission policy gone")
+
+
+def _strip_finalizers(objects: Objects, namespace: str) -> bool:
+    """Remove the test pods' finalizers (True once the admission policy lets it happen)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        for pod in objects.core.list_namespaced_pod(namespace).items:
+            if pod.metadata.finalizers:
+                objects.core.patch_namespaced_pod(
+                    pod.metadata.name, namespace, {"metadata": {"finalizers": None}}
+                )
+    except ApiException as exc:
+        if exc.status != 422:
+            raise
+        return False
+    return True
+
+
+def _reject_finalizer_removal(admission: Any, namespace: str) -> None:
+    admission.create_validating_admission_policy(
+        {
+            "metadata": {"name": VAP},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(oldObject.metadata.finalizers) || "
+                        "(has(object.metadata.finalizers) && "
+                        "size(object.metadata.finalizers) == size(oldObject.metadata.finalizers))",
+                        "message": "Pod QoS is immutable",
+                        "reason": "Invalid",
+                    }
+                ],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": VAP},
+            "spec": {
+                "policyName": VAP,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        }
+    )
+
+
+def _await_policy_in_force(objects: Objects, namespace: str) -> None:
+    """The admission policy takes a moment to load: wait until it rejects a patch."""
+    from kubernetes.client.exceptions import ApiException
+
+    probe = objects.pod(namespace, None, name="vap-probe", finalizers=["example.com/x"])
+
+    def rejected() -> bool:
+        try:
+            objects.core.patch_namespaced_pod(
+                probe["name"], namespace, [{"op": "remove", "path": "/metadata/finalizers/0"}]
+            )
+        except ApiException as exc:
+            return exc.status == 422
+        objects.core.patch_namespaced_pod(
+            probe["name"], namespace, {"metadata": {"finalizers": ["example.com/x"]}}
+        )
+        return False
+
+    await_(rejected, 30, "the admission policy in force")
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
