@@ -5,8 +5,12 @@ finalizer patch the API server rejects (422) recorded once, not retried."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -362,3 +366,127 @@ def _now() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+READER = "unstick-status-reader"
+
+
+def _read_only_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """A kubeconfig of a ServiceAccount that may only get/list (RBAC applied here)."""
+    from integrity_support import apply_objects, token_for
+
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "namespaces", "events"],
+            "verbs": ["get", "list"],
+        },
+        {"apiGroups": ["unstick.dev"], "resources": ["remediations"], "verbs": ["get", "list"]},
+    ]
+    apply_objects(
+        cp,
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": READER, "namespace": "default"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": READER}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": READER},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": READER},
+             "subjects": [{"kind": "ServiceAccount", "name": READER, "namespace": "default"}]},
+        ],
+    )  # fmt: skip
+    token = token_for(cp, "default", READER).token
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "t",
+                "cluster": {"server": cp.url, "certificate-authority": str(cp.certs.ca_cert)},
+            }
+        ],
+        "users": [{"name": READER, "user": {"token": token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": READER}}],
+        "current-context": "t",
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    from unstick.agent.orphan_events import event_body
+    from unstick.core.aftermath import OrphanDir
+
+    cp = controller.cp
+    storage = client.StorageV1Api(objects.api_client)
+    old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
+    pv, claim = _volume(objects, namespace)
+    va = f"csi-{uuid.uuid4().hex}"
+    storage.create_volume_attachment(
+        {"metadata": {"name": va},
+         "spec": {"attacher": "x", "nodeName": old_node, "source": {"persistentVolumeName": pv}}}
+    )  # fmt: skip
+    try:
+        holder = _pod(objects, namespace, "db-0", old_node, claim)
+        objects.core.delete_namespaced_pod("db-0", namespace)
+        await_(lambda: objects.status(namespace, holder).get("cause"), 60, "holder diagnosed")
+        waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
+        _failed_attach_event(objects, namespace, waiter, pv)
+        await_(lambda: objects.status(namespace, holder).get("waiters"), 60, "waiters")
+        uid = str(uuid.uuid4())
+        orphan = OrphanDir(
+            uid, f"/var/lib/kubelet/pods/{uid}", 900.0, data=(("f", 7),), data_bytes=7
+        )
+        objects.core.create_namespaced_event(
+            "default", event_body(old_node, [orphan], "observe", _now())
+        )
+        kubeconfig = _read_only_kubeconfig(cp, tmp_path / "reader.kubeconfig")
+        out = _status(kubeconfig, "json")
+        data = json.loads(out)
+        assert data["notes"] == []
+        (stuck,) = [s for s in data["stuckPods"] if s["pod"] == f"{namespace}/db-0"]
+        assert stuck["cause"] == "NodeUnreachable" and stuck["node"] == old_node
+        assert "observe only (not opted in)" in stuck["did"]
+        (blocked,) = [w for w in data["blockedReplacements"] if w["heldBy"] == f"{namespace}/db-0"]
+        assert blocked["pod"] == f"{namespace}/db-0-new" and blocked["claim"] == "data"
+        (orphans,) = [o for o in data["orphanedPodDirs"] if o["node"] == old_node]
+        assert orphans["count"] == 1 and orphans["dirs"][0]["files"] == [{"path": "f", "bytes": 7}]
+        text = _status(kubeconfig, "text")
+        assert f"{namespace}/db-0-new waits" in text and f"/var/lib/kubelet/pods/{uid}" in text
+    finally:
+        storage.delete_volume_attachment(va)
+        objects.core.delete_persistent_volume(pv)
+
+
+def _failed_attach_event(objects: Objects, namespace: str, waiter: dict[str, Any], pv: str) -> None:
+    objects.core.create_namespaced_event(
+        namespace,
+        {
+            "metadata": {"name": f"{waiter['name']}.{uuid.uuid4().hex[:8]}"},
+            "involvedObject": {"kind": "Pod", "namespace": namespace, "name": waiter["name"],
+                               "uid": waiter["uid"]},
+            "reason": "FailedAttachVolume",
+            "message": f'Multi-Attach error for volume "{pv}" Volume is already exclusively '
+            "attached to one node and can't be attached to another",
+            "type": "Warning",
+            "firstTimestamp": _now(),
+            "lastTimestamp": _now(),
+            "count": 1,
+        },
+    )  # fmt: skip
+
+
+def _status(kubeconfig: Path, output: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "unstick", "status", "--kubeconfig", str(kubeconfig), "-o", output],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
