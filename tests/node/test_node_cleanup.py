@@ -69,4 +69,3 @@ def test_stopping_a_node_leaves_nothing_behind(
     assert cgroup_dirs(SETTINGS.cgroup_root) == []
     assert not bridge_exists(SETTINGS.network.bridge)
     assert not set(veths) & set(links())
-    core.delete_namespaced_pod("bb", node_namespace, grace_period_seconds=0)

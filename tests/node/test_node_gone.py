@@ -46,12 +46,18 @@ def test_node_gone_pod_is_force_deleted(
         core.delete_namespaced_pod("orphan", ns)
         # Nothing finishes it now but unstick.
         wait_gone(core, ns, "orphan", uid, timeout=90)
-        rem = remediation_for(node_control_plane, ns, uid)
-        assert rem is not None
-        status = rem["status"]
+
+        def recorded() -> dict[str, Any] | None:
+            # The Remediation's status is written after the delete it records.
+            rem = remediation_for(node_control_plane, ns, uid) or {}
+            status: dict[str, Any] = rem.get("status") or {}
+            actions = status.get("actions") or []
+            return status if any(a["action"] == "force-delete" for a in actions) else None
+
+        status = wait_until(recorded, timeout=30, what="the force-delete in the Remediation")
         assert status["cause"] == "NodeGone"
-        done = [a for a in status.get("actions", []) if a["action"] == "force-delete"]
-        assert done and done[0]["result"] == "succeeded", status
+        (done,) = [a for a in status["actions"] if a["action"] == "force-delete"]
+        assert done["result"] == "succeeded", status
     finally:
         real_node.start_kubelet()
         real_node.wait_ready()

@@ -86,6 +86,7 @@ class NodeSettings:
     healthz_port: int = 10248
     start_timeout_s: float = 120.0
     stop_timeout_s: float = 20.0
+    import_unstick: bool = True  # False: only the pause and busybox images
 
     @property
     def cgroup_root(self) -> str:
@@ -188,7 +189,8 @@ class RealNode:
             self._start_namespaces()
             self._start_containerd()
             for image in self.images.all():
-                self.import_image(image)
+                if image is not self.images.unstick or self.settings.import_unstick:
+                    self.import_image(image)
             self.start_kubelet()
             self.wait_ready()
         except BaseException:
@@ -200,6 +202,7 @@ class RealNode:
         """Stop everything by PID and remove what the node made; raises if something is
         left behind (after trying to remove it all)."""
         timeout = self.settings.stop_timeout_s
+        self._forget()
         for daemon in (self.kubelet, self.containerd):
             if daemon is not None:
                 daemon.stop(timeout)
@@ -218,6 +221,21 @@ class RealNode:
         left = self.leftovers()
         if left:
             raise RuntimeError("the node left things behind:\n  " + "\n  ".join(left))
+
+    def _forget(self) -> None:
+        """Remove the node from the API as a machine that is gone: its pods (force) and
+        its Node object, so no controller keeps pods bound to it (a DaemonSet's, say)."""
+        name, cp = self.settings.name, self.control_plane
+        # The Node first: a DaemonSet would put a new pod on a node that still exists.
+        with contextlib.suppress(OSError):
+            cp.request("DELETE", f"/api/v1/nodes/{name}")
+        with contextlib.suppress(OSError):
+            pods = cp.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{name}")
+            for pod in pods["items"]:
+                meta = pod["metadata"]
+                path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                with contextlib.suppress(OSError):
+                    cp.request("DELETE", path, {"gracePeriodSeconds": 0})
 
     def __enter__(self) -> RealNode:
         return self.start()
