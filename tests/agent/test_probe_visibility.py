@@ -247,7 +247,7 @@ def test_a_container_the_cri_calls_exited_but_whose_cgroup_has_processes_runs(
         top.rmdir()
     assert probe["runtime"] == "cri+cgroup"
     assert probe["containers"] == [
-        {"podUID": UID, "name": "app", "id": "abc123", "state": "running"}
+        {"podUID": UID, "name": "app", "id": "abc123", "state": "running", "runtimeState": "exited"}
     ]
     assert _diagnose(probe).cause is Cause.ContainersStillRunning
 

@@ -104,3 +104,33 @@ def test_the_node_event_is_posted_once_per_change() -> None:
         "uid": "node-1",
     }
     assert [p["type"] for p in posted] == ["Warning", "Normal"]
+
+
+def test_containers_still_running_says_what_the_runtime_says_and_for_how_long() -> None:
+    from pathlib import Path
+
+    from unstick.core.diagnosis import diagnose
+    from unstick.core.snapshot import parse_bundle
+
+    path = Path(__file__).parents[1] / "scenarios" / "containers-running-per-probe.json"
+    bundle = json.loads(path.read_text())
+    bundle["probe"]["containers"][0].update(createdAt="2026-11-20T09:00:00Z", runtimeState="exited")
+    d = diagnose(parse_bundle(bundle))
+    assert str(d.cause) == "ContainersStillRunning"
+    (runtime,) = [e.message for e in d.evidence if e.kind == "runtime"]
+    assert runtime == (
+        "container app: running by its processes, though the runtime "
+        "says exited (created 1h0m0s ago) — 15m0s past the deletion deadline: "
+        "StopContainer has not ended it"
+    )
+
+
+def test_an_old_bundle_without_the_new_container_fields_still_reads() -> None:
+    from pathlib import Path
+
+    from unstick.core.snapshot import parse_bundle
+
+    path = Path(__file__).parents[1] / "scenarios" / "containers-running-per-probe.json"
+    facts = parse_bundle(json.loads(path.read_text()))
+    assert facts.probe is not None and facts.probe.containers is not None
+    assert facts.probe.containers[0].created_at is None

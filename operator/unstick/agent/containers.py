@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import grpc
 
@@ -53,9 +54,27 @@ class Container:
     name: str
     id: str
     state: str
+    created_at: str | None = None  # RFC3339, as the runtime (CRI) says; None from cgroups
+    runtime_state: str = ""  # the runtime's own word when the cgroups contradict it
 
     def to_json(self) -> dict[str, object]:
-        return {"podUID": self.pod_uid, "name": self.name, "id": self.id, "state": self.state}
+        out: dict[str, object] = {
+            "podUID": self.pod_uid,
+            "name": self.name,
+            "id": self.id,
+            "state": self.state,
+        }
+        if self.created_at:
+            out["createdAt"] = self.created_at
+        if self.runtime_state:
+            out["runtimeState"] = self.runtime_state
+        return out
+
+
+def _ns_time(nanoseconds: int) -> str | None:
+    if nanoseconds <= 0:
+        return None
+    return datetime.fromtimestamp(nanoseconds / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +124,13 @@ def cri_containers(socket_path: str, uid: str, timeout_s: float) -> list[Contain
             request, timeout=timeout_s
         )
     return [
-        Container(uid, c.metadata.name, c.id, _STATES.get(c.state, "unknown"))
+        Container(
+            uid,
+            c.metadata.name,
+            c.id,
+            _STATES.get(c.state, "unknown"),
+            created_at=_ns_time(c.created_at),
+        )
         for c in reply.containers
         if c.labels.get(POD_UID_LABEL, uid) == uid
     ]
@@ -200,7 +225,10 @@ def union(cri: list[Container], seen: list[Container]) -> list[Container]:
     out = []
     for c in cri:
         live = any(_same(c.id, s.id) for s in seen)
-        out.append(Container(c.pod_uid, c.name, c.id, "running") if live else c)
+        if live and c.state != "running":  # the runtime lost track of a live container
+            out.append(replace(c, state="running", runtime_state=c.state))
+        else:
+            out.append(c)
     out.extend(s for s in seen if not any(_same(c.id, s.id) for c in cri))
     return out
 

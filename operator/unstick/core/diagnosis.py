@@ -235,6 +235,7 @@ def _decide(
     on_node = containers_on_node(facts, probe) if probe is not None else None
     running = _running(probe, on_node, _api_running(facts), ev)
     if running:
+        _runtime_evidence(facts, probe, ev)
         return Cause.ContainersStillRunning, _NodeView(
             probe_fresh=probe is not None,
             kubelet_root=probe.kubelet_root if probe else None,
@@ -283,6 +284,29 @@ def _running(
     if running:
         ev.append(Evidence("container", f"{', '.join(running)} still running per {source}"))
     return running
+
+
+def _runtime_evidence(facts: Facts, probe: Probe | None, ev: list[Evidence]) -> None:
+    """What the runtime says of each running container and for how long it has outlived the
+    deletion deadline (containerd#6080: a container StopContainer cannot kill)."""
+    deadline = facts.pod.deletion_timestamp
+    past = human((facts.now - deadline).total_seconds()) if deadline else None
+    seen = [
+        c
+        for c in (probe.containers or () if probe is not None else ())
+        if c.pod_uid == facts.pod.uid and c.state == RUNNING
+    ]
+    for c in seen[:5]:
+        words = [f"container {c.name}: running"]
+        if c.runtime_state:
+            words.append(f"by its processes, though the runtime says {c.runtime_state}")
+        if c.created_at is not None:
+            words.append(f"(created {human((facts.now - c.created_at).total_seconds())} ago)")
+        if past:
+            words.append(f"— {past} past the deletion deadline: StopContainer has not ended it")
+        ev.append(Evidence("runtime", " ".join(words)))
+    if not seen and past:
+        ev.append(Evidence("runtime", f"still running {past} past the deletion deadline"))
 
 
 def _unheld_unknown(probe: Probe, ev: list[Evidence]) -> bool:

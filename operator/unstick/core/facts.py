@@ -95,6 +95,8 @@ class Container:
     name: str
     id: str
     state: str  # running | exited | created | unknown
+    created_at: datetime | None = None  # the runtime's creation time (CRI), when known
+    runtime_state: str = ""  # the runtime's own state word when its processes contradict it
 
 
 RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered

@@ -216,6 +216,8 @@ def _containers(p: Mapping[str, object]) -> tuple[Container, ...] | None:
                 name=f.string(c, "name", where),
                 id=f.string(c, "id", where, nonempty=False),
                 state=state,
+                created_at=f.opt_time(c, "createdAt", where),
+                runtime_state=f.opt_string(c, "runtimeState", where) or "",
             )
         )
     return tuple(containers)
