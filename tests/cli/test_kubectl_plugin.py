@@ -87,6 +87,9 @@ def test_kubectl_unstick_why_and_snapshot_of_a_stuck_pod(
     assert bundle["policy"]["metadata"]["name"] == "default"
     assert bundle["policy"]["spec"]["slackSeconds"] == 1
     assert objects.read_pod(namespace, pod["name"]) is not None, "why must not act"
+    status = _kubectl(control_plane, "unstick", "status", "--output", "json")  # H6's command
+    assert status.returncode == 0, status.stderr
+    assert isinstance(json.loads(status.stdout), dict)
 
 
 def test_kubectl_unstick_why_of_a_missing_pod_is_one_line(
