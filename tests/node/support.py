@@ -29,6 +29,7 @@ class Release:
             "HELM_CACHE_HOME": str(home / "cache"),
             "HELM_CONFIG_HOME": str(home / "config"),
             "HELM_DATA_HOME": str(home / "data"),
+            "HOME": str(home),  # else the client's discovery cache goes to ./.kube
             "PATH": "/usr/bin:/bin",
         }
 
