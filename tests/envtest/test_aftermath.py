@@ -457,6 +457,14 @@ def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
         assert orphans["count"] == 1 and orphans["dirs"][0]["files"] == [{"path": "f", "bytes": 7}]
         text = _status(kubeconfig, "text")
         assert f"{namespace}/db-0-new waits" in text and f"/var/lib/kubelet/pods/{uid}" in text
+        # The bundle carries the aftermath and diagnose reads it offline.
+        holder_report = _snapshot_diagnosis(cp, f"{namespace}/db-0", tmp_path)
+        assert holder_report["aftermath"]["waiters"][0]["pod"] == f"{namespace}/db-0-new"
+        assert holder_report["aftermath"]["orphanedPodDirs"][0]["path"] == orphan.path
+        waiter_report = _snapshot_diagnosis(cp, f"{namespace}/db-0-new", tmp_path)
+        assert waiter_report["aftermath"]["attachedElsewhere"] == [
+            {"persistentVolume": pv, "node": old_node}
+        ]
     finally:
         storage.delete_volume_attachment(va)
         objects.core.delete_persistent_volume(pv)
@@ -478,6 +486,25 @@ def _failed_attach_event(objects: Objects, namespace: str, waiter: dict[str, Any
             "count": 1,
         },
     )  # fmt: skip
+
+
+def _snapshot_diagnosis(cp: ControlPlane, pod: str, tmp_path: Path) -> dict[str, Any]:
+    bundle = tmp_path / f"{pod.replace('/', '_')}.json"
+    snap = _cli("snapshot", pod, "--kubeconfig", str(cp.kubeconfig))
+    bundle.write_text(snap)
+    return dict(json.loads(_cli("diagnose", "--snapshot", str(bundle), "--output", "json")))
+
+
+def _cli(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "unstick", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def _status(kubeconfig: Path, output: str) -> str:

@@ -134,3 +134,18 @@ def test_an_old_bundle_without_the_new_container_fields_still_reads() -> None:
     facts = parse_bundle(json.loads(path.read_text()))
     assert facts.probe is not None and facts.probe.containers is not None
     assert facts.probe.containers[0].created_at is None
+
+
+def test_bundle_aftermath_is_optional_and_checked() -> None:
+    from unstick.core.aftermath import bundle_aftermath
+    from unstick.core.fields import FieldError
+
+    assert bundle_aftermath({"pod": {}}) == {
+        "waiters": [],
+        "attachedElsewhere": [],
+        "namespaceTerminating": False,
+        "orphanedPodDirs": [],
+    }
+    with pytest.raises(FieldError) as err:
+        bundle_aftermath({"aftermath": {"waiters": "db-0"}})
+    assert err.value.field == "aftermath.waiters"

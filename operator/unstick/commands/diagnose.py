@@ -97,6 +97,8 @@ def _load_policy(path: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    from unstick.core.aftermath import bundle_aftermath
+    from unstick.core.fields import FieldError
     from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
     from unstick.core.snapshot import BundleError, parse_bundle
 
@@ -105,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         raw = _load_bundle(args.snapshot)
         facts = parse_bundle(raw)
+        try:
+            aftermath = bundle_aftermath(raw)
+        except FieldError as err:  # the bundle's aftermath keys (docs/aftermath.md)
+            raise BundleError(err.field, err.message) from None
         if args.policy:
             policy = parse_policy(_load_policy(args.policy))
         else:
@@ -121,11 +127,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"unstick diagnose: {err}", file=sys.stderr)
         return EXIT_UNREADABLE
 
-    print(render(facts, policy, args.output))
+    print(render(facts, policy, args.output, aftermath))
     return 0
 
 
-def render(facts: Any, policy: Any, output: str) -> str:
+def render(facts: Any, policy: Any, output: str, aftermath: Any = None) -> str:
     """The diagnosis of parsed bundle `facts` under `policy` (a parsed RemediationPolicy,
     or None: built-in thresholds, every action), as `output` (json|text)."""
     from unstick.core.diagnosis import diagnose
@@ -140,10 +146,16 @@ def render(facts: Any, policy: Any, output: str) -> str:
         diagnosis = diagnose(facts, policy.settings)
         consent = opted_in(facts.pod.annotations, None, policy.name)
         result = plan(diagnosis, policy, opted_in=bool(consent))
+    from unstick.core.aftermath import aftermath_lines
+
     if output == "json":
-        return json.dumps(to_report(diagnosis, result), indent=2)
+        report = to_report(diagnosis, result)
+        if aftermath and any(aftermath.values()):
+            report["aftermath"] = aftermath  # docs/aftermath.md: only when there is one
+        return json.dumps(report, indent=2)
     under = f"policy {policy.name}" if policy else "no policy (built-in thresholds)"
-    return f"{to_text(diagnosis, result)}\n(diagnosed under {under})"
+    extra = "".join(f"\naftermath: {line}" for line in aftermath_lines(aftermath or {}))
+    return f"{to_text(diagnosis, result)}{extra}\n(diagnosed under {under})"
 
 
 def recorded_policy(bundle: object) -> object | None:

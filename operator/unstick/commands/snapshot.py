@@ -147,7 +147,53 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
         {"fieldSelector": f"involvedObject.uid={uid}"},
     )
     bundle["policy"] = policy_in_force(api, pod)
+    _add_aftermath(api, bundle, pod)
     return bundle
+
+
+def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
+    """The bundle's aftermath (docs/aftermath.md), each part optional for older readers:
+    VolumeAttachments of the pod's volumes on ANY node (a Multi-Attach names another node),
+    the pod's Namespace, who waits on the pod (its Remediation's `status.waiters`) and the
+    orphaned pod dirs of its node (the agent's latest OrphanedPodDirs Event)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from unstick.agent.orphan_events import ANNOTATION, EVENT_NAMESPACE, REASON
+
+    meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName") or ""
+    pvs = {(pv.get("metadata") or {}).get("name") for pv in bundle["persistentVolumes"]}
+    after: JSON = {"waiters": [], "orphanedPodDirs": []}
+    try:
+        if pvs:
+            bundle["volumeAttachments"] = [
+                va
+                for va in api.list_all("/apis/storage.k8s.io/v1/volumeattachments")
+                if ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName") in pvs
+            ]
+        bundle["namespace"] = api.get(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}")
+        rems = api.list_all(
+            f"/apis/unstick.dev/v1alpha1/namespaces/{quote(meta['namespace'])}/remediations",
+            {"labelSelector": f"unstick.dev/pod-uid={meta['uid']}"},
+        )
+        for rem in rems:
+            after["waiters"] += list((rem.get("status") or {}).get("waiters") or [])
+        events = (
+            api.list_all(
+                f"/api/v1/namespaces/{EVENT_NAMESPACE}/events",
+                {"fieldSelector": f"reason={REASON},involvedObject.name={node}"},
+            )
+            if node
+            else []
+        )
+        if events:
+            latest = max(events, key=lambda e: str(e.get("lastTimestamp") or ""))
+            report = json.loads(
+                ((latest.get("metadata") or {}).get("annotations") or {})[ANNOTATION]
+            )
+            after["orphanedPodDirs"] = list(report.get("dirs") or [])
+    except (ApiException, KeyError, ValueError) as err:  # read-only RBAC may lack some
+        after["note"] = f"aftermath incomplete: {err}"[:300]
+    bundle["aftermath"] = after
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstick.core import fields as f
 from unstick.core.vocabulary import Action
 
 JSON = dict[str, Any]
@@ -311,3 +312,72 @@ def namespace_message(namespace: str, stuck: Sequence[tuple[str, str]]) -> str:
         f"namespace {namespace} is Terminating and its deletion waits on "
         f"{len(stuck)} stuck pod(s): {names}{more}"
     )
+
+
+# --- the snapshot bundle's aftermath (docs/aftermath.md) --------------------------------
+
+
+def _objects(value: object, where: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise f.FieldError(where, "must be a list of objects")
+    return list(value)
+
+
+def bundle_aftermath(bundle: object) -> JSON:
+    """The aftermath facts of a snapshot bundle, checked: who waits on the pod
+    (`aftermath.waiters`), the pod's volumes attached on other nodes
+    (`volumeAttachments`), its namespace Terminating (`namespace`), the orphaned pod dirs of
+    its node (`aftermath.orphanedPodDirs`). Every key is optional (older bundles have none).
+    Raises FieldError naming the field."""
+    top = bundle if isinstance(bundle, dict) else {}
+    raw_pod = top.get("pod")
+    pod: Mapping[str, Any] = raw_pod if isinstance(raw_pod, dict) else {}
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    after = top.get("aftermath")
+    if after is not None and not isinstance(after, dict):
+        raise f.FieldError("aftermath", "must be an object")
+    after = after or {}
+    waiters = _objects(after.get("waiters"), "aftermath.waiters")
+    orphans = _objects(after.get("orphanedPodDirs"), "aftermath.orphanedPodDirs")
+    elsewhere = []
+    for i, va in enumerate(_objects(top.get("volumeAttachments"), "volumeAttachments")):
+        spec = va.get("spec") or {}
+        if not isinstance(spec, dict):
+            raise f.FieldError(f"volumeAttachments[{i}].spec", "must be an object")
+        if spec.get("nodeName") and spec.get("nodeName") != node:
+            pv = (spec.get("source") or {}).get("persistentVolumeName")
+            elsewhere.append({"persistentVolume": pv, "node": spec.get("nodeName")})
+    ns = top.get("namespace")
+    if ns is not None and not isinstance(ns, dict):
+        raise f.FieldError("namespace", "must be a Namespace object or null")
+    terminating = ((ns or {}).get("status") or {}).get("phase") == "Terminating"
+    return {
+        "waiters": [
+            {k: w.get(k) for k in ("pod", "claim", "since", "until", "waitedSeconds")}
+            for w in waiters
+        ],
+        "attachedElsewhere": elsewhere,
+        "namespaceTerminating": terminating,
+        "orphanedPodDirs": [
+            {k: d.get(k) for k in ("path", "state", "bytes", "fileCount")} for d in orphans
+        ],
+    }
+
+
+def aftermath_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The aftermath for people (empty when there is nothing to say)."""
+    lines = []
+    for w in summary.get("waiters") or []:
+        state = f"waited until {w['until']}" if w.get("until") else "waiting"
+        lines.append(
+            f"blocks {w.get('pod')} (pvc/{w.get('claim')}, {state}, {w.get('waitedSeconds')}s)"
+        )
+    for a in summary.get("attachedElsewhere") or []:
+        lines.append(f"volume {a.get('persistentVolume')} is attached to node {a.get('node')}")
+    if summary.get("namespaceTerminating"):
+        lines.append("its namespace is Terminating: the namespace's deletion waits on this pod")
+    for d in summary.get("orphanedPodDirs") or []:
+        lines.append(f"orphaned pod dir on the node: {d.get('path')} ({d.get('state')})")
+    return lines
