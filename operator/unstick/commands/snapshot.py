@@ -153,7 +153,7 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
 
 def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     """The bundle's aftermath (docs/aftermath.md), each part optional for older readers:
-    VolumeAttachments of the pod's volumes on ANY node (a Multi-Attach names another node),
+    VolumeAttachments of the pod's volumes on OTHER nodes (a Multi-Attach names another node),
     the pod's Namespace, who waits on the pod (its Remediation's `status.waiters`) and the
     orphaned pod dirs of its node (the agent's latest OrphanedPodDirs Event)."""
     from kubernetes.client.exceptions import ApiException
@@ -164,11 +164,12 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     pvs = {(pv.get("metadata") or {}).get("name") for pv in bundle["persistentVolumes"]}
     after: JSON = {"waiters": [], "orphanedPodDirs": []}
     try:
-        if pvs:
-            bundle["volumeAttachments"] = [
+        if pvs:  # `volumeAttachments` keeps those on the pod's node, as before
+            after["volumeAttachments"] = [
                 va
                 for va in api.list_all("/apis/storage.k8s.io/v1/volumeattachments")
                 if ((va.get("spec") or {}).get("source") or {}).get("persistentVolumeName") in pvs
+                and (va.get("spec") or {}).get("nodeName") != node
             ]
         bundle["namespace"] = api.get(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}")
         rems = api.list_all(

@@ -328,8 +328,9 @@ def _objects(value: object, where: str) -> list[Mapping[str, Any]]:
 def bundle_aftermath(bundle: object) -> JSON:
     """The aftermath facts of a snapshot bundle, checked: who waits on the pod
     (`aftermath.waiters`), the pod's volumes attached on other nodes
-    (`volumeAttachments`), its namespace Terminating (`namespace`), the orphaned pod dirs of
-    its node (`aftermath.orphanedPodDirs`). Every key is optional (older bundles have none).
+    (`aftermath.volumeAttachments`, and any in `volumeAttachments`), its namespace
+    Terminating (`namespace`), the orphaned pod dirs of its node
+    (`aftermath.orphanedPodDirs`). Every key is optional (older bundles have none).
     Raises FieldError naming the field."""
     top = bundle if isinstance(bundle, dict) else {}
     raw_pod = top.get("pod")
@@ -342,10 +343,19 @@ def bundle_aftermath(bundle: object) -> JSON:
     waiters = _objects(after.get("waiters"), "aftermath.waiters")
     orphans = _objects(after.get("orphanedPodDirs"), "aftermath.orphanedPodDirs")
     elsewhere = []
-    for i, va in enumerate(_objects(top.get("volumeAttachments"), "volumeAttachments")):
+    attachments = [
+        (f"volumeAttachments[{i}]", va)
+        for i, va in enumerate(_objects(top.get("volumeAttachments"), "volumeAttachments"))
+    ] + [
+        (f"aftermath.volumeAttachments[{i}]", va)
+        for i, va in enumerate(
+            _objects(after.get("volumeAttachments"), "aftermath.volumeAttachments")
+        )
+    ]
+    for where, va in attachments:
         spec = va.get("spec") or {}
         if not isinstance(spec, dict):
-            raise f.FieldError(f"volumeAttachments[{i}].spec", "must be an object")
+            raise f.FieldError(f"{where}.spec", "must be an object")
         if spec.get("nodeName") and spec.get("nodeName") != node:
             pv = (spec.get("source") or {}).get("persistentVolumeName")
             elsewhere.append({"persistentVolume": pv, "node": spec.get("nodeName")})
