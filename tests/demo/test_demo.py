@@ -48,6 +48,14 @@ def test_demo_reaches_every_expected_outcome(tmp_path: Path) -> None:
     # the driver answered OK without unmounting, so the agent's unmount did the work.
     assert outcome["db-0"]["actions"].startswith("replay-unpublish ✓ → unmount ✓ → rmdir-stale ✓")
     assert "unstick_stuck_pods" in result.stdout  # the metrics were shown
+    # The aftermath (docs/aftermath.md): the replacement blocked by web-7's volume, and the
+    # orphaned pod dir the agent found on node-storage (its file kept, reported).
+    assert (
+        "BlockedReplacement on Pod web-7-replacement: volume pvc/sessions is held by "
+        "shop/web-7, stuck Terminating on node-silent (NodeUnreachable, not fenced)"
+    ) in result.stdout
+    assert "OrphanedPodDirs on Node node-storage: 1 orphaned pod directory" in result.stdout
+    assert 'unstick_node_orphaned_pod_dirs{node="node-storage"} 1.0' in result.stdout
     assert "No real kubelet runs here" in result.stdout  # the stand-in is said on screen
     assert _demo_processes() == []
     with open("/proc/self/mountinfo", encoding="utf-8") as f:

@@ -30,6 +30,7 @@ from unstick.agent.orphan_events import OrphanReporter
 from unstick.agent.orphans import OrphanPass
 from unstick.agent.probe import orphaned_mounts
 from unstick.agent.settings import AgentSettings
+from unstick.core.aftermath import ORPHAN_MIN_AGE_S
 from unstick.kube.client import ClientSettings, Kube, remediation_path
 from unstick.kube.listwatch import WatchStream, list_watch
 
@@ -49,6 +50,7 @@ class LoopSettings:
     summary_interval_s: float = 30.0
     backoff_max_s: float = 30.0
     node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
+    orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
 
 
 class AgentMetrics:
@@ -115,7 +117,13 @@ class Agent:
             on_refusal=on_refusal,
         )
         self.orphans = OrphanPass(  # the same executor, budget and refusal counter
-            settings, executor, self.list_node_pods, self.get_policy, budget, on_refusal
+            settings,
+            executor,
+            self.list_node_pods,
+            self.get_policy,
+            budget,
+            on_refusal,
+            min_age_s=loop.orphan_min_age_s,
         )
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid

@@ -90,6 +90,14 @@ def add_parser(sub: Any) -> None:
         help="refuse node steps requested longer ago than this (spec.nodeStepsRequestedAt), "
         "e.g. requests written while the agent was down (default: %(default)s)",
     )
+    p.add_argument(
+        "--orphan-min-age",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a pod dir whose pod is not in the API counts as orphaned only when it is older "
+        "than this (docs/aftermath.md; default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_address,
+            orphan_min_age_s=max(0.0, args.orphan_min_age),
         ),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):

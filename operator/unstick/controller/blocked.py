@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 EVENT_MAX_AGE_S = 900.0  # older attach/mount failures are history, not a waiting pod
 MAX_WAITERS = 20
+PENDING_RECHECK_S = 2.0
 COMPONENT = "unstick-controller"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 
@@ -193,6 +194,7 @@ class Aftermath:
             ObjectWatcher(kube, VOLUME_ATTACHMENTS, self.attachments, self._changed, what="va"),
             ObjectWatcher(kube, "/api/v1/namespaces", self.namespaces, self._changed, what="ns"),
         ]
+        self._pending = False  # a waiter's holder has no cause yet: look again soon
         self._thread = threading.Thread(target=self._run, name="aftermath", daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -241,7 +243,8 @@ class Aftermath:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.recheck_s)
+            self._wake.wait(PENDING_RECHECK_S if self._pending else self.recheck_s)
+            self._pending = False
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -363,7 +366,9 @@ class Aftermath:
             state.cause,
             str(state.fenced),
         )
-        if key not in w.announced:
+        if block.holder is not None and not state.cause:
+            self._pending = True  # the holder is not diagnosed yet: announce once it is
+        elif key not in w.announced:
             w.announced.add(key)
             post_event(
                 self.kube, _ref(pod, "Pod"), "BlockedReplacement", block_message(block, state)

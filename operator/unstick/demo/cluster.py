@@ -92,6 +92,73 @@ def _pod(name: str, node: str, **extra: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, **extra}, "spec": spec}
 
 
+SESSIONS_PV = "pv-sessions"
+SESSIONS_VOLUME = {"name": "sessions", "persistentVolumeClaim": {"claimName": "sessions"}}
+REPLACEMENT = "web-7-replacement"  # waits for web-7's volume (a blocked replacement)
+
+
+def _sessions_volume(core: Any) -> None:
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": SESSIONS_PV},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": "disk.csi.example.com", "volumeHandle": "vol-sessions"},
+                "claimRef": {"namespace": NAMESPACE, "name": "sessions"},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        NAMESPACE,
+        {
+            "metadata": {"name": "sessions"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                "volumeName": SESSIONS_PV,
+                "storageClassName": "",
+            },
+        },
+    )
+
+
+def block_replacement(core: Any, storage: Any) -> None:
+    """web-7's volume stays attached to its silent node; its replacement (on node-storage,
+    where no kubelet starts it) cannot attach it. The demo plays the attach/detach
+    controller: the VolumeAttachment and its Multi-Attach Event."""
+    storage.create_volume_attachment(
+        {
+            "metadata": {"name": "csi-sessions-node-silent"},
+            "spec": {
+                "attacher": "disk.csi.example.com",
+                "nodeName": QUIET_NODE,
+                "source": {"persistentVolumeName": SESSIONS_PV},
+            },
+        }
+    )
+    pod = core.create_namespaced_pod(
+        NAMESPACE, _pod(REPLACEMENT, AGENT_NODE, spec={"volumes": [SESSIONS_VOLUME]})
+    )
+    now = _ts(dt.datetime.now(dt.UTC))
+    core.create_namespaced_event(
+        NAMESPACE,
+        {
+            "metadata": {"name": f"{REPLACEMENT}.multi-attach"},
+            "involvedObject": {
+                "kind": "Pod", "namespace": NAMESPACE, "name": REPLACEMENT,
+                "uid": pod.metadata.uid,
+            },
+            "reason": "FailedAttachVolume",
+            "message": f'Multi-Attach error for volume "{SESSIONS_PV}" Volume is already '
+            "exclusively attached to one node and can't be attached to another",
+            "type": "Warning",
+            "source": {"component": "attachdetach-controller"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        },
+    )  # fmt: skip
+
+
 def create_workload(core: Any) -> dict[str, str]:
     """Healthy pods and the scenario pods; returns pod name -> uid."""
     core.create_namespace(
@@ -123,6 +190,7 @@ def create_workload(core: Any) -> dict[str, str]:
             },
         },
     )
+    _sessions_volume(core)
     pods = [
         _pod("cache-0", GONE_NODE),
         _pod("report-job", KWOK_NODES[0], finalizers=[ABANDONED_FINALIZER]),
@@ -134,7 +202,7 @@ def create_workload(core: Any) -> dict[str, str]:
             },
         ),
         _pod("uploader", AGENT_NODE, spec={"volumes": [{"name": "uploads", "emptyDir": {}}]}),
-        _pod("web-7", QUIET_NODE),
+        _pod("web-7", QUIET_NODE, spec={"volumes": [SESSIONS_VOLUME]}),
     ]
     uids = {}
     for pod in pods:

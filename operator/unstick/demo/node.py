@@ -34,6 +34,8 @@ from unstick.core.kubelet_paths import pod_dir
 from unstick.core.mountinfo import parse_mountinfo
 from unstick.demo.scenarios import CSI_DRIVER
 
+ORPHAN_UID = "0a0a0a0a-dead-4bad-8bad-0a0a0a0a0a0a"
+
 
 def _mount_points() -> list[str]:
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
@@ -129,7 +131,18 @@ class Node:
         (self.work / "csi.json").unlink(missing_ok=True)
         self.csi_driver()
         held, holder_pid = self.held_empty_dir(self.cfg["busy_pod_uid"], "uploads")
-        return {"csiTarget": target, "heldMount": held, "holderPid": holder_pid}
+        orphan = self.orphaned_dir()
+        return {
+            "csiTarget": target, "heldMount": held, "holderPid": holder_pid, "orphan": orphan,
+        }  # fmt: skip
+
+    def orphaned_dir(self) -> str:
+        """A pod dir of a pod the API never had (deleted long ago, say) with a user's file
+        in its emptyDir: the agent reports it (the data stays: never `rm`)."""
+        scratch = Path(pod_dir(str(self.root), ORPHAN_UID)) / "volumes/kubernetes.io~empty-dir"
+        (scratch / "scratch").mkdir(parents=True)
+        (scratch / "scratch" / "results.csv").write_text("order,total\n" + "1,9.99\n" * 300)
+        return str(scratch / "scratch" / "results.csv")
 
     def run_agent(self) -> None:
         self.start(
@@ -139,6 +152,7 @@ class Node:
             "--metrics-port", str(self.cfg["agent_metrics_port"]),
             "--kubelet-healthz", "http://127.0.0.1:1/healthz",
             "--state-dir", str(self.work / "agent-state"), "--log-level", "WARNING",
+            "--orphan-min-age", "0",  # the demo's orphan is made a moment before
         )  # fmt: skip
 
     # -- the kubelet stand-in -------------------------------------------------------

@@ -48,6 +48,7 @@ class NodeProcess:
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []
+        self.agent_metrics_port = int(cfg["agent_metrics_port"])
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -231,6 +232,7 @@ def run(settings: DemoSettings) -> int:
         for sc in SCENARIOS:
             core.delete_namespaced_pod(sc.pod, NAMESPACE)
         core.delete_node(GONE_NODE)
+        cluster.block_replacement(core, client.StorageV1Api(core.api_client))
         print(
             "deleted the scenario pods and node-vanished; unstick takes over.\n"
             "(No real kubelet runs here: a stand-in finalises a pod on node-storage once "
@@ -250,6 +252,8 @@ def run(settings: DemoSettings) -> int:
 
         print("\nmetrics (controller /metrics):")
         print("\n".join("  " + line for line in _metrics(metrics_port)))
+        print("\naftermath (docs/aftermath.md):")
+        print("\n".join("  " + line for line in _aftermath(core, node)))
         ok = all(r.done for r in rows)
         if ok:
             print("\nall outcomes as expected.")
@@ -261,6 +265,27 @@ def run(settings: DemoSettings) -> int:
             settings.summary_path.write_text(json.dumps(_summary(rows), indent=2))
         stack.close()
         print("stopped everything: no processes or mounts left behind.", flush=True)
+
+
+def _aftermath(core: Any, node: NodeProcess) -> list[str]:
+    """What the stuck pods block and leave behind: the Event on the blocked replacement,
+    the agent's orphaned-pod-dir gauge and its Event on the Node."""
+    lines = []
+    for reason, ns in (("BlockedReplacement", NAMESPACE), ("OrphanedPodDirs", "default")):
+        deadline = time.monotonic() + 40
+        events: list[Any] = []
+        while not events and time.monotonic() < deadline:
+            events = core.list_namespaced_event(ns, field_selector=f"reason={reason}").items
+            if not events:
+                time.sleep(0.5)
+        events.sort(key=lambda e: int(e.metadata.resource_version or 0))
+        for ev in events[-1:]:
+            who = f"{ev.involved_object.kind} {ev.involved_object.name}"
+            lines.append(f"{reason} on {who}: {ev.message}")
+        if not events:
+            lines.append(f"{reason}: no Event yet")
+    lines += _metrics(node.agent_metrics_port, "unstick_node_orphaned_pod_dirs")
+    return lines
 
 
 def _remove_if(condition: bool, path: Path) -> None:
