@@ -224,6 +224,7 @@ def _situations(stack: Stack, namespace: str) -> None:
     _forge(stack, namespace)
     prom = stack.prometheus
     for what in (
+        f'unstick_stuck_pods{{namespace="{namespace}"}}',
         "unstick_node_probe_duration_seconds_count",
         "unstick_time_to_resolution_seconds_count",
         'unstick_refusals_total{reason="forged"}',
