@@ -29,6 +29,7 @@ from unstick.agent.probe import probe_pod, rfc3339
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.agent.settings import AgentSettings
 from unstick.core.mountinfo import parse_mountinfo
+from unstick.devcluster.csi_hostpath import kubelet_capability
 
 UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 UID_B = "bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
@@ -329,18 +330,23 @@ class CSIServer:
             self.node.root / "plugins" / "kubernetes.io" / "csi" / DRIVER / digest / "globalmount"
         )
         target = self.node.csi_volume(uid, pv, handle, bind=False)
+        (self.node.data / handle).mkdir(exist_ok=True)  # the static PV's directory
+        cap = kubelet_capability()
         with grpc.insecure_channel(f"unix://{self.csi_socket}") as ch:
             node = csi_pb2_grpc.NodeStub(ch)
             if not staging.exists() or str(staging) not in mount_points():
                 node.NodeStageVolume(
                     csi_pb2.NodeStageVolumeRequest(
-                        volume_id=handle, staging_target_path=str(staging)
+                        volume_id=handle, staging_target_path=str(staging), volume_capability=cap
                     ),
                     timeout=10,
                 )
             node.NodePublishVolume(
                 csi_pb2.NodePublishVolumeRequest(
-                    volume_id=handle, staging_target_path=str(staging), target_path=str(target)
+                    volume_id=handle,
+                    staging_target_path=str(staging),
+                    target_path=str(target),
+                    volume_capability=cap,
                 ),
                 timeout=10,
             )

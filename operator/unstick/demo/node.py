@@ -33,6 +33,7 @@ from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.core.kubelet_paths import pod_dir
 from unstick.core.mountinfo import parse_mountinfo
 from unstick.demo.scenarios import CSI_DRIVER
+from unstick.devcluster.csi_hostpath import kubelet_capability
 
 ORPHAN_UID = "0a0a0a0a-dead-4bad-8bad-0a0a0a0a0a0a"
 
@@ -97,13 +98,19 @@ class Node:
         )
         with grpc.insecure_channel(f"unix://{self.csi_socket}") as ch:
             stub = csi_pb2_grpc.NodeStub(ch)
+            cap = kubelet_capability()
             stub.NodeStageVolume(
-                csi_pb2.NodeStageVolumeRequest(volume_id=handle, staging_target_path=str(staging)),
+                csi_pb2.NodeStageVolumeRequest(
+                    volume_id=handle, staging_target_path=str(staging), volume_capability=cap
+                ),
                 timeout=10,
             )
             stub.NodePublishVolume(
                 csi_pb2.NodePublishVolumeRequest(
-                    volume_id=handle, staging_target_path=str(staging), target_path=str(target)
+                    volume_id=handle,
+                    staging_target_path=str(staging),
+                    target_path=str(target),
+                    volume_capability=cap,
                 ),
                 timeout=10,
             )

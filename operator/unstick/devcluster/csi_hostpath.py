@@ -1,20 +1,28 @@
-"""A small CSI node plugin for the agent tests and the demo: real gRPC over unix sockets,
-real mounts. It stands in for csi-driver-host-path, which cannot be run here.
+"""The project's CSI plugin, for the agent tests, the demo and the real node: real gRPC over
+unix sockets, real mounts. It stands in for csi-driver-host-path, which cannot be built here,
+and passes csi-sanity (tests/csi) for the capabilities it declares.
 
 Run it inside a private mount namespace::
 
     python -m unstick.devcluster.csi_hostpath --name NAME --csi-socket S --registration-socket R \
-        --data-dir D --state-file F
+        --data-dir D --state-file F [--node-id N]
 
 - Registration.GetInfo on the registration socket (as node-driver-registrar serves it in
   `plugins_registry/`) answers type CSIPlugin, the driver name and the CSI socket.
-- Identity.GetPluginInfo, Node.NodeGetInfo, Node.NodeGetCapabilities (STAGE_UNSTAGE_VOLUME).
-- NodeStageVolume bind-mounts `<data-dir>/<volume_id>` on the staging path;
-  NodePublishVolume bind-mounts the staging path (or the data dir) on the target path and
-  records the publication in the state file; NodeUnpublishVolume unmounts it and forgets it;
-  NodeUnstageVolume unmounts the staging path.
-- The csi-driver-host-path state bug: a volume missing from the state file (state lost on a
-  restart) makes NodeUnpublishVolume answer OK *without unmounting*.
+- Identity: GetPluginInfo, GetPluginCapabilities (CONTROLLER_SERVICE), Probe.
+- Controller (csi_controller.py): CreateVolume/DeleteVolume of directories
+  `<data-dir>/<volume_id>`, ValidateVolumeCapabilities, ControllerGetCapabilities.
+- Node: NodeGetInfo, NodeGetCapabilities (STAGE_UNSTAGE_VOLUME). A volume is a directory
+  `<data-dir>/<volume_id>` (made by CreateVolume, or by hand for a static PV); mount access
+  only, single-node access modes. NodeStageVolume bind-mounts it on the staging path;
+  NodePublishVolume bind-mounts the staging path on the target path (read-only if asked) and
+  records the publication in the state file; NodeUnpublishVolume unmounts a recorded target,
+  removes it and forgets it; NodeUnstageVolume unmounts the staging path. Repeated calls
+  with the same arguments answer OK; a path already mounted from another volume is
+  AlreadyExists; an unknown volume NotFound; a missing field InvalidArgument.
+- The csi-driver-host-path state bug, kept on purpose (it is the OrphanedMount seed): a
+  target missing from the state file (state lost on a restart) makes NodeUnpublishVolume
+  answer OK *without unmounting*.
 
 Prints "ready" on stdout once both sockets serve.
 """
@@ -22,6 +30,7 @@ Prints "ready" on stdout once both sockets serve.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import subprocess
@@ -32,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import wrappers_pb2
 
 from unstick.agent.proto import (
     csi_pb2,
@@ -39,6 +49,15 @@ from unstick.agent.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from unstick.devcluster.csi_controller import (
+    Controller,
+    abort,
+    capability_problem,
+    mount_points,
+    volume_dir,
+)
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class State:
@@ -46,7 +65,7 @@ class State:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def load(self) -> dict[str, list[str]]:
         try:
@@ -58,7 +77,19 @@ class State:
 
     def save(self, data: dict[str, list[str]]) -> None:
         with open(self.path, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+            json.dump({k: v for k, v in data.items() if v}, f)
+
+    def published(self, volume_id: str) -> bool:
+        with self.lock:
+            return bool(self.load().get(volume_id))
+
+
+def kubelet_capability() -> Any:
+    """The volume_capability the kubelet sends for a ReadWriteOnce filesystem PV."""
+    mode = csi_pb2.VolumeCapability.AccessMode(
+        mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+    )
+    return csi_pb2.VolumeCapability(mount=csi_pb2.VolumeCapability.MountVolume(), access_mode=mode)
 
 
 def _mount(*args: str) -> None:
@@ -69,6 +100,19 @@ def _umount(path: str) -> None:
     subprocess.run(["umount", path], check=True, capture_output=True)
 
 
+def _same_dir(a: str | Path, b: str | Path) -> bool:
+    sa, sb = Path(a).stat(), Path(b).stat()
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _require(context: grpc.ServicerContext, request: Any, *fields: str) -> None:
+    for field in fields:
+        if not (
+            request.HasField(field) if field == "volume_capability" else getattr(request, field)
+        ):
+            abort(context, INVALID, f"{field} is required")
+
+
 class Identity(csi_pb2_grpc.IdentityServicer):
     def __init__(self, name: str) -> None:
         self.name = name
@@ -76,14 +120,26 @@ class Identity(csi_pb2_grpc.IdentityServicer):
     def GetPluginInfo(self, request: Any, context: Any) -> Any:
         return csi_pb2.GetPluginInfoResponse(name=self.name, vendor_version="0.1.0-test")
 
+    def GetPluginCapabilities(self, request: Any, context: Any) -> Any:
+        service = csi_pb2.PluginCapability.Service(
+            type=csi_pb2.PluginCapability.Service.CONTROLLER_SERVICE
+        )
+        return csi_pb2.GetPluginCapabilitiesResponse(
+            capabilities=[csi_pb2.PluginCapability(service=service)]
+        )
+
+    def Probe(self, request: Any, context: Any) -> Any:
+        return csi_pb2.ProbeResponse(ready=wrappers_pb2.BoolValue(value=True))
+
 
 class Node(csi_pb2_grpc.NodeServicer):
-    def __init__(self, data_dir: str, state: State) -> None:
+    def __init__(self, data_dir: str, state: State, node_id: str = "test-node") -> None:
         self.data_dir = data_dir
         self.state = state
+        self.node_id = node_id
 
     def NodeGetInfo(self, request: Any, context: Any) -> Any:
-        return csi_pb2.NodeGetInfoResponse(node_id="test-node")
+        return csi_pb2.NodeGetInfoResponse(node_id=self.node_id)
 
     def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
         rpc = csi_pb2.NodeServiceCapability.RPC(
@@ -93,35 +149,89 @@ class Node(csi_pb2_grpc.NodeServicer):
             capabilities=[csi_pb2.NodeServiceCapability(rpc=rpc)]
         )
 
-    def NodeStageVolume(self, request: Any, context: Any) -> Any:
-        source = str(Path(self.data_dir) / request.volume_id)
-        Path(source).mkdir(parents=True, exist_ok=True)
-        Path(request.staging_target_path).mkdir(parents=True, exist_ok=True)
-        _mount("--bind", source, request.staging_target_path)
+    def _volume(self, context: grpc.ServicerContext, request: Any) -> Path:
+        """The volume's directory after checking its capability: NotFound if there is none."""
+        problem = capability_problem(request.volume_capability, "volume_capability")
+        if problem:
+            abort(context, INVALID, problem)
+        path = volume_dir(self.data_dir, request.volume_id)
+        if path is None or not path.is_dir():
+            abort(context, grpc.StatusCode.NOT_FOUND, f"volume {request.volume_id} not found")
+        return path
+
+    def NodeStageVolume(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request, "volume_id", "staging_target_path", "volume_capability")
+        source = self._volume(context, request)
+        staging = request.staging_target_path
+        with self.state.lock:
+            if staging in mount_points():
+                if not _same_dir(staging, source):
+                    abort(
+                        context,
+                        grpc.StatusCode.ALREADY_EXISTS,
+                        f"{staging} is already staged from another volume",
+                    )
+                return csi_pb2.NodeStageVolumeResponse()
+            Path(staging).mkdir(parents=True, exist_ok=True)
+            _mount("--bind", str(source), staging)
         return csi_pb2.NodeStageVolumeResponse()
 
-    def NodeUnstageVolume(self, request: Any, context: Any) -> Any:
-        _umount(request.staging_target_path)
+    def NodeUnstageVolume(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request, "volume_id", "staging_target_path")
+        with self.state.lock:
+            if request.staging_target_path in mount_points():
+                _umount(request.staging_target_path)
         return csi_pb2.NodeUnstageVolumeResponse()
 
-    def NodePublishVolume(self, request: Any, context: Any) -> Any:
-        source = request.staging_target_path or str(Path(self.data_dir) / request.volume_id)
-        Path(request.target_path).mkdir(parents=True, exist_ok=True)
-        _mount("--bind", source, request.target_path)
+    def NodePublishVolume(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(
+            context, request, "volume_id", "staging_target_path", "target_path", "volume_capability"
+        )
+        self._volume(context, request)
+        staging, target = request.staging_target_path, request.target_path
         with self.state.lock:
+            points = mount_points()
+            if staging not in points:
+                abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"volume {request.volume_id} is not staged at {staging}",
+                )
+            if target in points and not _same_dir(target, staging):
+                abort(
+                    context,
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"{target} is already published from another volume",
+                )
+            if target not in points:
+                self._bind(staging, target, request)
             data = self.state.load()
-            data.setdefault(request.volume_id, []).append(request.target_path)
+            targets = data.setdefault(request.volume_id, [])
+            if target not in targets:
+                targets.append(target)
             self.state.save(data)
         return csi_pb2.NodePublishVolumeResponse()
 
-    def NodeUnpublishVolume(self, request: Any, context: Any) -> Any:
+    @staticmethod
+    def _bind(staging: str, target: str, request: Any) -> None:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        _mount("--bind", staging, target)
+        mode = request.volume_capability.access_mode.mode
+        if request.readonly or mode == csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_READER_ONLY:
+            _mount("-o", "remount,bind,ro", target)
+
+    def NodeUnpublishVolume(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _require(context, request, "volume_id", "target_path")
         with self.state.lock:
             data = self.state.load()
             targets = data.get(request.volume_id, [])
             if request.target_path not in targets:
                 # The bug under test: state lost, so "not published" -> OK, mount left behind.
                 return csi_pb2.NodeUnpublishVolumeResponse()
-            _umount(request.target_path)
+            if request.target_path in mount_points():
+                _umount(request.target_path)
+            with contextlib.suppress(FileNotFoundError):
+                Path(request.target_path).rmdir()  # the spec: the SP removes what it created
             targets.remove(request.target_path)
             self.state.save(data)
         return csi_pb2.NodeUnpublishVolumeResponse()
@@ -148,12 +258,15 @@ def main() -> int:
     p.add_argument("--registration-socket", required=True)
     p.add_argument("--data-dir", required=True)
     p.add_argument("--state-file", required=True)
+    p.add_argument("--node-id", default="test-node", help="NodeGetInfo's node_id")
     args = p.parse_args()
     for sock in (args.csi_socket, args.registration_socket):
         Path(sock).unlink(missing_ok=True)
     csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     csi_pb2_grpc.add_IdentityServicer_to_server(Identity(args.name), csi)
-    csi_pb2_grpc.add_NodeServicer_to_server(Node(args.data_dir, State(args.state_file)), csi)
+    state = State(args.state_file)
+    csi_pb2_grpc.add_NodeServicer_to_server(Node(args.data_dir, state, args.node_id), csi)
+    csi_pb2_grpc.add_ControllerServicer_to_server(Controller(args.data_dir, state.published), csi)
     csi.add_insecure_port(f"unix://{args.csi_socket}")
     reg = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(

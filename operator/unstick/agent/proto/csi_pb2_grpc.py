@@ -39,12 +39,34 @@ class IdentityStub:
                 request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoRequest.SerializeToString,
                 response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoResponse.FromString,
                 _registered_method=True)
+        self.GetPluginCapabilities = channel.unary_unary(
+                '/csi.v1.Identity/GetPluginCapabilities',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesResponse.FromString,
+                _registered_method=True)
+        self.Probe = channel.unary_unary(
+                '/csi.v1.Identity/Probe',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeResponse.FromString,
+                _registered_method=True)
 
 
 class IdentityServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetPluginInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPluginCapabilities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Probe(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +79,16 @@ def add_IdentityServicer_to_server(servicer, server):
                     servicer.GetPluginInfo,
                     request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoRequest.FromString,
                     response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoResponse.SerializeToString,
+            ),
+            'GetPluginCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPluginCapabilities,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesResponse.SerializeToString,
+            ),
+            'Probe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Probe,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +118,261 @@ class Identity:
             '/csi.v1.Identity/GetPluginInfo',
             unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoRequest.SerializeToString,
             unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPluginCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Identity/GetPluginCapabilities',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.GetPluginCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Probe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Identity/Probe',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ProbeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ControllerStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateVolume = channel.unary_unary(
+                '/csi.v1.Controller/CreateVolume',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeResponse.FromString,
+                _registered_method=True)
+        self.DeleteVolume = channel.unary_unary(
+                '/csi.v1.Controller/DeleteVolume',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeResponse.FromString,
+                _registered_method=True)
+        self.ValidateVolumeCapabilities = channel.unary_unary(
+                '/csi.v1.Controller/ValidateVolumeCapabilities',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesResponse.FromString,
+                _registered_method=True)
+        self.ControllerGetCapabilities = channel.unary_unary(
+                '/csi.v1.Controller/ControllerGetCapabilities',
+                request_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesRequest.SerializeToString,
+                response_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesResponse.FromString,
+                _registered_method=True)
+
+
+class ControllerServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def CreateVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ValidateVolumeCapabilities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ControllerGetCapabilities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateVolume,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeResponse.SerializeToString,
+            ),
+            'DeleteVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteVolume,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeResponse.SerializeToString,
+            ),
+            'ValidateVolumeCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateVolumeCapabilities,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesResponse.SerializeToString,
+            ),
+            'ControllerGetCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ControllerGetCapabilities,
+                    request_deserializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesRequest.FromString,
+                    response_serializer=unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'csi.v1.Controller', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('csi.v1.Controller', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Controller:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def CreateVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/CreateVolume',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.CreateVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/DeleteVolume',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.DeleteVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateVolumeCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ValidateVolumeCapabilities',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ValidateVolumeCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ControllerGetCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ControllerGetCapabilities',
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesRequest.SerializeToString,
+            unstick_dot_agent_dot_proto_dot_csi__pb2.ControllerGetCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,
