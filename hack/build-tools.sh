@@ -80,4 +80,7 @@ GOFLAGS="$GOFLAGS -tags=remove_all_sd" build promtool "$cache/promtool-$promtool
 # cmd/prometheus needs more of the module's dependencies than promtool)
 prometheus=$(pinned prometheus github.com/prometheus/prometheus)
 GOFLAGS="$GOFLAGS -tags=remove_all_sd" build prometheus "$cache/prometheus-$prometheus-nosd" prometheus=github.com/prometheus/prometheus/cmd/prometheus
+# csi-sanity, the CSI spec's conformance suite, run against the project's CSI plugin (tests/csi)
+csitest=$(pinned csi-test github.com/kubernetes-csi/csi-test/v5)
+build csi-test "$cache/csi-test-$csitest" csi-sanity=github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
 echo "tools ready in $bin" >&2
