@@ -45,7 +45,11 @@ def objects(control_plane: ControlPlane) -> Iterator[Objects]:
 def controller(
     control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Controller]:
-    ctl = Controller(control_plane, tmp_path_factory.mktemp("aftermath") / "controller.log")
+    ctl = Controller(
+        control_plane,
+        tmp_path_factory.mktemp("aftermath") / "controller.log",
+        extra_args=("--recheck-seconds", "5"),  # the rejected fix is looked at again soon
+    )
     try:
         ctl.start()
         for name in POLICIES:
@@ -270,7 +274,20 @@ def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
             if e["verb"] == "patch" and (e.get("objectRef") or {}).get("name") == pod["name"]
         ]
         assert len(patches()) == 1
-        # the controller looks again (pod watch, re-check) but does not patch again
+        # The controller looks at the pod again (a fresh GET on each slow re-check) and
+        # does not patch again while the pod is unchanged.
+        gets = lambda: [  # noqa: E731
+            e
+            for e in controller.cp.audit_events()
+            if str(e.get("userAgent", "")).startswith("unstick-controller")
+            and e.get("verb") == "get"
+            and (e.get("objectRef") or {}).get("resource") == "pods"
+            and (e.get("objectRef") or {}).get("name") == pod["name"]
+        ]
+        seen = len(gets())
+        await_(lambda: len(gets()) >= seen + 2, 60, "two more re-checks of the pod")
+        assert len(patches()) == 1
+        # Only a change of the pod makes it try again (once).
         objects.core.patch_namespaced_pod(
             pod["name"], namespace, {"metadata": {"labels": {"touched": "1"}}}
         )
