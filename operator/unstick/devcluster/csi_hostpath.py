@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +59,8 @@ from unstick.devcluster.csi_controller import (
 )
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+# the CSI spec's (and csi-sanity's) rule for GetPluginInfo.name
+DRIVER_NAME = re.compile(r"^[a-zA-Z][A-Za-z0-9._-]{0,61}[a-zA-Z]$")
 
 
 class State:
@@ -260,6 +263,11 @@ def main() -> int:
     p.add_argument("--state-file", required=True)
     p.add_argument("--node-id", default="test-node", help="NodeGetInfo's node_id")
     args = p.parse_args()
+    if not DRIVER_NAME.match(args.name):
+        p.error(
+            f"--name {args.name!r}: a CSI driver name is 2-63 letters, digits, ., - or _, "
+            "starting and ending with a letter"
+        )
     for sock in (args.csi_socket, args.registration_socket):
         Path(sock).unlink(missing_ok=True)
     csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
