@@ -104,7 +104,7 @@ build_busybox() { # REF
 }
 
 # archive NAME KEY BUILD-FUNCTION [ARGS...]: the cached archive of an image, built and
-# pushed only when missing; older archives of the same name are removed.
+# pushed only when missing; of older archives of the same name the newest 3 stay.
 declare -A refs archives
 archive() {
   local name=$1 k=$2 fn=$3; shift 3
@@ -118,7 +118,9 @@ archive() {
     bah push --quiet "$ref" "oci-archive:$file.tmp:$ref" >/dev/null
     mv "$file.tmp" "$file"
     bah rmi "$ref" >/dev/null 2>&1 || true
-    find "$cache" -maxdepth 1 -name "$name-*.oci.tar" ! -name "$(basename "$file")" -delete
+    # Older archives of the name: the newest few stay, as another checkout sharing this
+    # cache (or a test session started before this build) may still name one in its index.
+    ls -t "$cache/$name"-*.oci.tar | tail -n +4 | xargs -r rm -f
     say "$name built in $((SECONDS - t0)) s"
   fi
   refs[$name]=$ref

@@ -21,7 +21,7 @@ from unstick.devcluster.node import RealNode
 from unstick.devcluster.node_cluster import ClusterControllers
 from unstick.devcluster.node_images import NodeImages, load_images
 
-from .support import CHART, Release, delete_pods_and_wait
+from .support import CHART, REPO, Release, delete_pods_and_wait
 
 _COMMANDS = ("containerd", "runc", "ctr", "unshare", "nsenter", "ip", "mount")
 
@@ -50,6 +50,33 @@ def _node_unavailable() -> str | None:
     return None
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed node test's report carries what unstick's pods logged (`kubectl logs`,
+    read from the real kubelet) and the end of the kubelet's log."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed or report.when == "teardown":
+        return
+    funcargs = getattr(item, "funcargs", {})
+    release, node = funcargs.get("unstick_release"), funcargs.get("real_node")
+    if isinstance(release, Release):
+        for pod in release.pods():
+            name = pod["metadata"]["name"]
+            report.sections.append((f"kubectl logs {name}", release.logs(name, tail=80)))
+    if isinstance(node, RealNode):
+        report.sections.append(("kubelet log (tail)", node.log_tail("kubelet", 40)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_kube_dir_in_the_repo() -> Iterator[None]:
+    """kubectl or helm run without $HOME puts its cache in ./.kube: none of this suite's."""
+    kube = REPO / ".kube"
+    existed = kube.exists()
+    yield
+    assert existed or not kube.exists(), f"the node suite created {kube}"
+
+
 @pytest.fixture(scope="session")
 def node_images() -> NodeImages:
     reason = _node_unavailable()
@@ -60,7 +87,8 @@ def node_images() -> NodeImages:
 
 @pytest.fixture(scope="session")
 def node_cluster(node_images: NodeImages) -> Iterator[ClusterControllers]:
-    cp = ControlPlane(ControlPlaneSettings(service_account_admission=True)).start()
+    settings = ControlPlaneSettings(service_account_admission=True, kubelet_access=True)
+    cp = ControlPlane(settings).start()
     controllers = ClusterControllers(cp)
     try:
         controllers.start()

@@ -84,8 +84,10 @@ class Release:
         lines.append("kubelet:\n" + node.log_tail("kubelet", 30))
         return "\n".join(lines)
 
-    def logs(self, pod: str) -> str:
-        proc = self.cp.kubectl("logs", "-n", self.namespace, pod, "--tail=40", check=False)
+    def logs(self, pod: str, tail: int = 40) -> str:
+        """`kubectl logs` of one of unstick's pods (or kubectl's error, e.g. when the pod
+        is gone)."""
+        proc = self.cp.kubectl("logs", "-n", self.namespace, pod, f"--tail={tail}", check=False)
         return proc.stdout + proc.stderr
 
     def uninstall(self, node: RealNode) -> None:
@@ -211,3 +213,71 @@ def eventually(check: Any, timeout: float, what: str) -> Any:
 
 def monotonic() -> float:
     return time.monotonic()
+
+
+# -- clients other than the admin -------------------------------------------------------
+
+
+def service_account_token(cp: ControlPlane, namespace: str, name: str) -> str:
+    """A token for the ServiceAccount from the TokenRequest API (10 minutes)."""
+    answer = cp.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+         "spec": {"expirationSeconds": 600}},
+    )  # fmt: skip
+    token: str = answer["status"]["token"]
+    return token
+
+
+def request_with_token(
+    cp: ControlPlane, token: str, method: str, path: str, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    """One request as the token's user: (HTTP status, JSON body), errors included."""
+    import json
+    import ssl
+    import urllib.error
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{cp.url}{path}", data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    req.add_header("Content-Type", "application/json")
+    ctx = ssl.create_default_context(cafile=str(cp.certs.ca_cert))
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+# -- unstick's pods ------------------------------------------------------------------------
+
+
+def component_pod(release: Release, component: str) -> dict[str, Any]:
+    (pod,) = release.pods(component)
+    return pod
+
+
+def agent_metrics(release: Release) -> str:
+    """The agent's /metrics, scraped from its pod (hostNetwork: the node's address)."""
+    ip = component_pod(release, "agent")["status"]["podIP"]
+    text: str = eventually(lambda: scrape(f"http://{ip}:9101/metrics"), 30, "agent /metrics")
+    return text
+
+
+def counter(metrics: str, name: str, **labels: str) -> float:
+    """The value of one sample of a Prometheus text exposition (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series == (f"{name}{{{want}}}" if labels else name):
+            return float(value)
+    return 0.0
+
+
+def pod_logs(release: Release, component: str, tail: int = 200) -> str:
+    """`kubectl logs` of one of unstick's pods: the API server reads them from the real
+    kubelet (the node's serving certificate is signed by the control plane's CA)."""
+    name = component_pod(release, component)["metadata"]["name"]
+    proc = release.cp.kubectl("logs", "-n", release.namespace, name, f"--tail={tail}")
+    return proc.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from unstick.devcluster.node import RealNode
 
-from .support import Release, eventually, scrape
+from .support import Release, eventually, pod_logs, scrape
 
 pytestmark = pytest.mark.node
 
@@ -27,6 +27,12 @@ def test_controller_and_agent_run_on_the_real_node(
         assert status["ready"] and status["restartCount"] == 0, status
     # The agent really is on the node's host PID namespace and sees its kubelet root.
     assert pods["agent"]["spec"]["hostPID"] is True
+    # `kubectl logs` reaches the real kubelet (its serving certificate is signed by the
+    # control plane's CA; the API server dials the node's InternalIP).
+    node = real_node.control_plane.request("GET", f"/api/v1/nodes/{real_node.settings.name}")
+    addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+    assert addresses["InternalIP"] == real_node.settings.network.gateway, addresses
+    assert "controller running: watching pods" in pod_logs(unstick_release, "controller")
 
 
 def test_metrics_are_scraped_from_the_pods(unstick_release: Release) -> None:

@@ -71,6 +71,11 @@ class ControlPlaneSettings:
     # in envtest, where no kube-controller-manager creates the `default` ServiceAccounts.
     # The real-node suite turns it on (its pods talk to the API server).
     service_account_admission: bool = False
+    # The API server talks to kubelets (`kubectl logs`, `exec`): it verifies their serving
+    # certificates against the control plane's CA, presents the admin client certificate,
+    # and dials a node's InternalIP (the real-node suite's kubelets register one). Off by
+    # default: envtest has no kubelet.
+    kubelet_access: bool = False
 
 
 @dataclass
@@ -182,6 +187,13 @@ class ControlPlane:
         if not self.settings.service_account_admission:
             # No kube-controller-manager creates the `default` ServiceAccount: as in envtest.
             argv.append("--disable-admission-plugins=ServiceAccount")
+        if self.settings.kubelet_access:
+            argv += [
+                f"--kubelet-certificate-authority={c.ca_cert}",
+                f"--kubelet-client-certificate={c.admin_cert}",
+                f"--kubelet-client-key={c.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
         if self.settings.audit:
             policy = self.workdir / "audit-policy.yaml"
             policy.write_text(yaml.safe_dump(_AUDIT_POLICY))

@@ -173,6 +173,9 @@ class RealNode:
             cgroup_root=self.settings.cgroup_root,
             port=self.settings.kubelet_port,
             healthz_port=self.settings.healthz_port,
+            # The bridge's address: this node's own (another node has another bridge), and
+            # not loopback, which the kubelet refuses as a node IP.
+            node_ip=self.settings.network.gateway,
         )
 
     @property

@@ -7,6 +7,7 @@ CAP_SYS_RESOURCE for containerd) are here, each said why."""
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ class KubeletSettings:
     port: int = 10250
     healthz_port: int = 10248
     verbosity: int = 2
+    # The node's InternalIP (--node-ip): an address of this machine that the API server
+    # dials for `kubectl logs`; empty: the kubelet picks one (and serves a self-signed
+    # certificate the API server does not trust).
+    node_ip: str = ""
 
 
 def _load_ca(certs: CertPaths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -39,19 +44,31 @@ def _load_ca(certs: CertPaths) -> tuple[x509.Certificate, ec.EllipticCurvePrivat
     return ca, key
 
 
-def write_node_credentials(certs: CertPaths, node_name: str, directory: Path) -> tuple[Path, Path]:
-    """A client certificate for the node identity (what the Node authorizer and the
-    `system:node` role expect); returns (cert, key)."""
+def _write_pair(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, stem: Path) -> None:
+    stem.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    path = stem.with_suffix(".key")
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _issue(
+    certs: CertPaths,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    names: list[x509.GeneralName],
+    stem: Path,
+) -> tuple[Path, Path]:
+    """A leaf certificate signed by the control plane's CA, written to `stem`.crt/.key."""
     ca, ca_key = _load_ca(certs)
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-        ]
-    )
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(ca.subject)
@@ -60,21 +77,36 @@ def write_node_credentials(certs: CertPaths, node_name: str, directory: Path) ->
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=7))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    cert_path, key_path = directory / "kubelet-client.crt", directory / "kubelet-client.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    _write_pair(builder.sign(ca_key, hashes.SHA256()), key, stem)
+    return stem.with_suffix(".crt"), stem.with_suffix(".key")
+
+
+def write_node_credentials(certs: CertPaths, node_name: str, directory: Path) -> tuple[Path, Path]:
+    """A client certificate for the node identity (what the Node authorizer and the
+    `system:node` role expect); returns (cert, key)."""
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+        ]
     )
-    key_path.chmod(0o600)
-    return cert_path, key_path
+    return _issue(certs, subject, ExtendedKeyUsageOID.CLIENT_AUTH, [], directory / "kubelet-client")
+
+
+def write_serving_cert(
+    certs: CertPaths, node_name: str, node_ip: str, directory: Path
+) -> tuple[Path, Path]:
+    """The kubelet's serving certificate, signed by the control plane's CA (which the API
+    server is told to trust: `kubectl logs` works) for the node's IP and name."""
+    names: list[x509.GeneralName] = [x509.DNSName(node_name)]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in (node_ip, "127.0.0.1") if ip]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{node_name}-kubelet")])
+    return _issue(certs, subject, ExtendedKeyUsageOID.SERVER_AUTH, names, directory / "kubelet")
 
 
 def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[str, Any]:
@@ -92,8 +124,12 @@ def kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict[
     }
 
 
-def kubelet_config(settings: KubeletSettings, client_ca: Path) -> dict[str, Any]:
+def kubelet_config(
+    settings: KubeletSettings, client_ca: Path, serving: tuple[Path, Path] | None = None
+) -> dict[str, Any]:
+    tls = {"tlsCertFile": str(serving[0]), "tlsPrivateKeyFile": str(serving[1])} if serving else {}
     return {
+        **tls,
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         # No systemd here; and the machine has cgroup v1, which the kubelet refuses by
@@ -149,7 +185,12 @@ def write_kubelet_files(
     )
     kc.chmod(0o600)
     config = settings.workdir / "config.yaml"
-    config.write_text(yaml.safe_dump(kubelet_config(settings, certs.ca_cert)))
+    serving = None
+    if settings.node_ip:
+        serving = write_serving_cert(
+            certs, settings.node_name, settings.node_ip, settings.workdir / "pki"
+        )
+    config.write_text(yaml.safe_dump(kubelet_config(settings, certs.ca_cert, serving)))
     return kc, config
 
 
@@ -164,4 +205,5 @@ def kubelet_argv(
         f"--cert-dir={settings.workdir / 'serving-pki'}",
         f"--hostname-override={settings.node_name}",
         f"--v={settings.verbosity}",
+        *([f"--node-ip={settings.node_ip}"] if settings.node_ip else []),
     ]
