@@ -166,6 +166,7 @@ def test_an_action_the_policy_does_not_permit_is_refused(tmp_path: Path) -> None
     assert [a["result"] for a in actions] == ["refused", "refused"], actions
     assert "does not permit restart-kubelet" in actions[0]["message"]
     assert node.stale.is_dir() and not node.restarted.exists()
+    assert node.refusals == {"policy_forbids": 1}, "one request refused, counted once"
 
 
 def test_dry_run_is_the_policys_not_the_records(tmp_path: Path) -> None:

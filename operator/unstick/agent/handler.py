@@ -249,9 +249,16 @@ class Handler:
         return read_mandate(self.policies, ns, pod)
 
     def _refused(self, action: str, target: str, refusal: Refusal, message: str) -> StepResult:
-        self.on_refusal(refusal)
         result = DRY_RUN if refusal is Refusal.DRY_RUN else REFUSED
         return StepResult(action, target, result, message, rfc3339(self.clock()))
+
+    def _refuse_all(
+        self, steps: list[tuple[str, str]], refusal: Refusal, message: str
+    ) -> list[StepResult]:
+        """Every step of the request refused for one reason: one refusal in the metric (a
+        request refused, whatever its length)."""
+        self.on_refusal(refusal)
+        return [self._refused(a, t, refusal, message) for a, t in steps]
 
     def _authorised(
         self, ns: str, spec: JSON, requested: datetime, steps: list[tuple[str, str]]
@@ -260,23 +267,21 @@ class Handler:
         try:
             m = self._check_request(ns, spec, requested)
         except BadRemediation as exc:
-            return [self._refused(a, t, exc.refusal, str(exc)) for a, t in steps], None
+            return self._refuse_all(steps, exc.refusal, str(exc)), None
         for action, _target in steps:
             narrowed = permit(m, Action(action))
             if not narrowed:
                 assert narrowed.refusal is not None
-                refusals = [
-                    self._refused(a, t, narrowed.refusal, narrowed.message) for a, t in steps
-                ]
-                return refusals, None
+                return self._refuse_all(steps, narrowed.refusal, narrowed.message), None
         assert m.policy is not None
-        wait = self.budget.try_take(self.clock().timestamp(), m.policy.rate_limits.node_per_minute)
+        limit = m.policy.rate_limits.node_per_minute
+        wait = self.budget.try_take(self.clock().timestamp(), limit)
         if wait > 0:
             message = (
-                f"rate limit: this node's budget ({m.policy.rate_limits.node_per_minute} per "
-                f"minute, RemediationPolicy {m.policy.name!r}) is used up for {wait:.0f}s"
+                f"rate limit: this node's budget ({limit} per minute, RemediationPolicy "
+                f"{m.policy.name!r}, or stricter) is used up for {wait:.0f}s"
             )
-            return [self._refused(a, t, Refusal.POLICY_FORBIDS, message) for a, t in steps], None
+            return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), None
         return [], m
 
     def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
@@ -284,7 +289,7 @@ class Handler:
         try:
             steps = parse_steps(spec)
         except BadRemediation as exc:
-            results.append(self._refused("(none)", "", exc.refusal, str(exc)))
+            results = self._refuse_all([("(none)", "")], exc.refusal, str(exc))
             steps = []
         m: Mandate | None = None
         if steps:
