@@ -324,7 +324,8 @@ class Reconciler(NodeSide):
             if wait > 0:
                 self._write(p, "Remediating", waitingFor=RATE_LIMITED)
                 return self.clock() + wait
-        if not verdict:
+        if not verdict:  # a safety invariant does not hold right before acting
+            metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
             outcome = actions.Outcome("refused", verdict.reason)
         elif step.action == Action.FORCE_DELETE:
             outcome = actions.force_delete(self.kube, record.namespace, record.name, record.uid)
