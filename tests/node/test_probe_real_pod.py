@@ -1,5 +1,5 @@
 """The agent's probe of a real pod lists what the real kubelet and containerd made, and
-nothing of other pods; node steps forged for that pod (which never opted in) are refused.
+nothing of other pods; an unmount forged for that pod is refused by the executor's re-check.
 
 Which pod to probe. The agent probes only a pod that is Terminating and past its
 deletionTimestamp (docs/agent.md, rule 2), and by then the kubelet has killed its
@@ -13,7 +13,9 @@ the projected service-account token volume. The kubelet's unmount of both fails 
 busy`), the pod stays Terminating with both tmpfs mounts, and the agent, asked by the
 controller, probes it. Its containers are whatever the runtime still lists then (the exited
 container until the kubelet removes it): the probe reports them from the CRI socket when
-present, and must say the runtime answered. A bystander pod runs beside it.
+present, and must say the runtime answered. A bystander pod runs beside it. The pod opted
+in (so a forged unmount meets every rule and reaches the executor); MountBusy plans nothing
+but `observe`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from unstick.devcluster.node_images import NodeImages
 from unstick.devcluster.process import wait_until
 
 from .support import (
+    REMEDIATE,
     Release,
     agent_metrics,
     busybox_pod,
@@ -94,7 +97,9 @@ def held_pod(
     uid = ""
     try:
         bystander = core.create_namespaced_pod(ns, busybox_pod("bystander", image, node))
-        manifest = busybox_pod("held", image, node, command="echo x > /data/f; sleep 3600")
+        manifest = busybox_pod(
+            "held", image, node, command="echo x > /data/f; sleep 3600", annotations=REMEDIATE
+        )
         uid = core.create_namespaced_pod(ns, manifest).metadata.uid
         pod = wait_running(core, ns, "held")
         wait_running(core, ns, "bystander")
@@ -180,21 +185,23 @@ def test_the_probe_lists_what_the_real_kubelet_and_containerd_made(
     assert probe["mountinfo"].count(f"{root}/pods/") == len(lines)
 
 
-def test_node_steps_for_a_pod_that_never_opted_in_are_refused(
+def test_a_forged_unmount_of_the_held_pod_is_refused_by_the_executor(
     real_node: RealNode,
     unstick_release: Release,
     node_control_plane: ControlPlane,
     held_pod: HeldPod,
 ) -> None:
-    """An admin's Remediation (exempt from the admission policy) for the held pod — really
-    Terminating, overdue, on this node, its mounts there — asks to unmount and restart the
-    kubelet. The pod check passes; the agent reads the pod's opt-in from the API and refuses."""
+    """An admin's Remediation (exempt from the admission policy) asks to unmount the held
+    pod's volumes now, not in dry-run. Every rule before node steps passes — the pod is
+    really Terminating, overdue, on this node, opted in, and the policy permits `unmount` —
+    so it is the executor's re-check right before the unmount (DESIGN §3 invariants 2, 9)
+    that refuses: the real holder, a process of the node in another mount namespace, found
+    through hostPID. Nothing is unmounted; the kubelet is the same process."""
     cp, ns, uid, node = node_control_plane, held_pod.namespace, held_pod.uid, real_node.settings
     assert real_node.kubelet is not None
     kubelet_pid = real_node.kubelet.host_pid
     mounts_before = pod_mounts(real_node, uid)
-    before = counter(agent_metrics(unstick_release), "unstick_refusals_total",
-                     reason="not_opted_in")  # fmt: skip
+    before = counter(agent_metrics(unstick_release), "unstick_refusals_total", reason="unsafe")
     name = f"forged-{uuid.uuid4().hex[:8]}"
     body = {
         "apiVersion": "unstick.dev/v1alpha1",
@@ -202,7 +209,7 @@ def test_node_steps_for_a_pod_that_never_opted_in_are_refused(
         "metadata": {"name": name,
                      "labels": {"unstick.dev/node": node.name, "unstick.dev/pod-uid": uid}},
         "spec": {"podName": "held", "podUID": uid, "nodeName": node.name,
-                 "nodeSteps": [{"action": "unmount"}, {"action": "restart-kubelet"}],
+                 "nodeSteps": [{"action": "unmount"}],
                  "nodeStepsRequestedAt": datetime.now(UTC).isoformat(timespec="seconds"),
                  "dryRun": False},
     }  # fmt: skip
@@ -215,12 +222,10 @@ def test_node_steps_for_a_pod_that_never_opted_in_are_refused(
         return actions
 
     actions = wait_until(answered, timeout=60, what="the agent's answer")
-    assert [a["action"] for a in actions] == ["unmount", "restart-kubelet"], actions
-    for action in actions:
-        assert action["result"] == "refused", actions
-        assert "has not opted in" in action["message"], actions
-    after = counter(agent_metrics(unstick_release), "unstick_refusals_total",
-                    reason="not_opted_in")  # fmt: skip
+    (action,) = actions
+    assert action["action"] == "unmount" and action["result"] == "refused", actions
+    assert f"is held: pid {held_pod.holder_pid} (sleep)" in action["message"], actions
+    after = counter(agent_metrics(unstick_release), "unstick_refusals_total", reason="unsafe")
     assert after >= before + 1
     assert real_node.kubelet is not None and real_node.kubelet.host_pid == kubelet_pid
     assert pod_mounts(real_node, uid) == mounts_before
