@@ -19,6 +19,7 @@ bridge, the temporary directory. `leftovers()` lists anything still there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -55,14 +56,18 @@ from unstick.devcluster.process import Process, wait_until
 CGROUP_FS = Path("/sys/fs/cgroup")
 CNI_CACHE = Path("/var/lib/cni")
 
-# PID 1 of the node: mounts the node's /run, /var/log and /var/lib/cni, reaps orphans
+# PID 1 of the node: mounts the node's /run, /var/log and /var/lib/cni, makes the node's
+# directory a shared mount (as systemd makes / on a real node: a hostPath under it may be
+# mounted with Bidirectional or HostToContainer propagation, e.g. a CSI driver's), reaps orphans
 # (containerd's shims re-parent to it), exits on SIGTERM (the kernel then kills the rest).
 _INIT = r"""
 import os, signal, subprocess, sys
-ready, cni_cache = sys.argv[1:3]
+ready, cni_cache, workdir = sys.argv[1:4]
 for argv in (["mount", "-t", "tmpfs", "-o", "mode=0755", "node-run", "/run"],
              ["mount", "-t", "tmpfs", "-o", "mode=0755", "node-log", "/var/log"],
-             ["mount", "--bind", cni_cache, "/var/lib/cni"]):
+             ["mount", "--bind", cni_cache, "/var/lib/cni"],
+             ["mount", "--bind", workdir, workdir],
+             ["mount", "--make-rshared", workdir]):
     subprocess.run(argv, check=True)
 def reap(*_):
     try:
@@ -148,6 +153,8 @@ class RealNode:
     relay: ServiceRelay | None = field(init=False, default=None)
     _links_before: dict[str, str] = field(init=False, default_factory=dict)
     _made_cni_cache: bool = field(init=False, default=False)
+    _made_bridge: bool = field(init=False, default=False)
+    _lock: int | None = field(init=False, default=None)
 
     # -- paths -------------------------------------------------------------------
 
@@ -185,6 +192,7 @@ class RealNode:
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> RealNode:
+        self._take_lock()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.settings.name}-"))
         self._links_before = links()
         try:
@@ -215,15 +223,43 @@ class RealNode:
             self.relay.stop()
             self.relay = None
         remove_cgroups(self.settings.cgroup_root, timeout)
-        delete_bridge(self.settings.network)
+        if self._made_bridge:
+            delete_bridge(self.settings.network)
+            self._made_bridge = False
         if self._made_cni_cache:
             with contextlib.suppress(OSError):
                 CNI_CACHE.rmdir()
         if hasattr(self, "workdir"):
             shutil.rmtree(self.workdir, ignore_errors=True)
         left = self.leftovers()
+        self._release_lock()
         if left:
             raise RuntimeError("the node left things behind:\n  " + "\n  ".join(left))
+
+    def _take_lock(self, timeout: float = 600.0) -> None:
+        """One node of a name per machine at a time (its bridge, ports and cgroups are
+        named after it): wait for another test session's node of that name to stop."""
+        path = Path(tempfile.gettempdir()) / f"{self.settings.name}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+        def locked() -> bool:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        try:
+            wait_until(locked, timeout=timeout, what=f"another node {self.settings.name} to stop")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock = fd
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _forget(self) -> None:
         """Remove the node from the API as a machine that is gone: its pods (force) and
@@ -255,6 +291,7 @@ class RealNode:
         make_cgroups(self.settings.cgroup_root)
         net = self.settings.network
         create_bridge(net)
+        self._made_bridge = True
         write_cni_config(net, self.containerd_settings.cni_conf_dir, self.workdir / "cni" / "ipam")
         if net.service_ip:
             port = int(self.control_plane.url.rpartition(":")[2])
@@ -280,6 +317,7 @@ class RealNode:
             _INIT,
             str(ready),
             str(cni_cache),
+            str(self.workdir),
         ]
         self.init = Process("node-init", argv, self.workdir / "init.log").start()
         wait_until(
