@@ -338,3 +338,51 @@ def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
         "the forged record marked Refused",
     )
     assert "no pod 'ghost'" in status["refusals"][0]["message"], status
+
+
+def test_a_second_record_of_a_stuck_pod_is_refused(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """A record with a stuck pod's identity under another name, dressed up as "NodeGone
+    Remediating" with a probe showing nothing left: not the pod's record (the controller
+    keeps that one), marked Refused; its probe is never used."""
+    from unstick.controller.records import remediation_name
+
+    controller, objects = setup
+    node = make_node(kubelet=False)
+    _ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    own = remediation_name(pod["name"], pod["uid"])
+    await_(
+        lambda: ((_get_rem(objects, namespace, own) or {}).get("status") or {}).get("cause"),
+        60,
+        "the pod's own record",
+    )
+    _forge(
+        objects,
+        namespace,
+        "evil-copy",
+        {"podName": pod["name"], "podUID": pod["uid"], "nodeName": node},
+        {
+            "phase": "Remediating",
+            "cause": "NodeGone",
+            "probe": _probe(node, [], pod["uid"]),
+        },
+    )
+    status = await_(
+        lambda: (
+            (s := (_get_rem(objects, namespace, "evil-copy") or {}).get("status") or {})
+            and s.get("phase") == "Refused"
+            and s
+        ),
+        60,
+        "the second record marked Refused",
+    )
+    assert "a second record" in status["refusals"][0]["message"], status
+    mine = (_get_rem(objects, namespace, own) or {}).get("status") or {}
+    assert mine.get("cause") == "ContainersStillRunning", mine
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    assert controller.sample("unstick_refusals_total", reason="forged") >= 1
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})

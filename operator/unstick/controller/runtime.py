@@ -202,6 +202,11 @@ class Runtime:
             self.probes.pop(uid, None)
             return
         self.remediations.add(uid)
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if self._own_record(uid, key) is False:
+            self._maybe_check_record(uid, body)  # a second record: its probe is not used
+            return
         probe = (body.get("status") or {}).get("probe")
         if probe and uid in self.pods:
             self.probes[uid] = probe
@@ -210,17 +215,17 @@ class Runtime:
         self._maybe_check_record(uid, body)
 
     def _maybe_check_record(self, uid: str, body: Any) -> None:
-        """A Remediation of a pod this controller does not hold as Terminating: after a
-        while (the pod watch may lag), check it is backed by a stuck pod, else mark it
-        Refused (trust.check_record) — a forged record never stays on display as real."""
+        """A Remediation that may not be a stuck pod's own record — of a pod this controller
+        does not hold as Terminating, or a second record of a pod it does hold: after a
+        while (the pod watch may lag), check it, and mark it Refused if it is not the pod's
+        record (trust.check_record) — a forged record never stays on display as real."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         phase = (body.get("status") or {}).get("phase")
         if (
             self._loop is None
             or phase in FINAL_PHASES
-            or uid in self.pods
-            or uid in self.reconciler.known
+            or self._own_record(uid, key) is True
             or uid in self._gone
             or key in self._record_checks
             or not all(key)
@@ -229,26 +234,45 @@ class Runtime:
         self._record_checks.add(key)
         self._loop.call_later(RECORD_CHECK_DELAY_S, self._spawn_record_check, uid, key)
 
+    def _own_record(self, uid: str, key: tuple[str, str]) -> bool | None:
+        """Is `key` the Remediation this controller keeps for pod `uid`? None: the pod is
+        not one it holds."""
+        known = self.reconciler.known.get(uid)
+        if known is not None:
+            return key == (known[0], known[1])
+        record = self.pods.get(uid)
+        if record is None:
+            return None
+        return key[0] == record.namespace and key[1] in records.remediation_names(record.name, uid)
+
     def _spawn_record_check(self, uid: str, key: tuple[str, str]) -> None:
         self._spawn(self._record_check(uid, key))
 
     async def _record_check(self, uid: str, key: tuple[str, str]) -> None:
         try:
-            if self.gate() and uid not in self.pods and uid not in self._gone:
-                await asyncio.to_thread(self._check_record, key)
+            own = self._own_record(uid, key)
+            if self.gate() and own is not True and uid not in self._gone:
+                await asyncio.to_thread(self._check_record, key, own is False)
         except Exception:
             log.exception("remediation=%s/%s could not be checked", *key)
         finally:
             self._record_checks.discard(key)
 
-    def _check_record(self, key: tuple[str, str]) -> None:
+    def _check_record(self, key: tuple[str, str], second: bool) -> None:
         namespace, name = key
         rem = records.get_remediation(self.kube, namespace, name)
         if rem is None or ((rem.get("status") or {}).get("phase")) in FINAL_PHASES:
             return
-        pod_name = (rem.get("spec") or {}).get("podName")
-        pod = fetch_pod(self.kube, namespace, pod_name) if isinstance(pod_name, str) else None
-        why = check_record(rem, pod)
+        spec = rem.get("spec") or {}
+        if second:
+            why: str | None = (
+                f"a second record of pod {spec.get('podName')!r} (UID {spec.get('podUID')}): "
+                "unstick keeps the pod's record under another name; this one is not used"
+            )
+        else:
+            pod_name = spec.get("podName")
+            pod = fetch_pod(self.kube, namespace, pod_name) if isinstance(pod_name, str) else None
+            why = check_record(rem, pod)
         if why is not None:
             self.reconciler.refuse_record(rem, why, self.clock())
 
