@@ -124,3 +124,29 @@ def test_containing_is_the_longest_mount_point_prefix(points: list[str], path: s
         longest = max(prefixes, key=len)
         assert {m.mount_point for m in found} == {longest}
         assert len(found) == points.count(longest)
+
+
+STAGING = mount(110, 10, (0, 51), "/", "/k/plugins/d/h/globalmount", ("shared:7",))
+
+
+@given(point=st.one_of(PATHS, st.just("/plugins/d/h/globalmount")), tags=TAGS)
+def test_a_propagated_copy_of_an_exempt_copy_is_exempt_only_at_its_place(
+    point: str, tags: list[str]
+) -> None:
+    """A CSI staging mount (the kubelet's, not a holder in its own namespace) shows in a pod
+    that mounts the kubelet root (Bidirectional) at its own path: that copy goes with the
+    staging mount, so it is exempt given the staging mount; any other copy still holds,
+    and a staging mount of unknown parent, or of other content, exempts nothing."""
+    parent = mount(290, 289, (0, 50), "/", "/k", ("shared:3",))
+    copy = mount(300, 290, (0, 51), "/", "/k" + point, tuple(tags))
+    table = MountTable.of([parent, copy])
+    target = Target(TARGET, HOST_PARENT)
+    at_place = point == "/plugins/d/h/globalmount" and bool({"shared:7", "master:7"} & set(tags))
+    event(f"at_place={at_place}")
+    assert holding_copies(table, target, [Target(STAGING, HOST_PARENT)]) == (
+        [] if at_place else [copy]
+    )
+    assert holding_copies(table, target) == [copy]
+    assert holding_copies(table, target, [Target(STAGING, None)]) == [copy]
+    other = STAGING._replace(major=1)
+    assert holding_copies(table, target, [Target(other, HOST_PARENT)]) == [copy]

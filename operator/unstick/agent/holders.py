@@ -18,10 +18,14 @@ Holders are matched by mount identity (device and root, see
   under the mount's root) at any path that does not go away with the unmount: only the
   mount's propagated copy (the same place on a propagation peer or slave of the mount's
   parent, itself a peer or slave, nothing mounted on it, in a namespace of the host's user
-  namespace) is exempt. One holder is reported per namespace (its lowest pid). In the
-  namespace the mount table was read from (recognised by holding the mount itself), the
-  kubelet's own copies (under `kubelet_root`: staging mounts, other pods of the volume)
-  are not holders; when `kubelet_root` is not given, that namespace is not searched.
+  namespace) is exempt, and so are the propagated copies of the kubelet's own copies in
+  the home namespace (below): a CSI volume's staging mount (`globalmount`), which the
+  kubelet keeps while the orphaned target is still mounted, shows at its own path in every
+  pod that mounts the kubelet root with Bidirectional/HostToContainer propagation.
+  One holder is reported per namespace (its lowest pid). In the namespace the mount
+  table was read from (recognised by holding the mount itself), the kubelet's own copies
+  (under `kubelet_root`: staging mounts, other pods of the volume) are not holders; when
+  `kubelet_root` is not given, that namespace is not searched.
 
 Everything comes from `<host-proc>/<pid>/...` with `readlink` and reading text files; no
 path inside a mount is ever opened or stat'ed.
@@ -45,6 +49,7 @@ from unstick.core.mount_identity import (
     MountTable,
     Target,
     holding_copies,
+    is_copy,
     overlaps,
     targets_in,
     under,
@@ -310,21 +315,50 @@ class _Scan:
 
     def namespace_holders(self, home: str | None, targets: Sequence[Target]) -> list[Holder]:
         agent_user = _readlink(os.path.join(self.proc, "self", "ns", "user"), _Gaps())
+        home_info = self.namespaces.get(home) if home is not None else None
+        home_table = home_info.table if home_info is not None else None
         found: list[Holder] = []
         for ns, info in self.namespaces.items():
             if info.table is None or (ns == home and self.kubelet_root is None):
                 continue
             trusted = info.user_ns is not None and info.user_ns == agent_user
             for target in targets:
-                if self._copy_holds(info.table, target, home=ns == home, trusted=trusted):
+                exempt = self._kubelet_copies(home_table, target) if trusted else []
+                if self._copy_holds(info.table, target, exempt, home=ns == home, trusted=trusted):
                     first = info.first
                     found.append(Holder(target.mount.mount_point, first.pid, first.comm, "mountns"))
         return found
 
-    def _copy_holds(self, table: MountTable, target: Target, *, home: bool, trusted: bool) -> bool:
+    def _kubelet_copies(self, home: MountTable | None, target: Target) -> list[Target]:
+        """The copies of `target` in the home namespace that are not holders (the kubelet's
+        own, under `kubelet_root`: the volume's staging mount, ...), with their parents:
+        their propagated copies elsewhere go with them, as the target's go with it."""
+        if home is None or self.kubelet_root is None or target.parent is None:
+            return []
+        return [
+            Target(c, home.by_id.get(c.parent_id))
+            for c in home.mounts
+            if c.mount_id != target.mount.mount_id
+            and is_copy(c, target.mount)
+            and under(c.mount_point, self.kubelet_root)
+        ]
+
+    def _copy_holds(
+        self,
+        table: MountTable,
+        target: Target,
+        exempt: Sequence[Target],
+        *,
+        home: bool,
+        trusted: bool,
+    ) -> bool:
         # a namespace of another user namespace has its copies locked: a propagated
         # unmount may leave them, so none is exempt there
-        copies = holding_copies(table, target if trusted else Target(target.mount, None))
+        copies = (
+            holding_copies(table, target, exempt)
+            if trusted
+            else holding_copies(table, Target(target.mount, None))
+        )
         if home:
             root = self.kubelet_root or "/"
             copies = [c for c in copies if c.mount_id != target.mount.mount_id]

@@ -11,8 +11,11 @@ device (`0:NN`), so for tmpfs volumes device + root is exact.
 A copy goes away with the target only when it is the target's propagated copy: mounted at
 the same place (the same directory of the same filesystem) on a propagation peer or slave
 of the target's parent, itself a peer or slave of the target, with nothing mounted on
-top of it. That copy is removed by the kernel when the target is unmounted; every other
-copy keeps the filesystem alive and is a holder. Path text is never compared between
+top of it. That copy is removed by the kernel when the target is unmounted. The same holds
+for the propagated copies of a copy the caller does not count as a holder (the kubelet's
+own staging mount of the volume, under the kubelet root of the table the target was read
+from): they go when that copy goes, exactly as it does. Every other copy keeps the
+filesystem alive and is a holder. Path text is never compared between
 namespaces: only device, root and the place within the parent's filesystem.
 
 Pure string work on parsed `Mount`s; the agent reads the tables.
@@ -182,13 +185,16 @@ def is_propagated_copy(copy: Mount, table: MountTable, target: Target) -> bool:
     )
 
 
-def holding_copies(table: MountTable, target: Target) -> list[Mount]:
+def holding_copies(table: MountTable, target: Target, exempt: Sequence[Target] = ()) -> list[Mount]:
     """The copies of `target` in `table` (another namespace's) that keep its filesystem
-    alive after the unmount: every copy except the propagated one."""
+    alive after the unmount: every copy except the propagated copy of the target or of one
+    of `exempt` (copies of the target in the target's own table that are not holders, with
+    their parents from that table; one without a known parent exempts nothing)."""
+    refs = [target, *(e for e in exempt if is_copy(e.mount, target.mount))]
     return [
         m
         for m in table.mounts
-        if is_copy(m, target.mount) and not is_propagated_copy(m, table, target)
+        if is_copy(m, target.mount) and not any(is_propagated_copy(m, table, r) for r in refs)
     ]
 
 
