@@ -194,7 +194,7 @@ def test_a_pod_name_that_is_not_a_name_is_never_looked_up(tmp_path: Path) -> Non
 
 
 def test_holder_scan_of_an_unusable_proc_is_unknown(tmp_path: Path) -> None:
-    mounts = parse_mountinfo("50 22 0:40 / /x/vol rw - tmpfs tmpfs rw\n")
+    mounts = parse_mountinfo("50 22 0:1048575 / /x/vol rw - tmpfs tmpfs rw\n")
     assert "cannot list" in (scan_holders(str(tmp_path / "missing"), mounts).unknown or "")
     (tmp_path / "empty").mkdir()
     assert "lists no process" in (scan_holders(str(tmp_path / "empty"), mounts).unknown or "")
@@ -207,7 +207,7 @@ def test_holder_scan_of_an_unusable_proc_is_unknown(tmp_path: Path) -> None:
 
 def test_unreadable_fds_make_the_scan_unknown(tmp_path: Path) -> None:
     """A process whose fd dir the agent may not read (no CAP_SYS_PTRACE): unknown."""
-    mounts = parse_mountinfo("50 22 0:40 / /x/vol rw - tmpfs tmpfs rw\n")
+    mounts = parse_mountinfo("50 22 0:1048575 / /x/vol rw - tmpfs tmpfs rw\n")
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
         script = (
@@ -215,7 +215,7 @@ def test_unreadable_fds_make_the_scan_unknown(tmp_path: Path) -> None:
             "from unstick.agent.holders import scan_holders\n"
             "from unstick.core.mountinfo import parse_mountinfo\n"
             "os.setgid(65534); os.setuid(65534)\n"
-            "m = parse_mountinfo('50 22 0:40 / /x/vol rw - tmpfs tmpfs rw\\n')\n"
+            "m = parse_mountinfo('50 22 0:1048575 / /x/vol rw - tmpfs tmpfs rw\\n')\n"
             "print(scan_holders('/proc', m).unknown)\n"
         )
         out = subprocess.run(

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,7 +99,12 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
             "one force-delete and two pods waiting for the budget",
         )
         assert len(_gone(objects, namespace, later)) == 1
-        assert "action budget rebuilt: 2 actions of the last minute" in second.log()
+        # at least the first process's 2 (the control plane is shared with other modules,
+        # whose recent actions are rebuilt too: they are on other nodes)
+        rebuilt = re.search(
+            r"action budget rebuilt: (\d+) actions of the last minute", second.log()
+        )
+        assert rebuilt is not None and int(rebuilt.group(1)) >= 2, second.log()[-2000:]
     finally:
         second.stop()
         first.stop()

@@ -206,6 +206,12 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
         yield w
     finally:
         cp.kubectl("delete", "remediations", "--all", "-n", TENANT_NS, check=False)
+        # The agent pods are bound to nodes with no kubelet: deleted gracefully they would
+        # stay Terminating (stuck, NodeGone once the nodes go) for the modules after this.
+        cp.kubectl(
+            "delete", "pods", "--all", "-n", SYSTEM_NS, "--grace-period=0", "--force",
+            check=False,
+        )  # fmt: skip
         delete_objects(cp, everything)
 
 
