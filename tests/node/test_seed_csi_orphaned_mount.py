@@ -32,19 +32,7 @@ from .support import (
     wait_running,
 )
 
-pytestmark = [
-    pytest.mark.node,
-    # Run on the real node (2026-11-22): the kubelet loops as expected ("Pod found, but
-    # volumes are still mounted on disk" every 100 ms at -v=4), but the agent reports the
-    # propagated copies of the orphaned mount in the mount namespaces of the two pods that
-    # mount the kubelet root with Bidirectional propagation (the agent itself, `unstick`,
-    # and the CSI plugin, `python3`) as holders `via mountns`, so the diagnosis is
-    # MountBusy and nothing is done. Unskip once agent/holders.py exempts those copies.
-    pytest.mark.skip(
-        reason="agent counts Bidirectional pods' propagated copies as holders (via mountns):"
-        " MountBusy instead of OrphanedMount on the real node"
-    ),
-]
+pytestmark = pytest.mark.node
 
 
 @pytest.fixture
@@ -108,11 +96,11 @@ def test_orphaned_mount_from_a_driver_that_lost_its_state(
     assert status["cause"] == "OrphanedMount", status.get("evidence")
     assert not status["probe"]["holders"], status["probe"]["holders"]
     done = [(a["action"], a["result"]) for a in status.get("nodeActions", [])]
-    assert done == [
-        ("replay-unpublish", "succeeded"),
-        ("unmount", "succeeded"),
-        ("rmdir-stale", "succeeded"),
-    ], status.get("nodeActions")
+    # the core's plan for OrphanedMount, deepest first: replay the unpublish (the driver
+    # answers OK, the mount stays), unmount, then rmdir-stale of each empty volume dir
+    assert done and all(result == "succeeded" for _, result in done), status.get("nodeActions")
+    assert done[0][0] == "replay-unpublish", done
+    assert {action for action, _ in done} == {"replay-unpublish", "unmount", "rmdir-stale"}, done
     assert "force-delete" not in {a["action"] for a in status.get("actions", [])}
     assert not csi_seed.mounted(uid)
     events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items

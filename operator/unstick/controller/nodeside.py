@@ -105,6 +105,32 @@ def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
     }
 
 
+def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """(action, target, result, message) of the agent's node actions, once it has answered
+    the latest request. Text from the CR becomes metric labels: only the fixed vocabulary
+    gets through."""
+    spec = rem.get("spec") or {}
+    status = rem.get("status") or {}
+    requested: str = spec.get("nodeStepsRequestedAt") or ""
+    done_at: str = status.get("nodeStepsDoneAt") or ""
+    if not (requested and done_at and parse_time(done_at) >= parse_time(requested)):
+        return []
+    out = []
+    for item in status.get("nodeActions") or []:
+        if not isinstance(item, dict):
+            continue
+        action, result = item.get("action"), item.get("result")
+        out.append(
+            (
+                action if action in _NODE_ACTION_NAMES else "unknown",
+                str(item.get("target", "")),
+                result if result in _RESULTS else "failed",
+                str(item.get("message", "")),
+            )
+        )
+    return out
+
+
 class NodeSide:
     """Mixin of the Reconciler: everything that goes through the agent."""
 
@@ -204,24 +230,15 @@ class NodeSide:
 
     def record_agent_results(self, p: Pass) -> None:
         """Copy the agent's finished node actions into status.actions (by: agent), once."""
-        spec = p.rem.get("spec") or {}
-        status = p.rem.get("status") or {}
-        requested: str = spec.get("nodeStepsRequestedAt") or ""
-        done_at: str = status.get("nodeStepsDoneAt") or ""
-        if not (requested and done_at and parse_time(done_at) >= parse_time(requested)):
-            return
-        for item in status.get("nodeActions") or []:
-            # Text from the CR becomes metric labels: only the fixed vocabulary gets through.
-            action = item.get("action")
-            result = item.get("result")
+        for action, target, result, message in agent_results(p.rem):
             self._count_once(
                 p,
-                action if action in _NODE_ACTION_NAMES else "unknown",
-                str(item.get("target", "")),
-                result if result in _RESULTS else "failed",
-                str(item.get("message", "")),
+                action,
+                target,
+                result,
+                message,
                 by="agent",
-                cause=status.get("cause"),  # the cause the steps were planned for
+                cause=(p.rem.get("status") or {}).get("cause"),  # what the steps were for
             )
 
     def _wait_for_probe(self, p: Pass) -> float:

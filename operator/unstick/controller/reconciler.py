@@ -31,6 +31,7 @@ from unstick.controller.nodeside import (
     NodeSide,
     Pass,
     ReconcileSettings,
+    agent_results,
     status_summary,
 )
 from unstick.controller.policies import BUILTIN, Policy
@@ -425,12 +426,23 @@ class Reconciler(NodeSide):
         """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
         now = self.clock()
         self.detector.forget(record.uid)
+        asked_agent = self.requests.last(record.uid) is not None
         self.requests.forget(record.uid)
         self.rejected.pop(record.uid, None)
         known = self.known.pop(record.uid, None)
-        if known is not None:  # written or read by this process: no need to read it again
+        if known is not None and asked_agent:
+            # The agent may have reported node steps that no pass has recorded yet (the
+            # kubelet removes the pod right after them): read the record once to count them.
             namespace, name, phase = known
-            rem: JSON | None = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+            found = records.get_remediation(self.kube, namespace, name)
+            rem: JSON | None = (
+                found
+                if found is not None and trust.identity_mismatch(found, record) is None
+                else {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+            )
+        elif known is not None:  # written or read by this process: no need to read it again
+            namespace, name, phase = known
+            rem = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
         elif self.inputs.has_remediation(record.uid):
             rem = None
             for name in records.remediation_names(record.name, record.uid):
@@ -447,9 +459,17 @@ class Reconciler(NodeSide):
             return
         # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
         metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
-        rem["status"] = {}  # write all three keys: a merge patch of our own keys only
+        final: dict[str, Any] = {
+            "phase": "Resolved",
+            "resolvedAt": rfc3339(now),
+            "waitingFor": None,
+        }
+        late = _late_agent_actions(rem, now)
+        if late is not None:
+            final["actions"] = late
+        rem["status"] = {}  # write all these keys: a merge patch of our own keys only
         try:
-            self._patch(rem, {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None})
+            self._patch(rem, final)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -460,6 +480,23 @@ class Reconciler(NodeSide):
             record.uid,
             now - record.deletion_timestamp,
         )
+
+
+def _late_agent_actions(rem: JSON, now: float) -> list[Any] | None:
+    """status.actions with the agent's results that no pass recorded yet (each counted in
+    unstick_remediations_total), or None when there are none."""
+    status = rem.get("status") or {}
+    done = list(status.get("actions") or [])
+    cause = str(status.get("cause") or "Unknown")
+    added = False
+    for action, target, result, message in agent_results(rem):
+        entry = {"action": action, "target": target, "result": result}
+        if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
+            continue
+        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
+        metrics.REMEDIATIONS.labels(action, cause, result).inc()
+        added = True
+    return done[-MAX_RECORDED_ACTIONS:] if added else None
 
 
 def _succeeded(done: list[Any], action: Any, target: str) -> bool:
