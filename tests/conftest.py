@@ -101,7 +101,24 @@ def namespace(core_api: Any) -> Iterator[str]:
         yield name
     finally:
         _purge_pods(core_api, name)
+        _purge_remediations(core_api, name)
         core_api.delete_namespace(name)
+
+
+def _purge_remediations(core_api: Any, namespace: str) -> None:
+    """Remove a test's Remediations (forged ones included): nothing here runs a namespace
+    controller, and a controller started by a later module would find them."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(core_api.api_client)
+    try:
+        custom.delete_collection_namespaced_custom_object(
+            "unstick.dev", "v1alpha1", namespace, "remediations"
+        )
+    except ApiException as e:
+        if e.status != 404:  # 404: the CRD is not installed
+            raise
 
 
 def _purge_pods(core_api: Any, namespace: str) -> None:
