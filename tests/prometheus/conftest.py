@@ -74,11 +74,15 @@ def stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
         node = f"prom-{uuid.uuid4().hex[:6]}"
         objects.core.create_node(node_manifest(node, kubelet=False))
         controller = Controller(control_plane, work / "controller.log")
-        agent_port = free_port()
         agent: Process | None = None
         prometheus: Prometheus | None = None
         try:
             controller.start()
+            # Chosen once the controller listens: two free_port() calls before either binds
+            # can return the same port (then the agent died with EADDRINUSE and Prometheus
+            # scraped the controller twice, both "up").
+            agent_port = free_port()
+            assert agent_port != controller.metrics_port
             agent = _agent(control_plane, node, work, agent_port)
             (ctl_job, _), (agent_job, _) = (
                 chart.metrics_services[c] for c in ("controller", "agent")
