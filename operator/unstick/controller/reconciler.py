@@ -42,7 +42,7 @@ from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import TerminatingPod, pod_json
+from unstick.kube.podwatch import TerminatingPod, parse_time, pod_json
 
 log = logging.getLogger("unstick.decisions")
 
@@ -86,6 +86,9 @@ class Reconciler(NodeSide):
         # Pods whose finalizer patch the API server rejected (422, DESIGN §9): uid → the
         # resourceVersion it was rejected at. Not tried again until the pod changes.
         self.rejected: dict[str, str] = {}
+        # Pods gone while the agent was still running their node steps: pod uid →
+        # (namespace, pod name); its answer is recorded when it lands (record_late_answer).
+        self.awaiting_agent: dict[str, tuple[str, str]] = {}
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -422,6 +425,19 @@ class Reconciler(NodeSide):
             rem["status"] = {**current, **changed}
             records.patch_status(self.kube, rem, changed)
 
+    def record_late_answer(self, uid: str, namespace: str, name: str) -> None:
+        """The agent answered node steps of a pod that is gone meanwhile: record and count
+        its results in the Resolved Remediation (once)."""
+        if uid not in self.awaiting_agent:
+            return
+        rem = records.get_remediation(self.kube, namespace, name)
+        if rem is None or (rem.get("spec") or {}).get("podUID") != uid or _steps_pending(rem):
+            return
+        self.awaiting_agent.pop(uid, None)
+        late = _late_agent_actions(rem, self.clock())
+        if late is not None:
+            records.patch_status(self.kube, rem, {"actions": late})
+
     def resolve(self, record: TerminatingPod) -> None:
         """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
         now = self.clock()
@@ -467,6 +483,10 @@ class Reconciler(NodeSide):
         late = _late_agent_actions(rem, now)
         if late is not None:
             final["actions"] = late
+        if _steps_pending(rem):  # the agent's answer comes after the pod went: await it
+            self.awaiting_agent[record.uid] = (record.namespace, record.name)
+            while len(self.awaiting_agent) > AWAITING_REMEMBERED:
+                self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
         rem["status"] = {}  # write all these keys: a merge patch of our own keys only
         try:
             self._patch(rem, final)
@@ -480,6 +500,20 @@ class Reconciler(NodeSide):
             record.uid,
             now - record.deletion_timestamp,
         )
+
+
+AWAITING_REMEMBERED = 1000
+
+
+def _steps_pending(rem: JSON) -> bool:
+    """Node steps were handed to the agent and it has not answered them yet."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    requested, done_at = spec.get("nodeStepsRequestedAt"), status.get("nodeStepsDoneAt")
+    if not isinstance(requested, str) or not requested:
+        return False
+    return not (
+        isinstance(done_at, str) and done_at and parse_time(done_at) >= parse_time(requested)
+    )
 
 
 def _late_agent_actions(rem: JSON, now: float) -> list[Any] | None:

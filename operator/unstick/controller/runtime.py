@@ -204,6 +204,10 @@ class Runtime:
         self.remediations.add(uid)
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if uid in self.reconciler.awaiting_agent and (body.get("status") or {}).get(
+            "nodeStepsDoneAt"
+        ):
+            self._spawn(asyncio.to_thread(self.reconciler.record_late_answer, uid, *key))
         if self._own_record(uid, key) is False:
             self._maybe_check_record(uid, body)  # a second record: its probe is not used
             return
