@@ -197,31 +197,52 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     bundle["aftermath"] = after
 
 
-def run(args: argparse.Namespace) -> int:
-    namespace, sep, name = str(args.pod).partition("/")
+def split_pod(text: str) -> tuple[str, str] | None:
+    """NAMESPACE/POD → (namespace, name); None when it is not of that form."""
+    namespace, sep, name = text.partition("/")
     if not sep or not namespace or not name or "/" in name:
+        return None
+    return namespace, name
+
+
+def capture_live(kubeconfig: str | None, namespace: str, name: str) -> dict[str, Any]:
+    """The bundle of one pod, captured now from the cluster of `kubeconfig`."""
+    api = _connect(kubeconfig)
+    try:
+        return capture(api, namespace, name, datetime.now(UTC))
+    finally:
+        api.close()
+
+
+def live_failure(err: Exception) -> str | None:
+    """What to tell a person when capturing from the cluster failed; None: not such an error."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(err, SnapshotError):
+        return str(err)
+    if isinstance(err, ApiException):
+        return f"API error {err.status} {err.reason}"
+    if isinstance(err, urllib3.exceptions.HTTPError | OSError):  # refused, TLS, timeouts
+        return f"cannot reach the API server: {err}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    pod = split_pod(str(args.pod))
+    if pod is None:
         print(
             f"unstick snapshot: {args.pod!r} is not NAMESPACE/POD (e.g. shop/web-0)",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
     try:
-        api = _connect(args.kubeconfig)
-        try:
-            bundle = capture(api, namespace, name, datetime.now(UTC))
-        finally:
-            api.close()
-    except SnapshotError as err:
-        print(f"unstick snapshot: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except ApiException as err:
-        print(f"unstick snapshot: API error {err.status} {err.reason}", file=sys.stderr)
-        return EXIT_FAILED
-    except (urllib3.exceptions.HTTPError, OSError) as err:  # refused, TLS, timeouts
-        print(f"unstick snapshot: cannot reach the API server: {err}", file=sys.stderr)
+        bundle = capture_live(args.kubeconfig, *pod)
+    except Exception as err:
+        why = live_failure(err)
+        if why is None:
+            raise
+        print(f"unstick snapshot: {why}", file=sys.stderr)
         return EXIT_FAILED
     print(json.dumps(bundle, indent=2))
     return 0

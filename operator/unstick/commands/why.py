@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 EXIT_FAILED = 1
@@ -43,37 +42,28 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    namespace, sep, name = str(args.pod).partition("/")
-    if not sep or not namespace or not name or "/" in name:
+    from unstick.commands.snapshot import capture_live, live_failure, split_pod
+
+    pod = split_pod(str(args.pod))
+    if pod is None:
         print(f"unstick why: {args.pod!r} is not NAMESPACE/POD (e.g. shop/web-0)", file=sys.stderr)
         return EXIT_USAGE
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
     from unstick.commands.diagnose import recorded_policy, render
-    from unstick.commands.snapshot import SnapshotError, _connect, capture
     from unstick.core.policy import PolicyError, parse_policy
     from unstick.core.snapshot import BundleError, parse_bundle
 
     try:
-        api = _connect(args.kubeconfig)
-        try:
-            bundle = capture(api, namespace, name, datetime.now(UTC))
-        finally:
-            api.close()
+        bundle = capture_live(args.kubeconfig, *pod)
         raw_policy = recorded_policy(bundle)
         policy = parse_policy(raw_policy) if raw_policy is not None else None
         print(render(parse_bundle(bundle), policy, args.output))
-    except SnapshotError as err:
-        print(f"unstick why: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    except ApiException as err:
-        print(f"unstick why: API error {err.status} {err.reason}", file=sys.stderr)
-        return EXIT_FAILED
-    except (urllib3.exceptions.HTTPError, OSError) as err:
-        print(f"unstick why: cannot reach the API server: {err}", file=sys.stderr)
-        return EXIT_FAILED
     except (BundleError, PolicyError) as err:
         print(f"unstick why: cannot diagnose {args.pod}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as err:
+        why = live_failure(err)
+        if why is None:
+            raise
+        print(f"unstick why: {why}", file=sys.stderr)
         return EXIT_FAILED
     return 0
