@@ -1,0 +1,518 @@
+"""`python -m bench.nodeside --preset quick|full|tiny`: the node-side benchmark (issue #14).
+
+One node with many stuck pods, each with an orphaned CSI mount and a stale volume dir (the
+csi-driver-host-path state bug: the driver restarted and forgot its mounts), resolved by
+the real `unstick agent` and the real `unstick controller --standalone` (started exactly as
+the scale benchmark starts its `unstick` contender, rate limits lifted) on the embedded
+control plane (etcd + kube-apiserver, audit log on). The node is the demo's
+(`unstick.demo.node`, here `bench/nodeside_node.py`): real mounts in a private mount
+namespace under a temporary kubelet root, the project's CSI plugin registered through
+`plugins_registry/`, and a kubelet stand-in that finalises a pod once nothing of it is
+left on the node. Two runs, each on a fresh control plane and node:
+
+- `stuck_pods`: the stuck pods alone;
+- `many_mounts`: the same with `extra_mounts` tmpfs mounts of no pod on the host.
+
+Prints the result as JSON. Every process, mount and directory it makes is gone when it
+ends, also on failure or Ctrl-C (the node's mounts live only in its mount namespace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import contenders, measure
+from bench.nodeside_node import STANDIN_UA
+from bench.workload import Api, parse_rfc3339
+from unstick.demo.cluster import _node_status
+from unstick.demo.run import NodeProcess
+from unstick.demo.scenarios import CSI_DRIVER
+from unstick.devcluster import ControlPlane, ControlPlaneSettings, node_manifest
+from unstick.devcluster.process import Process, free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+NAMESPACE = "bench-nodeside"
+NODE = "bench-node"
+AGENT_UA = ("unstick-agent/",)
+ACTIONS = ["observe", "replay-unpublish", "unmount", "rmdir-stale"]
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodeSideSettings:
+    pods: int  # stuck pods on the one node (the kubelet's default maximum is 110 pods)
+    extra_mounts: int  # mounts of no pod on the host, in the `many_mounts` run
+    slack_s: int = 5
+    resolve_timeout_s: float = 180.0  # from the deletes until every pod is gone
+    setup_timeout_s: float = 600.0  # mounts, CSI publishes, the agent up
+    standin_interval_s: float = 0.5  # the kubelet stand-in's re-sync period
+    logs_dir: Path | None = None  # keep the logs there (default: a temporary dir, removed)
+
+
+PRESETS = {
+    "full": NodeSideSettings(pods=100, extra_mounts=5000),
+    "quick": NodeSideSettings(pods=20, extra_mounts=1000),
+    "tiny": NodeSideSettings(pods=3, extra_mounts=50, resolve_timeout_s=120.0),
+}
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    name: str
+    uid: str
+    pv: str
+    handle: str
+
+
+# -- the cluster -----------------------------------------------------------------------
+
+
+def policy(slack_s: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "unstick.dev/v1alpha1",
+        "kind": "RemediationPolicy",
+        "metadata": {"name": "default"},
+        "spec": {
+            "dryRun": False,
+            "actions": ACTIONS,
+            "slackSeconds": slack_s,
+            "finalizerAllowlist": [],
+            "rateLimits": {"clusterPerMinute": 1_000_000, "nodePerMinute": 1_000_000},
+        },
+    }
+
+
+def _volume_objects(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    pv, handle, claim = f"pv-{i:03d}", f"vol-{i:03d}", f"data-{i:03d}"
+    persistent_volume = {
+        "metadata": {"name": pv},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": {"driver": CSI_DRIVER, "volumeHandle": handle},
+            "claimRef": {"namespace": NAMESPACE, "name": claim},
+        },
+    }
+    pvc = {
+        "metadata": {"name": claim},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": pv,
+            "storageClassName": "",
+        },
+    }
+    return persistent_volume, pvc
+
+
+def _pod(i: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"db-{i:03d}"},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "db", "image": "registry.example/shop/db:1.0"}],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": f"data-{i:03d}"}},
+                {"name": "cache", "emptyDir": {}},
+            ],
+        },
+    }
+
+
+def create_cluster(api: Api, settings: NodeSideSettings) -> list[PodSpec]:
+    """The policy, the node (Ready, its CSINode naming the driver), an opted-in namespace,
+    and the pods with their PV and claim; returns the pods."""
+    api.call("POST", "/apis/unstick.dev/v1alpha1/remediationpolicies", policy(settings.slack_s))
+    api.call("POST", "/api/v1/nodes", node_manifest(NODE, kubelet=False))
+    status = _node_status(True, datetime.now(UTC))
+    api.call("PATCH", f"/api/v1/nodes/{NODE}/status", status, "application/merge-patch+json")
+    csinode = {
+        "metadata": {"name": NODE},
+        "spec": {"drivers": [{"name": CSI_DRIVER, "nodeID": NODE}]},
+    }
+    api.call("POST", "/apis/storage.k8s.io/v1/csinodes", csinode)
+    ns = {"metadata": {"name": NAMESPACE, "labels": {"unstick.dev/remediate": "true"}}}
+    api.call("POST", "/api/v1/namespaces", ns)
+
+    def make(i: int) -> PodSpec:
+        pv, pvc = _volume_objects(i)
+        api.call("POST", "/api/v1/persistentvolumes", pv)
+        api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", pvc)
+        pod = api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", _pod(i))
+        meta = pod["metadata"]
+        return PodSpec(
+            meta["name"], meta["uid"], pv["metadata"]["name"], pv["spec"]["csi"]["volumeHandle"]
+        )
+
+    return api.each(make, range(settings.pods))
+
+
+def strike(api: Api, pods: list[PodSpec]) -> dict[str, float]:
+    """Delete every pod at once; each pod's deletionTimestamp (epoch seconds)."""
+
+    def delete(pod: PodSpec) -> tuple[str, float]:
+        obj = api.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod.name}")
+        return pod.name, parse_rfc3339(obj["metadata"]["deletionTimestamp"])
+
+    return dict(api.each(delete, pods))
+
+
+# -- the node --------------------------------------------------------------------------
+
+
+class BenchNodeProcess(NodeProcess):
+    """`bench/nodeside_node.py` in its own mount namespace and process group; the demo's
+    reader (JSON events) and stop (TERM, then KILL of the whole group)."""
+
+    def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
+        cfg_path = workdir / "node.json"
+        cfg_path.write_text(json.dumps(cfg))
+        self.log = (workdir / "node.log").open("w")
+        env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}".rstrip(":"))
+        self.popen = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private",
+             sys.executable, "-m", "bench.nodeside_node", str(cfg_path)],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
+            env=env, cwd=REPO,
+        )  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        self.agent_metrics_port = int(cfg["agent_metrics_port"])
+        self.ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def event(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
+    def wait_ready(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready.wait(0.5):
+            if self.popen.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the bench node did not come up; see {self.log.name}")
+        ready = self.event("ready")
+        assert ready is not None
+        return ready
+
+
+def agent_metrics(port: int) -> dict[str, float]:
+    """The agent's probe count and total probe time, from its own /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        for key in (
+            "unstick_node_probe_duration_seconds_count",
+            "unstick_node_probe_duration_seconds_sum",
+        ):
+            if line.startswith(key + " "):
+                out[key.rsplit("_", 1)[-1]] = float(line.split()[1])
+    return out
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(t.user + t.system)
+
+
+def _both_watching(tail: measure.AuditTail, seen: set[str]) -> bool:
+    """The agent watches its Remediations and the controller watches pods (a WATCH is in the
+    audit log at ResponseStarted already)."""
+    for ev in tail.new_events():
+        resource = (ev.get("objectRef") or {}).get("resource")
+        if ev.get("verb") != "watch":
+            continue
+        if resource == "remediations" and measure.made_by(ev, AGENT_UA):
+            seen.add("agent")
+        if resource == "pods" and measure.made_by(ev, contenders.CONTENDERS["unstick"].agents):
+            seen.add("controller")
+    return seen >= {"agent", "controller"}
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    def r(v: float | None) -> float | None:
+        return None if v is None else round(v, 3)
+
+    return {
+        "p50": r(measure.percentile(values, 50)),
+        "p99": r(measure.percentile(values, 99)),
+        "max": r(max(values) if values else None),
+        "n": len(values),
+    }
+
+
+def _node_done_at(rem: dict[str, Any]) -> float | None:
+    """When the agent finished the pod's node steps, all succeeded (its own clock)."""
+    status = rem.get("status") or {}
+    actions = status.get("nodeActions") or []
+    done = status.get("nodeStepsDoneAt")
+    if not actions or not done or any(a.get("result") != "succeeded" for a in actions):
+        return None
+    return parse_rfc3339(done)
+
+
+@dataclass
+class Measured:
+    """What one run collected before everything was stopped."""
+
+    eligible: dict[str, float]  # pod name -> deletionTimestamp + slack
+    remediations: list[dict[str, Any]]
+    pods_left: int
+    window: measure.Window
+    agent: measure.Sampler
+    controller: measure.Sampler
+    agent_cpu_at_strike: float
+    controller_cpu_at_strike: float
+    agent_metrics: dict[str, float]
+    ready: dict[str, Any]
+    final: dict[str, Any] | None = None
+
+
+def _requests(cp: ControlPlane, m: Measured, agents: tuple[str, ...], pods: int) -> dict[str, Any]:
+    req = measure.read_requests(cp.audit_events(), agents, m.window)
+    return {
+        "requests": measure.verb_counts(req.by_verb),
+        "requests_after_strike": req.after_strike,
+        "requests_after_strike_per_pod": round(req.after_strike / max(pods, 1), 2),
+        "requests_after_strike_by_kind": dict(req.after_strike_by_kind.most_common()),
+    }
+
+
+def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
+    """The run's figures from what was measured and the audit log."""
+    n = len(m.eligible)
+    gone = measure.read_requests(cp.audit_events(), (STANDIN_UA,), m.window).first_delete
+    by_pod = {(r.get("spec") or {}).get("podName"): r for r in m.remediations}
+    node_done = [
+        done - m.eligible[name]
+        for name, rem in by_pod.items()
+        if name in m.eligible and (done := _node_done_at(rem)) is not None
+    ]
+    gone_s = [t - m.eligible[name] for name, t in gone.items() if name in m.eligible]
+    actions: Counter[str] = Counter(
+        f"{a.get('action')} {a.get('result')}"
+        for r in m.remediations
+        for a in (r.get("status") or {}).get("nodeActions") or []
+    )
+    probes = m.agent_metrics.get("count", 0.0)
+    agent_cpu, controller_cpu = m.agent.cpu_s, m.controller.cpu_s
+    agent_burst = agent_cpu - m.agent_cpu_at_strike
+    final = m.final or {}
+    return {
+        "pods": n,
+        "host_mounts": m.ready.get("mounts"),
+        "pods_gone": len(gone_s),
+        "pods_left": m.pods_left,
+        "node_actions_done_s": _stats(node_done),
+        "pod_gone_s": _stats(gone_s),
+        "all_resolved_s": round(max(gone_s), 3) if gone_s and len(gone_s) == n else None,
+        "node_actions": dict(sorted(actions.items())),
+        "remediation_phases": dict(
+            Counter((r.get("status") or {}).get("phase") for r in m.remediations)
+        ),
+        "leftovers_on_node": final.get("leftovers"),
+        "volumes_data_kept": final.get("data_kept"),
+        "agent": {
+            "rss_peak_mib": round(m.agent.peak_rss_mib, 1),
+            "cpu_s": round(agent_cpu, 2),
+            "cpu_s_after_strike": round(agent_burst, 2),
+            "probes": int(probes),
+            "probe_wall_s_mean": round(m.agent_metrics.get("sum", 0.0) / probes, 4)
+            if probes
+            else None,
+            "cpu_s_per_probe_in_run": round(agent_burst / probes, 4) if probes else None,
+            **_requests(cp, m, AGENT_UA, n),
+        },
+        "controller": {
+            "rss_peak_mib": round(m.controller.peak_rss_mib, 1),
+            "cpu_s": round(controller_cpu, 2),
+            "cpu_s_after_strike": round(controller_cpu - m.controller_cpu_at_strike, 2),
+            **_requests(cp, m, contenders.CONTENDERS["unstick"].agents, n),
+        },
+        "direct_probe": m.ready.get("direct_probe"),
+    }
+
+
+def _start_node(
+    cp: ControlPlane, settings: NodeSideSettings, pods: list[PodSpec], extra: int, logs: Path
+) -> BenchNodeProcess:
+    cfg = {
+        "work": str(logs / "node"),
+        "kubeconfig": str(cp.kubeconfig),
+        "node": NODE,
+        "pods": [asdict(p) for p in pods],
+        "extra_mounts": extra,
+        "agent_metrics_port": free_port(),
+        "standin_interval_s": settings.standin_interval_s,
+    }
+    return BenchNodeProcess(cfg, logs)
+
+
+def _wait_resolved(
+    api: Api, node: BenchNodeProcess, controller: Process, n: int, timeout_s: float
+) -> int:
+    """Until the stand-in finalised every pod (or the timeout); the pods still there."""
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: len(node.finalised()) >= n, timeout=timeout_s,
+                   what="every stuck pod gone", process=controller)  # fmt: skip
+    left = api.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    return len(left)
+
+
+def _remediations(api: Api) -> list[dict[str, Any]]:
+    path = f"/apis/unstick.dev/v1alpha1/namespaces/{NAMESPACE}/remediations"
+    items: list[dict[str, Any]] = api.call("GET", path)["items"]
+    return items
+
+
+def _all_resolved(api: Api, n: int) -> bool:
+    rems = _remediations(api)
+    return len(rems) >= n and all((r.get("status") or {}).get("phase") == "Resolved" for r in rems)
+
+
+def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> dict[str, Any]:
+    """One run on a fresh control plane and node: set up, strike, measure, stop everything."""
+    logs.mkdir(parents=True)
+    with contextlib.ExitStack() as stack:
+        cp = ControlPlane(ControlPlaneSettings(workdir=logs / "cp")).start()
+        stack.callback(cp.stop)
+        cp.install_crds()
+        api = Api(cp)
+        stack.callback(api.http.clear)
+        pods = create_cluster(api, settings)
+        say(f"{len(pods)} pods on {NODE}; laying out their mounts and {extra} other mounts")
+        started = time.time()
+        node = _start_node(cp, settings, pods, extra, logs)
+        stack.callback(node.stop)
+        ready = node.wait_ready(settings.setup_timeout_s)
+        agent = measure.Sampler(int(ready["agent_pid"])).start()
+        stack.callback(agent.stop)
+        say(f"node ready ({ready['mounts']} mounts); starting the controller")
+        controller = contenders.start(
+            "unstick",
+            cp,
+            contenders.StartSettings(slack_s=settings.slack_s),
+            logs / "controller.log",
+        )
+        stack.callback(controller.stop)
+        ctl = measure.Sampler(controller.pid or 0).start()
+        stack.callback(ctl.stop)
+        tail, seen = measure.AuditTail(cp.audit_log), set[str]()
+        wait_until(
+            lambda: _both_watching(tail, seen),
+            timeout=120,
+            what="agent and controller watching",
+            process=controller,
+        )
+        ready_at = time.time()
+        cpu_agent, cpu_ctl = _cpu_s(agent.pid), _cpu_s(controller.pid)
+        strike_at = time.time()
+        deleted = strike(api, pods)
+        say(f"deleted {len(deleted)} pods; waiting for unstick")
+        left = _wait_resolved(api, node, controller, len(pods), settings.resolve_timeout_s)
+        with contextlib.suppress(TimeoutError):
+            wait_until(
+                lambda: _all_resolved(api, len(pods)), timeout=30, what="Remediations Resolved"
+            )
+        metrics = agent_metrics(node.agent_metrics_port)
+        agent.stop()
+        ctl.stop()
+        m = Measured(
+            eligible={name: t + settings.slack_s for name, t in deleted.items()},
+            remediations=_remediations(api),
+            pods_left=left,
+            window=measure.Window(start=started, ready=ready_at, strike=strike_at, end=time.time()),
+            agent=agent,
+            controller=ctl,
+            agent_cpu_at_strike=cpu_agent,
+            controller_cpu_at_strike=cpu_ctl,
+            agent_metrics=metrics,
+            ready=ready,
+        )
+        controller.stop()
+        node.stop()
+        m.final = node.event("final")
+        return summarise(cp, m)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def run_node_side(settings: NodeSideSettings, say: Say) -> dict[str, Any]:
+    """Both runs (`stuck_pods`, `many_mounts`); see the module docstring."""
+    if os.geteuid() != 0:
+        raise PermissionError(
+            "the node-side benchmark needs root: real mounts in a private mount namespace "
+            "(unshare -m)"
+        )
+    logs = settings.logs_dir or Path(tempfile.mkdtemp(prefix="unstick-bench-nodeside-"))
+    try:
+        result: dict[str, Any] = {
+            "settings": {
+                k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
+            }
+        }
+        for name, extra in (("stuck_pods", 0), ("many_mounts", settings.extra_mounts)):
+            say(f"node side, {name}: {settings.pods} stuck pods, {extra} extra mounts")
+            result[name] = run_once(settings, extra, logs / name, say)
+            r = result[name]
+            say(f"  all resolved in {r['all_resolved_s']} s after eligibility; agent peak RSS "
+                f"{r['agent']['rss_peak_mib']} MiB")  # fmt: skip
+        return result
+    finally:
+        if settings.logs_dir is None:
+            shutil.rmtree(logs, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.nodeside", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="keep the logs in this (new) directory"
+    )
+    args = parser.parse_args(argv)
+    settings = replace(PRESETS[args.preset], logs_dir=args.logs)
+    t0 = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - t0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: everything stopped
+    try:
+        result = run_node_side(settings, say)
+    except PermissionError as e:
+        print(f"bench.nodeside: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

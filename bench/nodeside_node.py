@@ -1,0 +1,167 @@
+"""The node-side benchmark's one node, run inside a private mount namespace (`unshare -m`).
+
+Built from the demo's node (`unstick.demo.node.Node`: the kubelet root on a tmpfs, the
+project's CSI plugin registered through `plugins_registry/`, the real `unstick agent`, the
+kubelet stand-in), scaled up:
+- every stuck pod gets a CSI volume staged and published through the plugin, plus a stale
+  (empty, unmounted) emptyDir volume dir; then the plugin restarts and forgets its state
+  (the csi-driver-host-path bug): each pod's target is an orphaned mount;
+- `extra_mounts` tmpfs mounts that belong to no pod (outside the kubelet root), so the host
+  mount table is as large as a busy node's;
+- before the agent starts, `probe_pod` (the function the agent's handler calls) is driven
+  once per stuck pod, its CPU time measured (`process_time`);
+- the kubelet stand-in finalises a terminating pod once nothing of it is left on the node.
+
+Events go to stdout as JSON lines: `ready` (the agent's pid, the direct-probe figures),
+`finalised` (one per pod), and `final` on SIGTERM (what is still left of the stuck pods).
+Everything it starts is in its process group; the mounts live only in this namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from unstick.agent.probe import probe_pod
+from unstick.agent.settings import AgentSettings
+from unstick.core.kubelet_paths import pod_dir
+from unstick.demo.node import Node, _emit, _mount_points, _sh
+
+STANDIN_UA = "unstick-bench-kubelet/1"  # the stand-in's requests in the audit log
+_libc = ctypes.CDLL(None, use_errno=True)
+_MNT_DETACH = 2
+
+
+def _mount_tmpfs(target: str) -> None:
+    """mount(2) directly: thousands of mounts without a process each."""
+    if _libc.mount(b"tmpfs", target.encode(), b"tmpfs", 0, b"size=64k") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+class BenchNode(Node):
+    """The demo's node with many stuck pods and a large mount table."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.points: frozenset[str] = frozenset()
+
+    def setup_pods(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        _sh("mount", "--make-rprivate", "/")
+        _sh("mount", "-t", "tmpfs", "-o", "size=256m", "unstick-bench-node", str(self.work))
+        driver = self.csi_driver()
+        for pod in self.cfg["pods"]:
+            self.publish(pod["uid"], pod["pv"], pod["handle"])
+            stale = Path(pod_dir(str(self.root), pod["uid"]))
+            (stale / "volumes/kubernetes.io~empty-dir/cache").mkdir(parents=True)
+        # The driver restarts and comes back without its state.
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=20)
+        self.children.remove(driver)
+        (self.work / "csi.json").unlink(missing_ok=True)
+        self.csi_driver()
+        extra = self.work / "host-mounts"
+        for i in range(int(self.cfg["extra_mounts"])):
+            target = extra / f"m{i:05d}"
+            target.mkdir(parents=True)
+            _mount_tmpfs(str(target))
+
+    def probe_directly(self) -> dict[str, Any]:
+        """`probe_pod` once per stuck pod, as the agent's handler calls it: CPU and wall."""
+        settings = AgentSettings(
+            node_name=self.cfg["node"], kubelet_root=str(self.root), host_proc="/proc",
+            mountinfo_path="/proc/self/mountinfo",
+            kubelet_healthz="http://127.0.0.1:1/healthz",
+        )  # fmt: skip
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        for pod in self.cfg["pods"]:
+            probe_pod(settings, pod["uid"])
+        n = max(1, len(self.cfg["pods"]))
+        return {
+            "probes": len(self.cfg["pods"]),
+            "cpu_s_per_probe": (time.process_time() - cpu0) / n,
+            "wall_s_per_probe": (time.monotonic() - wall0) / n,
+        }
+
+    # -- the kubelet stand-in, with one read of the mount table per pass ----------------
+
+    def leftovers(self, uid: str) -> list[str]:
+        base = pod_dir(str(self.root), uid) + "/"
+        mounts = [m for m in self.points if m.startswith(base)]
+        dirs = []
+        for sub in ("volumes", "volume-subpaths"):
+            top = Path(base) / sub
+            if top.is_dir() and not top.is_symlink():
+                dirs += [str(p) for p in top.iterdir()]
+        return mounts + dirs
+
+    def standin_pass(self, core: Any) -> None:
+        self.points = frozenset(_mount_points())
+        self.finalise_clean_pods(core)
+
+    def stop(self) -> None:
+        """Detach the whole tree at once (thousands of mounts: one syscall, not a `umount`
+        each), then the demo's stop (its children; nothing is left to unmount)."""
+        _libc.umount2(str(self.work).encode(), _MNT_DETACH)
+        super().stop()
+
+    def final_report(self) -> None:
+        self.points = frozenset(_mount_points())
+        left = [p for pod in self.cfg["pods"] for p in self.leftovers(pod["uid"])]
+        data = self.work / "data"
+        _emit(
+            event="final",
+            leftovers=left,
+            data_kept=sum(1 for p in self.cfg["pods"] if (data / p["handle"]).is_dir()),
+        )
+
+
+def _core(kubeconfig: str) -> Any:
+    api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    api.user_agent = STANDIN_UA
+    return client.CoreV1Api(api)
+
+
+def main() -> int:
+    cfg = json.loads(Path(sys.argv[1]).read_text())
+    node = BenchNode(cfg)
+    stopping = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    try:
+        node.setup_pods()
+        direct = node.probe_directly()
+        node.run_agent()
+        _emit(
+            event="ready",
+            agent_pid=node.children[-1].pid,
+            mounts=len(_mount_points()),
+            direct_probe=direct,
+        )
+        core = _core(cfg["kubeconfig"])
+        while not stopping:
+            node.standin_pass(core)
+            time.sleep(float(cfg["standin_interval_s"]))
+        node.final_report()
+    finally:
+        node.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    sys.exit(main())
