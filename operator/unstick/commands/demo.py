@@ -13,10 +13,12 @@ def add_parser(sub: Any) -> None:
         "demo",
         help="run the local demo: control plane, stuck pods, unstick fixing them",
         description=(
-            "Start a local control plane (etcd + kube-apiserver + kwok nodes), a storage node "
-            "with real mounts in a private mount namespace, the unstick controller and agent; "
-            "reproduce the classic stuck terminations and show live what unstick does. Needs "
-            "root and the binaries `make tools` builds. Leaves nothing running."
+            "Start a local control plane (etcd + kube-apiserver + kwok nodes), a node with real "
+            "mounts — a real node (kubelet + containerd, unstick installed from the chart) "
+            "where this machine can run one, else a storage node in a private mount namespace "
+            "with a kubelet stand-in — and unstick; reproduce the classic stuck terminations "
+            "and show live what unstick does. Needs root and the binaries `make tools` builds "
+            "(and the images of `make images` for the real node). Leaves nothing running."
         ),
     )
     p.add_argument(
@@ -26,6 +28,15 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--timeout", type=float, default=100.0, help="give up after S seconds")
     p.add_argument("--summary", type=Path, help="write the outcome of each scenario as JSON")
+    p.add_argument(
+        "--node",
+        choices=("auto", "real", "stand-in"),
+        default="auto",
+        help="auto (default): a real node (kubelet + containerd, unstick from the chart) when "
+        "this machine can run one and no other runs, else the kubelet stand-in, said on "
+        "screen; real: the real node or an error saying why not (waits for another real "
+        "node to stop); stand-in: the stand-in",
+    )
     p.set_defaults(command="demo")
 
 
@@ -37,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
         interactive=sys.stdout.isatty() and not args.non_interactive,
         timeout_s=args.timeout,
         summary_path=args.summary,
+        node=args.node,
     )
     return run_demo(settings)

@@ -63,17 +63,20 @@ def _node_status(ready: bool, since: dt.datetime) -> dict[str, Any]:
     }
 
 
-def create_nodes(core: Any, storage: Any) -> None:
+def create_nodes(core: Any, storage: Any, *, stand_in: bool) -> None:
+    """kwok's nodes, the kubelet-less nodes of the API-only scenarios and, for the stand-in,
+    node-storage (the real node registers itself)."""
     for name in KWOK_NODES:
         core.create_node(node_manifest(name, kubelet=True))
     now = dt.datetime.now(dt.UTC)
-    for name, ready, since in (
-        (AGENT_NODE, True, now),
-        (GONE_NODE, True, now),
-        (QUIET_NODE, False, now - dt.timedelta(minutes=10)),
-    ):
+    kubeletless = [(GONE_NODE, True, now), (QUIET_NODE, False, now - dt.timedelta(minutes=10))]
+    if stand_in:
+        kubeletless.insert(0, (AGENT_NODE, True, now))
+    for name, ready, since in kubeletless:
         core.create_node(node_manifest(name, kubelet=False))
         core.patch_node_status(name, _node_status(ready, since))
+    if not stand_in:
+        return
     storage.create_csi_node(
         {
             "metadata": {"name": AGENT_NODE},
@@ -123,9 +126,10 @@ def _sessions_volume(core: Any) -> None:
     )
 
 
-def block_replacement(core: Any, storage: Any) -> None:
-    """web-7's volume stays attached to its silent node; its replacement (on node-storage,
-    where no kubelet starts it) cannot attach it. The demo plays the attach/detach
+def block_replacement(core: Any, storage: Any, node: str) -> None:
+    """web-7's volume stays attached to its silent node; its replacement (on `node`: the
+    stand-in's node-storage, where no kubelet starts it, or the real node, whose kubelet
+    waits for the attachment) cannot attach it. The demo plays the attach/detach
     controller: the VolumeAttachment and its Multi-Attach Event."""
     storage.create_volume_attachment(
         {
@@ -138,7 +142,7 @@ def block_replacement(core: Any, storage: Any) -> None:
         }
     )
     pod = core.create_namespaced_pod(
-        NAMESPACE, _pod(REPLACEMENT, AGENT_NODE, spec={"volumes": [SESSIONS_VOLUME]})
+        NAMESPACE, _pod(REPLACEMENT, node, spec={"volumes": [SESSIONS_VOLUME]})
     )
     now = _ts(dt.datetime.now(dt.UTC))
     core.create_namespaced_event(
@@ -159,13 +163,33 @@ def block_replacement(core: Any, storage: Any) -> None:
     )  # fmt: skip
 
 
-def create_workload(core: Any) -> dict[str, str]:
-    """Healthy pods and the scenario pods; returns pod name -> uid."""
+def create_namespace(core: Any) -> None:
     core.create_namespace(
         {"metadata": {"name": NAMESPACE, "labels": {"unstick.dev/remediate": "true"}}}
     )
+
+
+def create_workload(core: Any, *, stand_in: bool) -> dict[str, str]:
+    """Healthy pods and the scenario pods (db-0 and uploader only for the stand-in: on the
+    real node they are made by unstick.demo.real); returns pod name -> uid."""
     for i in range(12):
         core.create_namespaced_pod(NAMESPACE, _pod(f"api-{i}", KWOK_NODES[i % len(KWOK_NODES)]))
+    _sessions_volume(core)
+    pods = [
+        _pod("cache-0", GONE_NODE),
+        _pod("report-job", KWOK_NODES[0], finalizers=[ABANDONED_FINALIZER]),
+        _pod("web-7", QUIET_NODE, spec={"volumes": [SESSIONS_VOLUME]}),
+    ]
+    if stand_in:
+        pods += _stand_in_pods(core)
+    uids = {}
+    for pod in pods:
+        created = core.create_namespaced_pod(NAMESPACE, pod)
+        uids[created.metadata.name] = created.metadata.uid
+    return uids
+
+
+def _stand_in_pods(core: Any) -> list[dict[str, Any]]:
     core.create_persistent_volume(
         {
             "metadata": {"name": PV},
@@ -190,10 +214,7 @@ def create_workload(core: Any) -> dict[str, str]:
             },
         },
     )
-    _sessions_volume(core)
-    pods = [
-        _pod("cache-0", GONE_NODE),
-        _pod("report-job", KWOK_NODES[0], finalizers=[ABANDONED_FINALIZER]),
+    return [
         _pod(
             "db-0",
             AGENT_NODE,
@@ -202,10 +223,4 @@ def create_workload(core: Any) -> dict[str, str]:
             },
         ),
         _pod("uploader", AGENT_NODE, spec={"volumes": [{"name": "uploads", "emptyDir": {}}]}),
-        _pod("web-7", QUIET_NODE, spec={"volumes": [SESSIONS_VOLUME]}),
     ]
-    uids = {}
-    for pod in pods:
-        created = core.create_namespaced_pod(NAMESPACE, pod)
-        uids[created.metadata.name] = created.metadata.uid
-    return uids

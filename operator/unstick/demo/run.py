@@ -8,13 +8,10 @@ import itertools
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +19,11 @@ from typing import Any
 from kubernetes import client, watch
 
 from unstick.demo import cluster
-from unstick.demo.scenarios import AGENT_NODE, GONE_NODE, NAMESPACE, SCENARIOS
+from unstick.demo.backend import Backend
+from unstick.demo.scenarios import GONE_NODE, NAMESPACE
 from unstick.demo.table import Row, render
-from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
-from unstick.devcluster.process import Process, free_port
+
+NODE_CHOICES = ("auto", "real", "stand-in")
 
 
 @dataclass(frozen=True)
@@ -33,48 +31,7 @@ class DemoSettings:
     interactive: bool
     timeout_s: float = 100.0
     summary_path: Path | None = None
-
-
-class NodeProcess:
-    """The demo node (mounts, CSI driver, agent, kubelet stand-in) in its own mount namespace."""
-
-    def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
-        cfg_path = workdir / "node.json"
-        cfg_path.write_text(json.dumps(cfg))
-        self.log = (workdir / "node.log").open("w")
-        self.popen = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private",
-             sys.executable, "-m", "unstick.demo.node", str(cfg_path)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-        )  # fmt: skip
-        self.events: list[dict[str, Any]] = []
-        self.agent_metrics_port = int(cfg["agent_metrics_port"])
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.popen.stdout is not None
-        for line in self.popen.stdout:
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                self.events.append(event)
-                if event.get("event") == "ready":
-                    self.ready.set()
-
-    def finalised(self) -> set[str]:
-        return {e["pod"] for e in self.events if e.get("event") == "finalised"}
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left behind
-        self.popen.wait()
-        self.log.close()
+    node: str = "auto"  # NODE_CHOICES: the real node if this machine can run it, ...
 
 
 class History:
@@ -98,7 +55,7 @@ class History:
                 for event in stream:
                     rem = event["object"]
                     version = rem["metadata"].get("resourceVersion", version)
-                    self.record(rem["spec"].get("podName", ""), rem.get("status") or {})
+                    self.record((rem.get("spec") or {}).get("podName", ""), rem.get("status") or {})
             except Exception:  # the API server restarting or going away at the end
                 if self._stopped.wait(0.5):
                     return
@@ -130,15 +87,15 @@ def _plan_text(actions: list[str]) -> str:
     return "→".join(_compact(actions))
 
 
-def _rows(custom: Any, core: Any, node: NodeProcess, history: History) -> list[Row]:
+def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Row]:
     rems = custom.list_namespaced_custom_object(
         "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
     )
-    by_pod = {r["spec"]["podName"]: r for r in rems["items"]}
+    by_pod = {(r.get("spec") or {}).get("podName"): r for r in rems["items"]}
     present = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
-    finalised = node.finalised()
+    finalised = backend.finalised()
     rows = []
-    for sc in SCENARIOS:
+    for sc in backend.scenarios:
         status = by_pod.get(sc.pod, {}).get("status", {})
         history.record(sc.pod, status)
         done = [
@@ -155,22 +112,10 @@ def _rows(custom: Any, core: Any, node: NodeProcess, history: History) -> list[R
                 phase=status.get("phase", ""),
                 actions=" → ".join(done),
                 pod_gone=sc.pod not in present,
+                kubelet=backend.kubelet_view(sc.pod),
             )
         )
     return rows
-
-
-def _metrics(port: int, prefix: str = "unstick_") -> list[str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError as e:
-        return [f"(metrics not reachable: {e})"]
-    return [
-        line
-        for line in text.splitlines()
-        if line.startswith(prefix) and not line.split("{")[0].endswith(("_created", "_bucket"))
-    ]
 
 
 def _show(text: str, interactive: bool, last: list[str]) -> None:
@@ -182,78 +127,60 @@ def _show(text: str, interactive: bool, last: list[str]) -> None:
     last[:] = [text]
 
 
+def choose(settings: DemoSettings) -> tuple[str, str]:
+    """("real" or "stand-in", why): the real node when asked for or when this machine can
+    run one and no other node runs; else the stand-in, with the reason."""
+    from unstick.demo.real import NODE, chart_dir
+    from unstick.devcluster.node_check import lock_free, node_unavailable
+
+    if settings.node == "stand-in":
+        return "stand-in", "asked for with --node stand-in"
+    reason = node_unavailable()
+    if reason is None and not chart_dir().is_dir():
+        reason = f"the chart is not at {chart_dir()}"
+    if reason is not None:
+        return "stand-in", f"no real node here: {reason}"
+    if settings.node == "auto" and not lock_free(NODE):
+        return "stand-in", f"another real node {NODE} runs on this machine (a test session?)"
+    return "real", "this machine can run one"
+
+
+def _backend(mode: str, workdir: Path) -> Backend:
+    if mode == "real":
+        from unstick.demo.real import RealNodeDemo
+        from unstick.devcluster.node_images import load_images
+
+        return RealNodeDemo(workdir, load_images())
+    from unstick.demo.standin import StandIn
+
+    return StandIn(workdir)
+
+
 def run(settings: DemoSettings) -> int:
     if os.geteuid() != 0:
         print(
-            "unstick demo needs root: its storage node makes real mounts in a private mount "
-            "namespace (unshare -m). Run it with sudo.",
+            "unstick demo needs root: its node makes real mounts in its own mount namespace "
+            "(a real node: kubelet + containerd; or the stand-in: unshare -m). Run it with sudo.",
             file=sys.stderr,
         )
         return 2
-    print("starting a local control plane (etcd + kube-apiserver) and kwok nodes…", flush=True)
+    mode, why = choose(settings)
+    if mode == "stand-in" and settings.node == "real":
+        print(f"unstick demo --node real: {why}", file=sys.stderr)
+        return 2
+    if mode == "real":
+        print(f"unstick demo on a REAL NODE (kubelet + containerd): {why}.", flush=True)
+    else:
+        print(f"unstick demo with a KUBELET STAND-IN ({why}).", flush=True)
+    started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="unstick-demo-"))
-    cp = ControlPlane(ControlPlaneSettings(workdir=workdir / "cp", audit=False))
     stack = contextlib.ExitStack()
     rows: list[Row] = []
     # The work dir (logs) stays only when an outcome was missed; removed after everything stopped.
     stack.callback(lambda: _remove_if(bool(rows) and all(r.done for r in rows), workdir))
     try:
-        stack.callback(cp.stop)
-        core, custom, uids = _start_cluster(cp, stack)
-        print("setting up the storage node's mounts, CSI driver and agent…", flush=True)
-        node = NodeProcess(
-            {
-                "work": str(workdir / "node"),
-                "kubeconfig": str(cp.kubeconfig),
-                "node": AGENT_NODE,
-                "csi_pod_uid": uids["db-0"],
-                "busy_pod_uid": uids["uploader"],
-                "pv": cluster.PV,
-                "handle": cluster.HANDLE,
-                "agent_metrics_port": free_port(),
-            },
-            workdir,
-        )
-        stack.callback(node.stop)
-        if not node.ready.wait(60):
-            raise RuntimeError(f"the demo node did not come up; see {workdir / 'node.log'}")
-
-        metrics_port = free_port()
-        controller = Process(
-            "unstick controller",
-            [sys.executable, "-m", "unstick", "controller", f"--kubeconfig={cp.kubeconfig}",
-             "--standalone", f"--metrics-port={metrics_port}", "--health-port=0"],
-            workdir / "controller.log",
-        ).start()  # fmt: skip
-        stack.callback(controller.stop)
-
-        history = History(custom)  # before the deletes: no diagnosis goes unseen
-        stack.callback(history.stop)
-        for sc in SCENARIOS:
-            core.delete_namespaced_pod(sc.pod, NAMESPACE)
-        core.delete_node(GONE_NODE)
-        cluster.block_replacement(core, client.StorageV1Api(core.api_client))
-        print(
-            "deleted the scenario pods and node-vanished; unstick takes over.\n"
-            "(No real kubelet runs here: a stand-in finalises a pod on node-storage once "
-            "nothing of it is left on the node, as the kubelet would.)\n",
-            flush=True,
-        )
-        start = time.monotonic()
-        last: list[str] = []
-        while True:
-            rows = _rows(custom, core, node, history)
-            _show(render(rows, time.monotonic() - start), settings.interactive, last)
-            if all(r.done for r in rows) or time.monotonic() - start > settings.timeout_s:
-                break
-            if not controller.alive():
-                raise RuntimeError(f"the controller exited:\n{controller.log_tail()}")
-            time.sleep(0.5)
-
-        print("\nmetrics (controller /metrics):")
-        print("\n".join("  " + line for line in _metrics(metrics_port)))
-        print("\naftermath (docs/aftermath.md):")
-        print("\n".join("  " + line for line in _aftermath(core, node)))
+        backend = _backend(mode, workdir)
+        rows = _play(backend, stack, settings)
         ok = all(r.done for r in rows)
         if ok:
             print("\nall outcomes as expected.")
@@ -262,12 +189,47 @@ def run(settings: DemoSettings) -> int:
         return 0 if ok else 1
     finally:
         if settings.summary_path is not None:
-            settings.summary_path.write_text(json.dumps(_summary(rows), indent=2))
+            settings.summary_path.write_text(json.dumps(_summary(rows, mode), indent=2))
         stack.close()
-        print("stopped everything: no processes or mounts left behind.", flush=True)
+        print(
+            f"stopped everything: no processes or mounts left behind "
+            f"({mode}, {time.monotonic() - started:.0f}s in all).",
+            flush=True,
+        )
 
 
-def _aftermath(core: Any, node: NodeProcess) -> list[str]:
+def _play(backend: Backend, stack: contextlib.ExitStack, settings: DemoSettings) -> list[Row]:
+    """Start, break the scenarios, show the table until every outcome is reached."""
+    cl = backend.start(stack)
+    core, custom = cl.core, cl.custom
+    history = History(custom)  # before the deletes: no diagnosis goes unseen
+    stack.callback(history.stop)
+    for sc in backend.scenarios:
+        core.delete_namespaced_pod(sc.pod, NAMESPACE)
+    core.delete_node(GONE_NODE)
+    agent_node = next(sc.node for sc in backend.scenarios if sc.pod == "db-0")
+    cluster.block_replacement(core, client.StorageV1Api(core.api_client), agent_node)
+    print(
+        f"deleted the scenario pods and {GONE_NODE}; unstick takes over.\n{backend.banner}\n",
+        flush=True,
+    )
+    start = time.monotonic()
+    last: list[str] = []
+    while True:
+        rows = _rows(custom, core, backend, history)
+        _show(render(rows, time.monotonic() - start), settings.interactive, last)
+        if all(r.done for r in rows) or time.monotonic() - start > settings.timeout_s:
+            break
+        backend.check()
+        time.sleep(0.5)
+    print("\nmetrics (controller /metrics):")
+    print("\n".join("  " + line for line in backend.controller_metrics()))
+    print("\naftermath (docs/aftermath.md):")
+    print("\n".join("  " + line for line in _aftermath(core, backend, agent_node)))
+    return rows
+
+
+def _aftermath(core: Any, backend: Backend, agent_node: str) -> list[str]:
     """What the stuck pods block and leave behind: the Event on the blocked replacement,
     the agent's orphaned-pod-dir gauge and its Event on the Node."""
     lines = []
@@ -284,7 +246,7 @@ def _aftermath(core: Any, node: NodeProcess) -> list[str]:
             lines.append(f"{reason} on {who}: {ev.message}")
         if not events:
             lines.append(f"{reason}: no Event yet")
-    lines += _metrics(node.agent_metrics_port, "unstick_node_orphaned_pod_dirs")
+    lines += backend.agent_metrics("unstick_node_orphaned_pod_dirs")
     return lines
 
 
@@ -293,25 +255,11 @@ def _remove_if(condition: bool, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _start_cluster(
-    cp: ControlPlane, stack: contextlib.ExitStack
-) -> tuple[Any, Any, dict[str, str]]:
-    cp.start()
-    stack.enter_context(Kwok(cp))
-    api = cp.api_client()
-    stack.callback(api.close)
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    cp.install_crds()
-    custom.create_cluster_custom_object(
-        "unstick.dev", "v1alpha1", "remediationpolicies", cluster.policy()
-    )
-    cluster.create_nodes(core, client.StorageV1Api(api))
-    uids = cluster.create_workload(core)
-    print(f"cluster ready: kubectl --kubeconfig {cp.kubeconfig} get pods -A", flush=True)
-    return core, custom, uids
+def _summary(rows: list[Row], mode: str) -> dict[str, Any]:
+    return {"node": mode, "scenarios": _scenario_summary(rows)}
 
 
-def _summary(rows: list[Row]) -> dict[str, Any]:
+def _scenario_summary(rows: list[Row]) -> dict[str, Any]:
     return {
         row.scenario.pod: {
             "expected_cause": row.scenario.cause,
@@ -322,6 +270,7 @@ def _summary(rows: list[Row]) -> dict[str, Any]:
             "phase": row.phase,
             "actions": row.actions,
             "done": row.done,
+            "kubelet": row.kubelet,
         }
         for row in rows
     }

@@ -26,10 +26,17 @@ class Scenario:
         return "fixed" if self.fixed else "left alone"
 
 
-SCENARIOS = (
-    Scenario("cache-0", GONE_NODE, "node disappeared", "NodeGone", fixed=True),
-    Scenario("report-job", KWOK_NODES[0], "abandoned finalizer", "FinalizerBlocked", fixed=True),
-    Scenario("db-0", AGENT_NODE, "CSI driver lost its state", "OrphanedMount", fixed=True),
-    Scenario("uploader", AGENT_NODE, "mount held by a process", "MountBusy", fixed=False),
-    Scenario("web-7", QUIET_NODE, "node silent, not fenced", "NodeUnreachable", False),
-)
+def scenarios(agent_node: str) -> tuple[Scenario, ...]:
+    """The scenarios, db-0 and uploader on `agent_node` (the node with an agent and real
+    mounts: the stand-in's node-storage, or the real node). cache-0, report-job and web-7
+    are API-only: their nodes have no kubelet (or kwok's)."""
+    return (
+        Scenario("cache-0", GONE_NODE, "node disappeared", "NodeGone", fixed=True),
+        Scenario("report-job", KWOK_NODES[0], "abandoned finalizer", "FinalizerBlocked", True),
+        Scenario("db-0", agent_node, "CSI driver lost its state", "OrphanedMount", fixed=True),
+        Scenario("uploader", agent_node, "mount held by a process", "MountBusy", fixed=False),
+        Scenario("web-7", QUIET_NODE, "node silent, not fenced", "NodeUnreachable", False),
+    )
+
+
+SCENARIOS = scenarios(AGENT_NODE)

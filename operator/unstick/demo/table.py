@@ -17,6 +17,7 @@ class Row:
     phase: str
     actions: str  # actions carried out, with results, in order
     pod_gone: bool
+    kubelet: str = ""  # the real kubelet's last log line about the pod's volumes
 
     @property
     def causes(self) -> tuple[str, ...]:
@@ -65,4 +66,6 @@ def render(rows: list[Row], elapsed_s: float) -> str:
         lines.append(
             "  ".join(_cut(c, w).ljust(w) for c, w in zip(cells, _WIDTHS, strict=True)).rstrip()
         )
+        if row.kubelet:
+            lines.append(f"{'':{_WIDTHS[0]}}  └ kubelet: {_cut(row.kubelet, sum(_WIDTHS))}")
     return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""The demo on a real node (unstick.devcluster.node: kubelet + containerd + runc + CNI in
+their own namespaces), with unstick installed from the chart by `helm install`, as the
+real-node suite runs it.
+
+Which scenario runs where:
+- db-0 (OrphanedMount) and uploader (MountBusy) run on the real node: the project's CSI
+  plugin as a pod registered with the real kubelet (unstick.devcluster.csi_seed), a static
+  PV, the plugin restarted with its state lost; a busybox pod whose memory emptyDir a
+  process on the node keeps open. The real kubelet calls NodeStage/NodePublish, then
+  loops on what it cannot tear down, and its log says so (shown under the row).
+- cache-0 (NodeGone), report-job (FinalizerBlocked) and web-7 (NodeUnreachable) are
+  API-only: a Node object deleted, a finalizer nobody removes (on a kwok node), a Node
+  whose Ready condition went Unknown. A real kubelet adds nothing to them.
+- The replacement blocked by web-7's volume is on the real node: its kubelet waits for an
+  attachment that never comes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from unstick.demo import cluster
+from unstick.demo.backend import Cluster, scrape_metrics
+from unstick.demo.scenarios import ABANDONED_FINALIZER, NAMESPACE, scenarios
+from unstick.devcluster.controlplane import ControlPlane, ControlPlaneSettings, find_bin_dir
+from unstick.devcluster.csi_seed import CsiSeed, set_kubelet_verbosity
+from unstick.devcluster.kwok import Kwok
+from unstick.devcluster.node import NodeSettings, RealNode, children
+from unstick.devcluster.node_cluster import ClusterControllers
+from unstick.devcluster.node_images import NodeImages
+from unstick.devcluster.process import wait_until
+
+NODE = NodeSettings().name  # the real-node suite's name: its lock is shared
+RELEASE, RELEASE_NAMESPACE = "unstick", "unstick-system"
+ORPHAN_UID = "0a0a0a0a-dead-4bad-8bad-0a0a0a0a0a0a"
+
+# What the real kubelet logs when it cannot finish a pod's volumes (kubelet_volumes.go,
+# operation_generator.go, the mounter's umount error).
+KUBELET_SAYS = (
+    "volumes are still mounted on disk",
+    "still mounted by other references",
+    "target is busy",
+    "some volumes have not been cleaned up",
+)
+
+
+def chart_dir() -> Path:
+    return find_bin_dir().parent / "charts" / "unstick"
+
+
+def values(node: RealNode, images: NodeImages) -> dict[str, Any]:
+    """The chart's values: the image built here, the node's paths, the demo's policy."""
+    policy = cluster.policy()["spec"]
+    return {
+        "image": {
+            "repository": images.unstick.repository,
+            "tag": images.unstick.tag,
+            "pullPolicy": "Never",
+        },
+        "policy": {
+            **{k: policy[k] for k in ("dryRun", "actions", "slackSeconds", "rateLimits")},
+            "nodeLostAfterSeconds": policy["nodeLostAfterSeconds"],
+            "probeMaxAgeSeconds": policy["probeMaxAgeSeconds"],
+            "finalizerAllowlist": [ABANDONED_FINALIZER],
+        },
+        # the demo's orphaned pod dir is made a moment before
+        "agent": {**node.helm_values()["agent"], "extraArgs": ["--orphan-min-age=0"]},  # type: ignore[dict-item]
+    }
+
+
+class KubeletLog:
+    """The real kubelet's log, read as it grows: per pod UID, the last line about volumes it
+    cannot tear down (KUBELET_SAYS) and how often it said it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.said: dict[str, tuple[str, int]] = {}
+
+    def update(self, uids: list[str]) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self.offset += end
+        for line in data[:end].decode(errors="replace").splitlines():
+            if not any(p in line for p in KUBELET_SAYS):
+                continue
+            for uid in uids:
+                if uid in line:
+                    message = kubelet_message(line)
+                    last, count = self.said.get(uid, ("", 0))
+                    self.said[uid] = (message, count + 1 if last == message else 1)
+
+    def view(self, uid: str) -> str:
+        message, count = self.said.get(uid, ("", 0))
+        return f"{message} x{count}" if message else ""
+
+
+def kubelet_message(line: str) -> str:
+    """The message of a klog line: its quoted text (structured logging), else what follows
+    the header, with the reason it ends in (`target is busy`) kept."""
+    body = line.split("] ", 1)[-1]
+    quoted = re.match(r'"((?:[^"\\]|\\.)*)"', body)
+    text = quoted.group(1) if quoted else body
+    for reason in KUBELET_SAYS:
+        if reason in body and reason not in text:
+            text = f"{text[:70]} … {reason}"
+    return f'"{text}"' if quoted else text[:120]
+
+
+class RealNodeDemo:
+    banner = (
+        f"(A real node, {NODE}: kubelet + containerd + runc, unstick installed from the chart "
+        "with helm; under each row, the real kubelet's own log line about the pod's volumes.)"
+    )
+    scenarios = scenarios(NODE)
+
+    def __init__(self, workdir: Path, images: NodeImages) -> None:
+        self.workdir = workdir
+        self.images = images
+        self.cp: ControlPlane | None = None
+        self.node: RealNode | None = None
+        self.kubelet_log: KubeletLog | None = None
+        self.uids: dict[str, str] = {}
+
+    # -- start-up ---------------------------------------------------------------------
+
+    def start(self, stack: contextlib.ExitStack) -> Cluster:
+        print("starting a local control plane, kube-controller-manager, kube-scheduler, kwok…")
+        settings = ControlPlaneSettings(
+            workdir=self.workdir / "cp",
+            audit=False,
+            service_account_admission=True,
+            kubelet_access=True,
+        )
+        cp = self.cp = ControlPlane(settings)
+        stack.callback(cp.stop)
+        cp.start()
+        controllers = ClusterControllers(cp)
+        stack.callback(controllers.stop)
+        controllers.start()
+        stack.enter_context(Kwok(cp))
+        cp.install_crds()
+        api = cp.api_client()
+        stack.callback(api.close)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        cluster.create_nodes(core, client.StorageV1Api(api), stand_in=False)
+        cluster.create_namespace(core)
+        print(f"starting the real node {NODE} (containerd, image import, kubelet)…", flush=True)
+        node = self.node = RealNode(cp, self.images).start()  # stops itself if it fails
+        stack.callback(node.stop)
+        self._helm(["install", RELEASE, str(chart_dir()), "--create-namespace", "-f",
+                    str(self._values_file(node))])  # fmt: skip
+        controllers.wait_namespace(NAMESPACE)
+        self.uids = cluster.create_workload(core, stand_in=False)
+        print(f"cluster ready: kubectl --kubeconfig {cp.kubeconfig} get pods -A", flush=True)
+        print("on the real node: the CSI plugin pod, db-0 on its volume, uploader…", flush=True)
+        self._node_scenarios(core, stack)
+        self._wait_unstick_ready()
+        return Cluster(core, custom, self.uids)
+
+    def _node_scenarios(self, core: Any, stack: contextlib.ExitStack) -> None:
+        assert self.cp is not None and self.node is not None
+        cp, node = self.cp, self.node
+        seed = CsiSeed(cp, core, node, self.images.unstick.ref, NAMESPACE)
+        seed.setup()
+        self.uids["db-0"] = core.create_namespaced_pod(
+            NAMESPACE, seed.pod_manifest("db-0", {})
+        ).metadata.uid
+        self.uids["uploader"] = core.create_namespaced_pod(NAMESPACE, self._uploader()).metadata.uid
+        for pod in ("db-0", "uploader"):
+            wait_until(partial(_running, core, pod), timeout=60, what=f"{pod} Running")
+        if not seed.mounted(self.uids["db-0"]):
+            raise RuntimeError("the real kubelet did not publish db-0's CSI volume")
+        self._hold_uploads(stack)
+        print("the CSI plugin restarts and loses its state…", flush=True)
+        seed.stop_plugin()
+        seed.start_plugin()
+        # "Pod found, but volumes are still mounted on disk" is logged at -v=4
+        set_kubelet_verbosity(cp, node, 4)
+        self._orphaned_pod_dir()
+        self.kubelet_log = KubeletLog(node.workdir / "kubelet.log")
+
+    def _uploader(self) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "uploader"},
+            "spec": {
+                "nodeName": NODE,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": self.images.busybox.ref,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", "echo part > /uploads/part-1; exec sleep 3600"],
+                        "volumeMounts": [{"name": "uploads", "mountPath": "/uploads"}],
+                    }
+                ],
+                "volumes": [{"name": "uploads", "emptyDir": {"medium": "Memory"}}],
+            },
+        }
+
+    def _hold_uploads(self, stack: contextlib.ExitStack) -> None:
+        """A process on the node (outside the pod) keeps a file of uploader's emptyDir open."""
+        assert self.node is not None
+        node = self.node
+        uploads = (
+            node.kubelet_root / "pods" / self.uids["uploader"]
+            / "volumes" / "kubernetes.io~empty-dir" / "uploads"
+        )  # fmt: skip
+        holder = node.run(["sh", "-c", f"exec 3<{uploads}/part-1; exec sleep 3600"])
+        stack.callback(node.kill, holder)
+        wait_until(lambda: children(holder.pid), timeout=10, what="the holder on the node")
+
+    def _orphaned_pod_dir(self) -> None:
+        """A pod dir of a pod the API never had, with a user's file in its emptyDir: the
+        real kubelet cannot remove it (not empty), the agent reports it (never `rm`)."""
+        assert self.node is not None
+        scratch = (
+            self.node.kubelet_root / "pods" / ORPHAN_UID
+            / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+        )  # fmt: skip
+        scratch.mkdir(parents=True)
+        (scratch / "results.csv").write_text("order,total\n" + "1,9.99\n" * 300)
+
+    def _values_file(self, node: RealNode) -> Path:
+        path = self.workdir / "values.yaml"
+        path.write_text(yaml.safe_dump(values(node, self.images)))
+        return path
+
+    def _helm(self, args: list[str]) -> None:
+        assert self.cp is not None
+        home = self.workdir / "helm"
+        env = {
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+            "HOME": str(home),
+            "PATH": "/usr/bin:/bin",
+        }
+        argv = [str(self.cp.bin_dir / "helm"), *args, f"--kubeconfig={self.cp.kubeconfig}",
+                f"--namespace={RELEASE_NAMESPACE}"]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
+        if proc.returncode != 0:
+            raise RuntimeError(f"helm {args[0]} failed:\n{proc.stdout}\n{proc.stderr}")
+
+    def _pods(self, component: str | None = None) -> list[dict[str, Any]]:
+        assert self.cp is not None
+        selector = f"app.kubernetes.io/instance={RELEASE}"
+        if component:
+            selector += f",app.kubernetes.io/component={component}"
+        path = f"/api/v1/namespaces/{RELEASE_NAMESPACE}/pods?labelSelector={selector}"
+        items: list[dict[str, Any]] = self.cp.request("GET", path)["items"]
+        return items
+
+    def _wait_unstick_ready(self) -> None:
+        def ready() -> bool:
+            pods = self._pods()
+            comps = {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods}
+            return comps >= {"controller", "agent"} and all(_ready(p) for p in pods)
+
+        wait_until(ready, timeout=120, what="unstick's controller and agent pods Ready")
+
+    # -- while it runs ------------------------------------------------------------------
+
+    def finalised(self) -> set[str]:
+        return set()
+
+    def kubelet_view(self, pod: str) -> str:
+        if self.kubelet_log is None or pod not in self.uids:
+            return ""
+        self.kubelet_log.update([self.uids[pod]])
+        return self.kubelet_log.view(self.uids[pod])
+
+    def check(self) -> None:
+        kubelet = self.node.kubelet if self.node else None
+        if kubelet is None or not kubelet.process.alive():
+            raise RuntimeError("the real node's kubelet exited")
+
+    def _metrics(self, component: str, port: int, prefix: str) -> list[str]:
+        pods = self._pods(component)
+        ip = pods[0].get("status", {}).get("podIP") if pods else None
+        if not ip:
+            return [f"(no {component} pod with an address)"]
+        return scrape_metrics(f"http://{ip}:{port}/metrics", prefix)
+
+    def controller_metrics(self) -> list[str]:
+        return self._metrics("controller", 9100, "unstick_")
+
+    def agent_metrics(self, prefix: str) -> list[str]:
+        return self._metrics("agent", 9101, prefix)
+
+
+def _running(core: Any, name: str) -> bool:
+    pod = core.read_namespaced_pod(name, NAMESPACE)
+    return bool(pod.status.phase == "Running")
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
