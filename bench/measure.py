@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,12 @@ import psutil
 
 WRITE_VERBS = ("patch", "update", "delete", "create", "deletecollection")
 REPORTED_VERBS = ("list", "watch", "get", "patch", "delete", "create", "update")
+# The objects about one finalizer-held pod `f-NNNNN` (workload.py): the pod itself, its
+# Remediation `f-NNNNN-<hash>`, its Events `f-NNNNN.<hex>`. A request naming one of them
+# is not part of the NodeGone pods' handling.
+FINALIZER_OBJECT = re.compile(r"^f-\d{5}([.-]|$)")
+HEALTHY_OBJECT = re.compile(r"^h-\d{5}([.-]|$)")
+DETECT_LINE = re.compile(r"action=detect result=stuck detection_lag=([0-9.]+)s")
 
 
 class Sampler:
@@ -132,6 +140,7 @@ class Window:
     ready: float  # the contender finished starting up (its pod watch/list is there)
     strike: float  # the stuck pods were made (nodes deleted, pods deleted)
     end: float  # the contender was stopped
+    burst_end: float | None = None  # every NodeGone pod was gone (None: the same as `end`)
 
 
 @dataclass
@@ -144,6 +153,14 @@ class Requests:
     after_strike: int = 0  # requests made once the pods were stuck
     after_strike_by_kind: Counter[str] = field(default_factory=Counter)  # "get nodes": n
     server_ms_after_strike: list[float] = field(default_factory=list)  # API server's time
+    # Requests after the strike (not WATCH) that name no finalizer-held pod, nor its
+    # Remediation or Event: the NodeGone pods' handling (FINALIZER_OBJECT).
+    nodegone_after_strike: int = 0
+    about_healthy: int = 0  # requests (any verb) naming a healthy pod `h-*`
+    # The API server's own time (received → response complete) for every non-WATCH
+    # request by ANY client (contenders, kwok, the driver) during the burst: strike →
+    # every NodeGone pod gone.
+    server_s_burst_all_clients: list[float] = field(default_factory=list)
 
 
 def read_requests(
@@ -151,17 +168,26 @@ def read_requests(
 ) -> Requests:
     """Everything the benchmark needs from the audit log about one contender."""
     out = Requests()
+    burst_end = window.end if window.burst_end is None else window.burst_end
     for ev in events:
-        if ev.get("stage") != "ResponseComplete" or not made_by(ev, agents):
+        if ev.get("stage") != "ResponseComplete":
             continue
         verb = ev.get("verb") or ""
-        ref = ev.get("objectRef") or {}
         when = audit_time(ev.get("requestReceivedTimestamp") or ev["stageTimestamp"])
+        if verb != "watch" and window.strike <= when <= burst_end:
+            out.server_s_burst_all_clients.append(audit_time(ev["stageTimestamp"]) - when)
+        if not made_by(ev, agents):
+            continue
+        ref = ev.get("objectRef") or {}
         if when < window.start:
             continue  # e.g. unstick's steady-RSS runs at smaller sizes, before this one
         out.by_verb[verb] += 1
+        if HEALTHY_OBJECT.match(ref.get("name") or ""):
+            out.about_healthy += 1
         if when >= window.strike and verb != "watch":
             out.after_strike += 1
+            if not FINALIZER_OBJECT.match(ref.get("name") or ""):
+                out.nodegone_after_strike += 1
             kind = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
             out.after_strike_by_kind[f"{verb} {kind or ev.get('requestURI', '?')}"] += 1
             done_at = audit_time(ev["stageTimestamp"])
@@ -199,3 +225,47 @@ def verb_counts(by_verb: Counter[str]) -> dict[str, int]:
     counts = {verb: by_verb.get(verb, 0) for verb in REPORTED_VERBS}
     counts.update({verb: n for verb, n in by_verb.items() if verb not in counts})
     return counts
+
+
+def detection_lags(log: Path) -> list[float]:
+    """unstick's own detection lags (its `action=detect result=stuck detection_lag=`
+    log lines, one per stuck pod: eligibility → diagnosed stuck from memory)."""
+    if not log.exists():
+        return []
+    with log.open(errors="replace") as f:
+        return [float(m.group(1)) for line in f if (m := DETECT_LINE.search(line))]
+
+
+class LoadSampler:
+    """The machine's 1-minute load average every `interval_s`, for the whole run."""
+
+    def __init__(self, interval_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []  # (epoch seconds, 1-min load)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def start(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append((time.time(), os.getloadavg()[0]))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def stats(self, start: float = 0.0, end: float = math.inf) -> dict[str, float | int | None]:
+        return load_stats([v for t, v in self.samples if start <= t <= end])
+
+
+def load_stats(values: list[float]) -> dict[str, float | int | None]:
+    return {
+        "load_1min_max": round(max(values), 2) if values else None,
+        "load_1min_mean": round(sum(values) / len(values), 2) if values else None,
+        "load_samples": len(values),
+    }

@@ -5,7 +5,11 @@
 2. start the contender, wait until its start-up is done (its pod WATCH, or for the naive
    reaper its first LIST, is in the audit log), then a quiet window with nothing stuck;
 3. strike: delete the kubelet-less nodes and then all doomed pods at once;
-4. wait until every NodeGone pod is gone (bounded), stop the contender, read the audit log.
+4. wait until every NodeGone pod is gone (bounded), stop the contender, read the audit log;
+5. unstick only, with `rss_stages_after_burst` (the full preset: 50,000): the finalizer
+   pods are let go, healthy pods are added up to each of those counts on the same control
+   plane, and a fresh controller's RSS is measured with nothing stuck — after the burst,
+   so that every contender's burst runs with the same healthy pods.
 
 Every process started here is stopped by PID in `finally`, also on Ctrl-C or failure.
 """
@@ -25,6 +29,8 @@ from bench.workload import (
     create_base,
     create_doomed,
     create_healthy,
+    release_finalizer_pods,
+    wait_no_pods,
     wait_running,
 )
 from bench.workload import strike as make_stuck
@@ -45,6 +51,7 @@ class ScenarioSettings:
     naive_interval_s: float = 30.0  # the naive reaper's round (30 s: the usual cron-like loop)
     settle_s: float = 4.0  # steady-state RSS sampling after start-up, per stage
     rss_stages: tuple[int, ...] = ()  # healthy-pod counts where unstick's RSS is measured
+    rss_stages_after_burst: tuple[int, ...] = ()  # the same, larger, after unstick's burst
     logs: Path = Path()
 
 
@@ -173,22 +180,24 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         say(f"  [{name}] started (pid {proc.pid}); {s.quiet_s:.0f}s with nothing stuck")
         time.sleep(max(0.0, ready - time.time()) + s.quiet_s)
 
-        struck = time.time()
-        stamps = make_stuck(api, size)
-        eligible = {n: stamps[n] + s.slack_s for n in size.doomed_names() if n in stamps}
-        say(
-            f"  [{name}] {len(eligible)} NodeGone + {size.finalizer} finalizer pods stuck "
-            f"(deleted in {time.time() - struck:.1f}s); waiting for the NodeGone ones to go"
-        )
+        struck, eligible = _strike(api, s, say, name)
         left = _wait_gone(api, s.gone_timeout_s, say, name)
+        burst_end = time.time()
         time.sleep(2.0)  # let the audit log catch up
-        end = time.time()
         sampler.stop()
         proc.stop()
-        window = measure.Window(start=started, ready=ready, strike=struck, end=end)
+        window = measure.Window(
+            start=started, ready=ready, strike=struck, end=time.time(), burst_end=burst_end
+        )
         req = measure.read_requests(cp.audit_events(), who.agents, window)
-        extra = {"healthy_running": running, "workload_build_s": round(build_s, 1)}
+        extra = {
+            "healthy_running": running,
+            "workload_build_s": round(build_s, 1),
+            **_detection(s.logs / f"{name}.log"),
+        }
         outcome = _outcome(who, req, sampler, eligible, left, struck, extra, size.finalizer)
+        if name == "unstick" and s.rss_stages_after_burst:
+            rss_by_pods.update(_rss_after_burst(cp, api, s, start, say))
         outcome.rss_by_pods = rss_by_pods
         return outcome
     finally:
@@ -202,8 +211,55 @@ def run_contender(name: str, s: ScenarioSettings, say: Say) -> Outcome:
         cp.stop()
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+def _strike(api: Api, s: ScenarioSettings, say: Say, name: str) -> tuple[float, dict[str, float]]:
+    """Make the pods stuck; when that began, and each NodeGone pod's eligibility."""
+    struck = time.time()
+    stamps = make_stuck(api, s.size)
+    eligible = {n: stamps[n] + s.slack_s for n in s.size.doomed_names() if n in stamps}
+    say(
+        f"  [{name}] {len(eligible)} NodeGone + {s.size.finalizer} finalizer pods stuck "
+        f"(deleted in {time.time() - struck:.1f}s); waiting for the NodeGone ones to go"
+    )
+    return struck, eligible
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _detection(log: Path) -> dict[str, Any]:
+    """unstick's detection lag from its own log lines (none for the other contenders)."""
+    lags = measure.detection_lags(log)
+    if not lags:
+        return {}
+    stats = measure.lag_stats(lags)
+    return {
+        "detection_lag_p50_s": stats["lag_p50_s"],
+        "detection_lag_p99_s": stats["lag_p99_s"],
+        "detections": len(lags),
+    }
+
+
+def _rss_after_burst(
+    cp: ControlPlane, api: Api, s: ScenarioSettings, start: contenders.StartSettings, say: Say
+) -> dict[int, float]:
+    """After the burst: nothing stuck any more (the finalizer pods let go), healthy pods
+    added up to each of `rss_stages_after_burst`, a fresh controller's steady RSS at each."""
+    release_finalizer_pods(api, s.size)
+    left = wait_no_pods(api, "role=finalizer", s.running_timeout_s)
+    if left:
+        raise RuntimeError(f"{left} finalizer pods still there after their finalizer went")
+    out: dict[int, float] = {}
+    done = s.size.pods
+    for target in sorted(n for n in s.rss_stages_after_burst if n > s.size.pods):
+        say(f"  [unstick] after the burst: {target} healthy pods")
+        create_healthy(api, s.size, done, target)
+        done = target
+        running = wait_running(api, target, s.running_timeout_s * target / s.size.pods)
+        if running < target:
+            say(f"    only {running} of {target} healthy pods Running; measured anyway")
+        out[target] = _measure_rss_stage(cp, s, start, target, say)
+    return out
 
 
 def _wait_gone(api: Api, timeout_s: float, say: Say, name: str) -> int:
@@ -254,8 +310,24 @@ def _outcome(  # noqa: PLR0917 (the pieces of one measurement)
         "requests_after_strike": req.after_strike,
         "requests_after_strike_by_kind": dict(req.after_strike_by_kind.most_common()),
         "requests_per_stuck_pod": round(req.after_strike / max(1, len(eligible) + n_fin), 2),
+        # The NodeGone pods' handling: requests after the strike that name no finalizer
+        # pod, nor its Remediation or Event (measure.FINALIZER_OBJECT), per NodeGone pod
+        # the contender deleted.
+        "requests_after_strike_nodegone": req.nodegone_after_strike,
+        "requests_per_force_deleted_pod": (
+            round(req.nodegone_after_strike / len(acted), 2) if acted else None
+        ),
+        "requests_about_healthy_pods": req.about_healthy,
         "server_ms_p50_after_strike": _round(measure.percentile(req.server_ms_after_strike, 50)),
         "server_ms_p99_after_strike": _round(measure.percentile(req.server_ms_after_strike, 99)),
+        # The API server's own time for every client's non-WATCH requests in the burst.
+        "apiserver_request_p50_s": _round(
+            measure.percentile(req.server_s_burst_all_clients, 50), 4
+        ),
+        "apiserver_request_p99_s": _round(
+            measure.percentile(req.server_s_burst_all_clients, 99), 4
+        ),
+        "apiserver_requests_in_burst": len(req.server_s_burst_all_clients),
     }
     if who.acts_on_finalizers:
         # First diagnosis: Remediation created (one per stuck pod, any cause).

@@ -215,6 +215,31 @@ def wait_running(api: Api, want: int, timeout_s: float) -> int:
         time.sleep(2.0)
 
 
+def wait_no_pods(api: Api, label_selector: str, timeout_s: float) -> int:
+    """Wait (bounded) until no pod matches; returns how many are left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = api.count_pods(label_selector)
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(1.0)
+
+
+def release_finalizer_pods(api: Api, size: WorkloadSize) -> None:
+    """Remove the abandoned finalizer from every `f-*` pod (deleted: they then go)."""
+
+    def release(name: str) -> None:
+        api.call(
+            "PATCH",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
+            {"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+            ok_missing=True,
+        )
+
+    api.each(release, size.finalizer_names())
+
+
 def strike(api: Api, size: WorkloadSize) -> dict[str, float]:
     """Delete the doomed nodes, then every doomed pod, at once.
 

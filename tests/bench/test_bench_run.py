@@ -22,6 +22,11 @@ CONTENDER_KEYS = {
     "cpu_s",
     "requests",
     "writes_to_healthy_pods",
+    "requests_per_stuck_pod",
+    "requests_per_force_deleted_pod",
+    "requests_about_healthy_pods",
+    "apiserver_request_p99_s",
+    "machine_load",
 }
 VERBS = {"list", "watch", "get", "patch", "delete", "create"}
 
@@ -35,6 +40,9 @@ def _check_shape(result: dict[str, Any], contenders: tuple[str, ...]) -> None:
         assert r["requests"].keys() >= VERBS, name
         assert r["rss_peak_mib"] > 0 and r["cpu_s"] > 0, name
     assert isinstance(result["unstick_rss_by_pods"], dict)
+    assert result["commit"] and result["commit"] != "unknown"
+    assert len(result["machine"]["load_avg_at_start"]) == 3
+    assert result["machine"]["load_during_run"]["load_samples"] >= 1
 
 
 def _check_behaviour(result: dict[str, Any], contenders: tuple[str, ...]) -> None:
@@ -49,12 +57,19 @@ def _check_behaviour(result: dict[str, Any], contenders: tuple[str, ...]) -> Non
     assert unstick["lists_after_startup_while_quiet"] == 0
     assert unstick["acted_before_eligible"] == 0
     assert unstick["requests"]["delete"] >= stuck
+    assert unstick["requests_about_healthy_pods"] == 0
+    # the NodeGone pods' handling is a part of all requests after the strike
+    assert 0 < unstick["requests_after_strike_nodegone"] <= unstick["requests_after_strike"]
+    assert unstick["requests_per_force_deleted_pod"] > 0
+    assert unstick["apiserver_request_p99_s"] is not None
+    assert unstick["detections"] == stuck + result["workload"]["finalizer_pods"]
 
 
 def _run(name: str, contenders: tuple[str, ...], out: Path) -> dict[str, Any]:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
-    result = run_bench(name, PRESETS[name], contenders, out, Progress())
+    node_side = None if name == "tiny" else name
+    result = run_bench(name, PRESETS[name], contenders, out, Progress(), node_side)
     left = [p for p in me.children(recursive=True) if p.pid not in before and p.is_running()]
     assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left
     assert json.loads((out / f"{name}.json").read_text()) == result
@@ -80,4 +95,6 @@ def test_benchmark(name: str, tmp_path: Path) -> None:
     result = _run(name, contenders, tmp_path)
     _check_shape(result, contenders)
     _check_behaviour(result, contenders)
-    assert set(result["unstick_rss_by_pods"]) == {str(n) for n in PRESETS[name].rss_stages}
+    stages = PRESETS[name].rss_stages + PRESETS[name].rss_stages_after_burst
+    assert set(result["unstick_rss_by_pods"]) == {str(n) for n in stages}
+    assert "error" not in result["node_side"] and "skipped" not in result["node_side"]

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.measure import AuditTail, Window, lag_stats, percentile, read_requests, verb_counts
+from bench.measure import (
+    AuditTail,
+    LoadSampler,
+    Window,
+    detection_lags,
+    lag_stats,
+    load_stats,
+    percentile,
+    read_requests,
+    verb_counts,
+)
+from unstick.devcluster.process import wait_until
 
 
 def _ev(verb: str, ua: str, resource: str, name: str, when: str, **extra: object) -> dict:
@@ -71,3 +82,77 @@ def test_audit_tail_returns_only_complete_new_lines(tmp_path: Path) -> None:
         f.write(': 2}\n{"c": 3}\n')
     assert list(tail.new_events()) == [{"b": 2}, {"c": 3}]
     assert list(tail.new_events()) == []
+
+
+def test_requests_about_finalizer_pods_are_not_the_nodegone_handling() -> None:
+    t = "2026-01-01T00:00:{:02d}.000000Z".format
+    window = Window(
+        start=1767225600.0,
+        ready=1767225601.0,
+        strike=1767225610.0,
+        end=1767225700.0,
+        burst_end=1767225630.0,
+    )
+    mine = [
+        _ev("list", "me/1", "pods", "", t(5)),  # before the strike: not counted
+        _ev("watch", "me/1", "pods", "", t(12)),  # a WATCH: never counted
+        # about the finalizer-held pod f-00001: its GET, Remediation, status, Event
+        _ev("get", "me/1", "pods", "f-00001", t(12)),
+        _ev("create", "me/1", "remediations", "f-00001-abcdef12", t(12)),
+        {**_ev("patch", "me/1", "remediations", "f-00001-abcdef12", t(13)),
+         "objectRef": {"resource": "remediations", "subresource": "status",
+                       "name": "f-00001-abcdef12"}},
+        _ev("create", "me/1", "events", "f-00001.0123456789ab", t(13)),
+        # the NodeGone pods' handling: their node, pods, Remediations, Events, the rest
+        _ev("get", "me/1", "nodes", "doomed-1", t(14)),
+        _ev("delete", "me/1", "pods", "d-00001", t(14)),
+        _ev("delete", "me/1", "pods", "d-00002", t(14)),
+        _ev("create", "me/1", "remediations", "d-00001-0badc0de", t(14)),
+        _ev("create", "me/1", "events", "doomed-1.0123456789ab", t(15)),
+        _ev("list", "me/1", "remediations", "", t(15)),
+        _ev("get", "me/1", "pods", "h-00007", t(16)),  # about a healthy pod
+    ]  # fmt: skip
+    others = [
+        # every client's requests in the burst (strike → burst_end) are the API server's
+        {**_ev("patch", "kwok/1", "pods", "h-00001", t(20)), "stageTimestamp": t(22)},
+        {**_ev("watch", "kwok/1", "pods", "", t(20)), "stageTimestamp": t(50)},  # a WATCH
+        _ev("get", "kwok/1", "pods", "h-00001", t(40)),  # after the burst
+    ]
+    req = read_requests(mine + others, ("me/",), window)
+    assert req.after_strike == 11
+    assert req.nodegone_after_strike == 7
+    assert req.about_healthy == 1
+    assert sorted(req.server_s_burst_all_clients) == [0.0] * 11 + [2.0]
+
+
+def test_detection_lags_are_read_from_the_controllers_log(tmp_path: Path) -> None:
+    log = tmp_path / "unstick.log"
+    log.write_text(
+        "2026-11-22 16:51:24,011 INFO unstick.decisions: pod=bench/f-00000 uid=5e "
+        "cause=FinalizerBlocked action=detect result=stuck detection_lag=0.007s\n"
+        "2026-11-22 16:51:24,012 INFO unstick.decisions: pod=bench/d-00004 uid=70 "
+        "cause=NodeGone action=force-delete result=done\n"
+        "2026-11-22 16:51:24,013 INFO unstick.decisions: pod=bench/d-00002 uid=eb "
+        "cause=NodeGone action=detect result=stuck detection_lag=1.250s\n"
+    )
+    assert detection_lags(log) == [0.007, 1.25]
+    assert detection_lags(tmp_path / "missing.log") == []
+
+
+def test_load_sampler_reports_the_machines_load_over_a_window() -> None:
+    sampler = LoadSampler(interval_s=0.01).start()
+    wait_until(lambda: len(sampler.samples) >= 3, timeout=10, what="three load samples")
+    sampler.stop()
+    stats = sampler.stats()
+    assert stats["load_samples"] == len(sampler.samples) >= 3
+    assert stats["load_1min_max"] is not None and stats["load_1min_max"] >= 0
+    assert sampler.stats(0.0, 1.0) == {
+        "load_1min_max": None,
+        "load_1min_mean": None,
+        "load_samples": 0,
+    }
+    assert load_stats([1.0, 2.0, 4.5]) == {
+        "load_1min_max": 4.5,
+        "load_1min_mean": 2.5,
+        "load_samples": 3,
+    }

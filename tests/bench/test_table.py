@@ -1,0 +1,116 @@
+"""`python -m bench.table`: the README's results table from one result file (a small
+hand-made fixture, tests/bench/data/full_small.json; no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import table
+
+FIXTURE = Path(__file__).with_name("data") / "full_small.json"
+README = """# project
+
+intro
+
+<!-- bench:full -->
+an old table from another run
+<!-- /bench:full -->
+
+## Development
+"""
+
+
+def _verdicts(result: dict[str, Any]) -> dict[str, str]:
+    return {t.what: t.verdict for t in table.targets(result)}
+
+
+def test_table_shows_the_one_run_its_contenders_and_each_target() -> None:
+    result = json.loads(FIXTURE.read_text())
+    block = table.render(result, "bench/results/full.json")
+    assert "commit `abc1234-dirty`" in block
+    assert "2026-11-23 08:15 UTC" in block
+    assert "0.42 at the start, mean 1.75 / max 3.2 during the run" in block
+    rows = [line for line in block.splitlines() if line.startswith("| ")]
+    assert any(
+        r.startswith("| **unstick** | 0.31 s | 5.1 s / 11.2 s | 12.4 s | 1.4 |") for r in rows
+    )
+    assert any(r.startswith("| PodGC") and "| 400 left |" in r for r in rows)
+    verdicts = list(_verdicts(result).values())
+    # gone ≤ 15 s, ≤ naive, ≤ 1.5 req/pod, 0 healthy, detection 0.31 s > 0.2 s, RSS 101,
+    # flat 84 → 95 MiB (> 10 %), 0 LIST, node side 6.5 s, node side figures reported
+    assert verdicts == [
+        "met", "met", "met", "met", "**missed**", "met", "**missed**", "met", "met", "reported",
+    ]  # fmt: skip
+
+
+def test_targets_without_their_figures_are_not_measured() -> None:
+    result = json.loads(FIXTURE.read_text())
+    del result["node_side"]
+    del result["unstick_rss_by_pods"]["50000"]
+    result["contenders"]["unstick"]["all_gone_s"] = 14.0
+    result["contenders"]["naive"]["all_gone_s"] = 13.3
+    verdicts = _verdicts(result)
+    flat = next(v for k, v in verdicts.items() if k.startswith("unstick's RSS flat"))
+    assert flat == "not measured"  # 5k-20k only: the 50,000 point is missing
+    assert [v for k, v in verdicts.items() if k.startswith("node side")] == ["not measured"] * 2
+    assert verdicts["… and no later than the naive reaper in the same run"] == "**missed**"
+    assert "no 50,000 point" in table.targets_table(result)
+
+
+def test_main_writes_between_the_markers_only(tmp_path: Path, capsys: Any) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    result = tmp_path / "full.json"
+    shutil.copy(FIXTURE, result)
+    assert table.main([str(result), "--readme", str(readme)]) == 0
+    once = readme.read_text()
+    assert "an old table" not in once
+    assert once.startswith("# project\n\nintro\n\n<!-- bench:full -->\nOne run: commit")
+    assert once.endswith("| reported |\n<!-- /bench:full -->\n\n## Development\n")
+    assert table.main([str(result), "--readme", str(readme)]) == 0
+    assert readme.read_text() == once  # idempotent: still exactly one table
+    assert "One run: commit `abc1234-dirty`" in capsys.readouterr().out
+
+
+def test_check_prints_and_writes_nothing(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert table.main([str(FIXTURE), "--readme", str(readme), "--check"]) == 0
+    assert readme.read_text() == README
+
+
+@pytest.mark.parametrize(
+    ("readme_text", "result_text", "message"),
+    [
+        ("# no markers\n", None, "README.md: expected one `<!-- bench:full -->`"),
+        (README, "{not json", "is not JSON"),
+        (README, '{"workload": {}}', "no `contenders` in the result"),
+        (README, "[1, 2]", "expected a JSON object"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_changes_nothing(
+    tmp_path: Path, capsys: Any, readme_text: str, result_text: str | None, message: str
+) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(readme_text)
+    result = tmp_path / "full.json"
+    if result_text is None:
+        shutil.copy(FIXTURE, result)
+    else:
+        result.write_text(result_text)
+    assert table.main([str(result), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench.table: ") and message in err, err
+    assert "Traceback" not in err
+    assert readme.read_text() == readme_text
+
+
+def test_a_missing_result_file_is_named(tmp_path: Path, capsys: Any) -> None:
+    missing = tmp_path / "nope.json"
+    assert table.main([str(missing), "--readme", str(tmp_path / "README.md")]) == 2
+    assert f"cannot read {missing}" in capsys.readouterr().err
