@@ -5,20 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-DEFAULT_RESTART_KUBELET = (
-    "nsenter",
-    "-t",
-    "1",
-    "-m",
-    "-u",
-    "-i",
-    "-n",
-    "-p",
-    "--",
-    "systemctl",
-    "restart",
-    "kubelet",
-)
+# Into PID 1's namespaces: a command after this prefix runs on the host.
+HOST_NAMESPACES = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
+# What no configured command means: the systemd unit `kubelet` (only where there is one:
+# unstick.agent.kubelet_restart checks).
+DEFAULT_RESTART_KUBELET = (*HOST_NAMESPACES, "systemctl", "restart", "kubelet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +28,8 @@ class AgentSettings:
     cri_socket: str | None = None
     kubelet_healthz: str = "http://127.0.0.1:10248/healthz"
     grpc_timeout_s: float = 5.0
-    restart_kubelet_command: tuple[str, ...] = DEFAULT_RESTART_KUBELET
+    # empty: the systemd unit `kubelet`, if the host has one (else restart-kubelet is refused)
+    restart_kubelet_command: tuple[str, ...] = ()
     restart_kubelet_min_interval_s: float = 3600.0
     state_dir: str = "/var/lib/unstick-agent"
     # node steps requested longer ago than this are refused (the controller re-requests)

@@ -74,8 +74,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--restart-kubelet-command",
         default=None,
-        help="host command for restart-kubelet, whitespace-separated "
-        "(default: nsenter -t 1 -m -u -i -n -p -- systemctl restart kubelet)",
+        help="command that restarts this host's kubelet, whitespace-separated, run from the "
+        "agent's container (a host program through nsenter into PID 1's namespaces, e.g. "
+        "'nsenter -t 1 -m -p -- /usr/local/bin/restart-kubelet'); default: the systemd unit "
+        "kubelet (nsenter -t 1 -m -u -i -n -p -- systemctl restart kubelet) where the host "
+        "has one, else restart-kubelet is refused (docs/agent.md)",
     )
     p.add_argument(
         "--state-dir",
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from unstick.agent.loop import Agent, LoopSettings
-    from unstick.agent.settings import DEFAULT_RESTART_KUBELET, AgentSettings
+    from unstick.agent.settings import AgentSettings
 
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -121,11 +124,7 @@ def run(args: argparse.Namespace) -> int:
         print("unstick agent: --max-request-age must be a positive number of seconds",
               file=sys.stderr)  # fmt: skip
         return 2
-    command = (
-        tuple(args.restart_kubelet_command.split())
-        if args.restart_kubelet_command
-        else DEFAULT_RESTART_KUBELET
-    )
+    command = tuple((args.restart_kubelet_command or "").split())
     settings = AgentSettings(
         node_name=args.node_name,
         kubelet_root=args.kubelet_root,
