@@ -126,7 +126,12 @@ class Reconciler(NodeSide):
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
         if status.get("cause") != str(d.cause):
             self._announce(pod, record, decision, now)
-        return self._advance(pod, record, rem, decision, now, probe=probe)
+        due = self._advance(pod, record, rem, decision, now, probe=probe)
+        # The node's Ready transition poked this pass; nothing pokes when it turns into
+        # NodeUnreachable nodeLostAfter later: wake then, not at the slow re-check.
+        if due is not None and d.node_lost_at is not None:
+            due = min(due, d.node_lost_at.timestamp())
+        return due
 
     def _create_record(
         self, record: TerminatingPod, name: str, dry_run: bool, now: float

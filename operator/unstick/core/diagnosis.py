@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from unstick.core import safety
 from unstick.core.durations import human
@@ -61,6 +61,10 @@ class Diagnosis:
     nothing_left: bool = False  # a fresh probe shows nothing of the pod on the node
     finalizers: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # When the pod's node, not Ready, will have been so for nodeLostAfter (rule 3 then
+    # matches); None: the node is Ready, already lost, or unknown. Nothing changes about
+    # the Node at that moment, so whoever re-diagnoses on changes must wake up then.
+    node_lost_at: datetime | None = None
 
     @property
     def pod(self) -> str:
@@ -124,6 +128,18 @@ def _node_lost(node: NodeFacts, facts: Facts, settings: DiagnosisSettings) -> tu
     return False, f"{message}; under nodeLostAfter {human(settings.node_lost_after_s)}"
 
 
+def _node_lost_at(facts: Facts, settings: DiagnosisSettings) -> datetime | None:
+    """When the pod's node will count as lost, if it is not Ready and not lost yet."""
+    node = facts.node
+    if node is None or (node.ready is not None and node.ready.status == "True"):
+        return None
+    since = (node.ready.last_transition if node.ready is not None else None) or node.created
+    if since is None:
+        return None
+    at = since + timedelta(seconds=settings.node_lost_after_s)
+    return at if at > facts.now else None
+
+
 def _api_running(facts: Facts) -> tuple[str, ...]:
     return tuple(
         ("init container " if c.init else "container ") + c.name
@@ -173,6 +189,7 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         nothing_left=view.nothing_left,
         finalizers=pod.finalizers,
         annotations=pod.annotations,
+        node_lost_at=_node_lost_at(facts, settings),
     )
 
 

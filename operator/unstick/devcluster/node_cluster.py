@@ -13,7 +13,10 @@ from unstick.devcluster.process import Process, wait_until
 
 # node-lifecycle: the kubelet registers its Node with the `not-ready` taint, which only
 # this controller lifts. No podgc: it would delete the pods of a deleted Node itself,
-# racing unstick's NodeGone.
+# racing unstick's NodeGone, and the out-of-service taint's force-delete (podgc's, racing
+# unstick's fenced NodeUnreachable). No taint-eviction-controller (separate from
+# node-lifecycle since 1.29): it would delete the pods of an unreachable node (unstick's own
+# among them) once their `unreachable` toleration runs out.
 CONTROLLERS = (
     "node-lifecycle-controller",
     "deployment-controller",
@@ -24,6 +27,9 @@ CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
 )
+
+# How long a Node may stay silent before node-lifecycle marks it NotReady (default 50 s).
+NODE_MONITOR_GRACE_S = 20
 
 NODE_ROLE_BINDING = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -63,6 +69,10 @@ class ClusterControllers:
             "--use-service-account-credentials=false",
             "--secure-port=0",
             "--concurrent-deployment-syncs=2",
+            # A silent kubelet's Node goes NotReady after ~20 s instead of 50 (the kubelet
+            # posts its status every 5 s, nodeStatusUpdateFrequency in node_kubelet).
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
+            "--node-monitor-period=2s",
             "--v=1",
         ]
         scheduler = [
