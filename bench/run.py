@@ -217,6 +217,8 @@ def run_bench(  # noqa: PLR0917 (the run's few inputs)
         {c: o.rss_series for c, o in outcomes.items()},
     )
     say(f"wrote {out_dir / f'{name}.json'} and {out_dir / f'{name}.png'}")
+    if name == "full":
+        say(f"the README's table: python -m bench.table {out_dir / 'full.json'}")
     return result
 
 
