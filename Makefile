@@ -10,6 +10,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
+	@echo "                  (on a real node when root can run one, else a kubelet stand-in)"
 	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
 	@echo "make lint         ruff, mypy (strict on the core), import contract"
 	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
@@ -53,8 +54,14 @@ test: venv tools images lint
 test-fast: venv
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind' $(PYTEST_ARGS)
 
+# On a real node (kubelet + containerd, unstick from the chart) when the machine can run one
+# (root, node-deps, the images: `make images` is a no-op, with a message, when not root, and
+# its failure only costs the real node); else with the kubelet stand-in. The demo says
+# which. DEMO_ARGS=--node=stand-in forces the stand-in, --node=real the real node.
+DEMO_ARGS ?=
 demo: venv tools
-	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/unstick demo
+	@$(MAKE) --no-print-directory images || echo "make images failed: no real node for the demo"
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/unstick demo $(DEMO_ARGS)
 
 bench: venv tools
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/python -m bench.run --name full

@@ -151,7 +151,7 @@ class Node:
         (scratch / "scratch" / "results.csv").write_text("order,total\n" + "1,9.99\n" * 300)
         return str(scratch / "scratch" / "results.csv")
 
-    def run_agent(self) -> None:
+    def run_agent(self, *extra: str) -> None:
         self.start(
             sys.executable, "-m", "unstick", "agent", "--node-name", self.cfg["node"],
             "--kubelet-root", str(self.root), "--host-proc", "/proc",
@@ -160,6 +160,7 @@ class Node:
             "--kubelet-healthz", "http://127.0.0.1:1/healthz",
             "--state-dir", str(self.work / "agent-state"), "--log-level", "WARNING",
             "--orphan-min-age", "0",  # the demo's orphan is made a moment before
+            *extra,
         )  # fmt: skip
 
     # -- the kubelet stand-in -------------------------------------------------------

@@ -34,12 +34,14 @@ from unstick.devcluster.controlplane import ControlPlane, ControlPlaneSettings, 
 from unstick.devcluster.csi_seed import CsiSeed, set_kubelet_verbosity
 from unstick.devcluster.kwok import Kwok
 from unstick.devcluster.node import NodeSettings, RealNode, children
+from unstick.devcluster.node_check import lock_holders
 from unstick.devcluster.node_cluster import ClusterControllers
 from unstick.devcluster.node_images import NodeImages
 from unstick.devcluster.process import wait_until
 
 NODE = NodeSettings().name  # the real-node suite's name: its lock is shared
 RELEASE, RELEASE_NAMESPACE = "unstick", "unstick-system"
+ON_THE_NODE = {"kubernetes.io/hostname": NODE}
 ORPHAN_UID = "0a0a0a0a-dead-4bad-8bad-0a0a0a0a0a0a"
 
 # What the real kubelet logs when it cannot finish a pod's volumes (kubelet_volumes.go,
@@ -71,8 +73,14 @@ def values(node: RealNode, images: NodeImages) -> dict[str, Any]:
             "probeMaxAgeSeconds": policy["probeMaxAgeSeconds"],
             "finalizerAllowlist": [ABANDONED_FINALIZER],
         },
-        # the demo's orphaned pod dir is made a moment before
-        "agent": {**node.helm_values()["agent"], "extraArgs": ["--orphan-min-age=0"]},  # type: ignore[dict-item]
+        # both on the real node (not on kwok's nodes, nor the kubelet-less ones); the
+        # demo's orphaned pod dir is made a moment before the agent looks
+        "controller": {"nodeSelector": ON_THE_NODE},
+        "agent": {
+            **node.helm_values()["agent"],  # type: ignore[dict-item]
+            "nodeSelector": ON_THE_NODE,
+            "extraArgs": ["--orphan-min-age=0"],
+        },
     }
 
 
@@ -158,9 +166,13 @@ class RealNodeDemo:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         cluster.create_nodes(core, client.StorageV1Api(api), stand_in=False)
         cluster.create_namespace(core)
+        holders = lock_holders(NODE)
+        if holders:
+            print(f"waiting for another real node {NODE} to stop (pid {holders})…", flush=True)
         print(f"starting the real node {NODE} (containerd, image import, kubelet)…", flush=True)
         node = self.node = RealNode(cp, self.images).start()  # stops itself if it fails
         stack.callback(node.stop)
+        print(f"real node {NODE} Ready (its state in {node.workdir})", flush=True)
         self._helm(["install", RELEASE, str(chart_dir()), "--create-namespace", "-f",
                     str(self._values_file(node))])  # fmt: skip
         controllers.wait_namespace(NAMESPACE)
