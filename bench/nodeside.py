@@ -44,7 +44,6 @@ from bench import contenders, measure
 from bench.nodeside_node import STANDIN_UA
 from bench.workload import Api, parse_rfc3339
 from unstick.demo.cluster import _node_status
-from unstick.demo.run import NodeProcess
 from unstick.demo.scenarios import CSI_DRIVER
 from unstick.devcluster import ControlPlane, ControlPlaneSettings, node_manifest
 from unstick.devcluster.process import Process, free_port, wait_until
@@ -71,7 +70,8 @@ class NodeSideSettings:
 PRESETS = {
     "full": NodeSideSettings(pods=100, extra_mounts=5000),
     "quick": NodeSideSettings(pods=20, extra_mounts=1000),
-    "tiny": NodeSideSettings(pods=3, extra_mounts=50, resolve_timeout_s=120.0),
+    # more than 10 pods: beyond the agent's default cap on node-step batches per minute
+    "tiny": NodeSideSettings(pods=12, extra_mounts=50, resolve_timeout_s=90.0),
 }
 
 
@@ -181,9 +181,11 @@ def strike(api: Api, pods: list[PodSpec]) -> dict[str, float]:
 # -- the node --------------------------------------------------------------------------
 
 
-class BenchNodeProcess(NodeProcess):
-    """`bench/nodeside_node.py` in its own mount namespace and process group; the demo's
-    reader (JSON events) and stop (TERM, then KILL of the whole group)."""
+class BenchNodeProcess:
+    """`bench/nodeside_node.py` in its own mount namespace and process group: its JSON events
+    read from stdout; stopped with TERM (it reports what is left, stops its children), then
+    KILL of the whole group. (As the demo runs its node; the demo's own class is tied to
+    the demo's node module.)"""
 
     def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
         cfg_path = workdir / "node.json"
@@ -198,20 +200,47 @@ class BenchNodeProcess(NodeProcess):
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []
         self.agent_metrics_port = int(cfg["agent_metrics_port"])
+        self.work = Path(cfg["work"])
         self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                self.events.append(event)
+                if event.get("event") == "ready":
+                    self.ready.set()
 
     def event(self, name: str) -> dict[str, Any] | None:
         return next((e for e in self.events if e.get("event") == name), None)
+
+    def finalised(self) -> set[str]:
+        return {e["pod"] for e in self.events if e.get("event") == "finalised"}
 
     def wait_ready(self, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while not self.ready.wait(0.5):
             if self.popen.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the bench node did not come up; see {self.log.name}")
+                self.log.flush()
+                tail = Path(self.log.name).read_text(errors="replace").splitlines()[-15:]
+                raise RuntimeError("the bench node did not come up:\n" + "\n".join(tail))
         ready = self.event("ready")
         assert ready is not None
         return ready
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left behind
+        self.popen.wait()
+        self._reader.join(timeout=5)  # its last events (`final`) are read
+        self.log.close()
 
 
 def agent_metrics(port: int) -> dict[str, float]:
@@ -363,8 +392,11 @@ def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
 def _start_node(
     cp: ControlPlane, settings: NodeSideSettings, pods: list[PodSpec], extra: int, logs: Path
 ) -> BenchNodeProcess:
+    # the kubelet root: a short path (a unix socket path has at most 107 bytes), a mount
+    # point in the node's namespace only, empty on the host
+    work = Path(tempfile.mkdtemp(prefix="ubn-", dir="/tmp"))
     cfg = {
-        "work": str(logs / "node"),
+        "work": str(work),
         "kubeconfig": str(cp.kubeconfig),
         "node": NODE,
         "pods": [asdict(p) for p in pods],
@@ -411,6 +443,7 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         started = time.time()
         node = _start_node(cp, settings, pods, extra, logs)
         stack.callback(node.stop)
+        stack.callback(shutil.rmtree, node.work, True)  # after the node stopped
         ready = node.wait_ready(settings.setup_timeout_s)
         agent = measure.Sampler(int(ready["agent_pid"])).start()
         stack.callback(agent.stop)

@@ -36,6 +36,9 @@ from unstick.core.kubelet_paths import pod_dir
 from unstick.demo.node import Node, _emit, _mount_points, _sh
 
 STANDIN_UA = "unstick-bench-kubelet/1"  # the stand-in's requests in the audit log
+# lifted like the controller's (bench/contenders.py): the agent's own cap on node-step
+# batches would otherwise hold the burst to 10 pods a minute
+AGENT_FLAGS = ("--max-node-actions-per-minute", "1000000")
 _libc = ctypes.CDLL(None, use_errno=True)
 _MNT_DETACH = 2
 
@@ -145,7 +148,7 @@ def main() -> int:
     try:
         node.setup_pods()
         direct = node.probe_directly()
-        node.run_agent()
+        node.run_agent(*AGENT_FLAGS)
         _emit(
             event="ready",
             agent_pid=node.children[-1].pid,

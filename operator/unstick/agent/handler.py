@@ -278,8 +278,10 @@ class Handler:
         wait = self.budget.try_take(self.clock().timestamp(), limit)
         if wait > 0:
             message = (
-                f"rate limit: this node's budget ({limit} per minute, RemediationPolicy "
-                f"{m.policy.name!r}, or stricter) is used up for {wait:.0f}s"
+                f"rate limit: this node's budget ({min(limit, self.budget.cap)} per minute: "
+                f"RemediationPolicy {m.policy.name!r} allows {limit}, the agent's "
+                f"--max-node-actions-per-minute {self.budget.cap}, or a stricter policy's "
+                f"in the last minute) is used up for {wait:.0f}s"
             )
             return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), None
         return [], m

@@ -101,6 +101,14 @@ def add_parser(sub: Any) -> None:
         help="a pod dir whose pod is not in the API counts as orphaned only when it is older "
         "than this (docs/aftermath.md; default: %(default)s)",
     )
+    p.add_argument(
+        "--max-node-actions-per-minute",
+        type=int,
+        default=10,  # unstick.core.ratelimit.DEFAULT_NODE_CAP, as the controller's flag
+        metavar="N",
+        help="cap on this node's batches of node steps per minute, which no policy can raise; "
+        "set it as the controller's --max-node-actions-per-minute (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
@@ -119,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             f"unstick agent: --kubelet-root {args.kubelet_root!r} must be an absolute path",
             file=sys.stderr,
         )
+        return 2
+    if args.max_node_actions_per_minute < 1:
+        print("unstick agent: --max-node-actions-per-minute must be at least 1", file=sys.stderr)
         return 2
     if args.max_request_age <= 0:
         print("unstick agent: --max-request-age must be a positive number of seconds",
@@ -155,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_address,
             orphan_min_age_s=max(0.0, args.orphan_min_age),
+            node_actions_per_minute=args.max_node_actions_per_minute,
         ),
     )
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,71 @@
+"""The node-side benchmark end to end at its tiny preset: real etcd + kube-apiserver, the
+real `unstick controller` and `unstick agent`, real mounts in a private mount namespace,
+the project's CSI plugin. Asserts behaviour, never timings: every stuck pod resolved by the
+agent's node steps (replay-unpublish, unmount, rmdir-stale), nothing of the pods left on
+the node, the volumes' data kept, every process, mount and directory gone at the end."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from bench.nodeside import PRESETS, run_node_side
+
+pytestmark = [pytest.mark.envtest, pytest.mark.mountns, pytest.mark.timeout(300)]
+
+
+def _mounts() -> set[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        return {line.split()[4] for line in f if line.strip()}
+
+
+def _check_run(run: dict[str, Any], pods: int) -> None:
+    assert run["pods_gone"] == pods and run["pods_left"] == 0, run
+    assert run["all_resolved_s"] is not None
+    assert run["node_actions_done_s"]["n"] == pods  # every pod's steps done, all succeeded
+    assert run["node_actions"]["replay-unpublish succeeded"] == pods
+    assert run["node_actions"]["unmount succeeded"] == pods  # the driver forgot: agent unmounts
+    assert run["node_actions"]["rmdir-stale succeeded"] >= 2 * pods  # CSI and emptyDir dirs
+    assert not [k for k in run["node_actions"] if not k.endswith(" succeeded")], run
+    assert run["remediation_phases"] == {"Resolved": pods}
+    assert run["leftovers_on_node"] == []  # no mount, no volume dir of any stuck pod
+    assert run["volumes_data_kept"] == pods  # the driver's data dirs untouched
+    agent, controller = run["agent"], run["controller"]
+    assert agent["probes"] >= pods and agent["rss_peak_mib"] > 0 and agent["cpu_s"] > 0
+    assert agent["requests"]["patch"] >= pods  # its answers, counted from the audit log
+    assert agent["requests"]["delete"] == 0  # the agent never deletes pods
+    assert controller["requests"]["create"] >= pods and controller["rss_peak_mib"] > 0
+    assert run["direct_probe"]["probes"] == pods
+
+
+def test_tiny_node_side_benchmark_resolves_every_pod_and_leaves_nothing(tmp_path: Path) -> None:
+    me = psutil.Process()
+    before_children = {p.pid for p in me.children(recursive=True)}
+    before_mounts = _mounts()
+    before_roots = set(Path("/tmp").glob("ubn-*"))
+    settings = replace(PRESETS["tiny"], logs_dir=tmp_path / "logs")
+    result = run_node_side(settings, print)
+
+    _check_run(result["stuck_pods"], settings.pods)
+    _check_run(result["many_mounts"], settings.pods)
+    assert result["many_mounts"]["host_mounts"] >= (
+        result["stuck_pods"]["host_mounts"] + settings.extra_mounts
+    )
+    left = [p for p in me.children(recursive=True) if p.pid not in before_children]
+    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left
+    assert _mounts() == before_mounts  # the node's mounts lived only in its namespace
+    assert set(Path("/tmp").glob("ubn-*")) == before_roots  # the nodes' kubelet roots
+
+
+def test_tiny_node_side_benchmark_removes_its_temporary_dir() -> None:
+    """Without `logs_dir` the whole work dir goes too (here: the run fails at once)."""
+    before = set(Path(tempfile.gettempdir()).glob("unstick-bench-nodeside-*"))
+    settings = replace(PRESETS["tiny"], setup_timeout_s=0.0)
+    with pytest.raises(RuntimeError, match="did not come up"):
+        run_node_side(settings, print)
+    assert set(Path(tempfile.gettempdir()).glob("unstick-bench-nodeside-*")) == before
