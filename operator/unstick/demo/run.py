@@ -222,11 +222,37 @@ def _play(backend: Backend, stack: contextlib.ExitStack, settings: DemoSettings)
             break
         backend.check()
         time.sleep(0.5)
+    if all(r.done for r in rows):
+        rows = _settled_rows(custom, core, backend, history, agent_node)
+        _show(render(rows, time.monotonic() - start), settings.interactive, last)
     print("\nmetrics (controller /metrics):")
     print("\n".join("  " + line for line in backend.controller_metrics()))
     print("\naftermath (docs/aftermath.md):")
     print("\n".join("  " + line for line in _aftermath(core, backend, agent_node)))
     return rows
+
+
+def _settled_rows(
+    custom: Any, core: Any, backend: Backend, history: History, agent_node: str
+) -> list[Row]:
+    """The rows once the Remediations of the pods fixed on the agent's node are Resolved: a
+    real kubelet removes the pod right after the agent's unmount, before the agent's report
+    of its steps lands on the Remediation (at most 20 s)."""
+    fixed = {sc.pod for sc in backend.scenarios if sc.fixed and sc.node == agent_node}
+
+    def resolved() -> bool:
+        rems = custom.list_namespaced_custom_object(
+            "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
+        )["items"]
+        phases = {
+            (r.get("spec") or {}).get("podName"): (r.get("status") or {}).get("phase") for r in rems
+        }
+        return all(phases.get(pod) == "Resolved" for pod in fixed)
+
+    deadline = time.monotonic() + 20
+    while not resolved() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return _rows(custom, core, backend, history)
 
 
 def _aftermath(core: Any, backend: Backend, agent_node: str) -> list[str]:

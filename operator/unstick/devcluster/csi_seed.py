@@ -1,7 +1,8 @@
 """The OrphanedMount seed on the real node (used by the node suite and by `unstick demo` on
 the real node): the project's CSI plugin (unstick.devcluster.csi_hostpath) run as a pod
-from the unstick image, registered with the real kubelet through `<kubeletRoot>/plugins_registry/` (no registrar sidecar), a
-`CSIDriver` (attachRequired: false) and a static PV bound to a PVC.
+from the unstick image, registered with the real kubelet through
+`<kubeletRoot>/plugins_registry/` (no registrar sidecar), a `CSIDriver` (attachRequired:
+false) and a static PV bound to a PVC.
 
 The volumes live on a tmpfs of the node's (the data dir): a bind mount from another
 filesystem, as a real driver's block device would be. (From the kubelet root's own
