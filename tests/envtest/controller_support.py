@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller.records import remediation_name
+from unstick.controller.records import pod_label, remediation_name
 from unstick.devcluster import ControlPlane
 from unstick.devcluster.process import free_port, wait_until
 
@@ -252,6 +252,29 @@ class Objects:
     def status(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
         rem = self.remediation(namespace, pod) or {}
         return dict(rem.get("status") or {})
+
+    def records_of(self, namespace: str, pod_name: str) -> list[dict[str, Any]]:
+        """The Remediations that tell this pod's story, found by its label
+        (`kubectl get remediations -l pod.unstick.dev/<pod>`)."""
+        found = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "remediations", label_selector=pod_label(pod_name)
+        )
+        return list(found.get("items") or [])
+
+    def incident(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+        """The node incident that lists this pod, if any."""
+        for rem in self.records_of(namespace, pod["name"]):
+            if (rem.get("spec") or {}).get("incident"):
+                return rem
+        return None
+
+    def incident_entry(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod's line in its node incident's status.pods ({} when none)."""
+        rem = self.incident(namespace, pod) or {}
+        for entry in (rem.get("status") or {}).get("pods") or []:
+            if entry.get("uid") == pod["uid"]:
+                return dict(entry)
+        return {}
 
 
 def controller_pod_writes(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from controller_support import (
 )
 from kubernetes.client.exceptions import ApiException
 
+from unstick.controller.nodeside import RATE_LIMITED
 from unstick.devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
@@ -79,15 +80,38 @@ def test_node_gone_opted_in_pod_is_force_deleted(
 ) -> None:
     pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
     await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
-    status = await_(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
+    # Its node's incident tells its story (docs/incidents.md), found by the pod's name.
+    incident = await_(
+        lambda: (
+            (i := objects.incident(namespace, pod))
+            and (i.get("status") or {}).get("phase") == "Resolved"
+            and i
+        ),
         30,
-        "Remediation Resolved",
+        "the node incident Resolved",
     )
-    assert status["cause"] == "NodeGone"
-    assert [a["result"] for a in _actions(status, "force-delete")] == ["succeeded"]
+    status = incident["status"]
+    assert status["cause"] == "NodeGone" and incident["spec"]["incident"] == "NodeGone"
+    assert status["podCount"] == status["podsGone"] == 1
+    entry = objects.incident_entry(namespace, pod)
+    assert (entry["action"], entry["result"], entry["name"]) == (
+        "force-delete",
+        "succeeded",
+        pod["name"],
+    )
+    assert entry.get("goneAt") and entry.get("time")
+    assert objects.remediation(namespace, pod) is None  # no per-pod record besides
     deletes = [e for e in controller_pod_writes(controller.cp, namespace) if e["verb"] == "delete"]
     assert len(deletes) == 1
+
+    def reasons() -> list[str]:
+        events = objects.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={incident['metadata']['name']}"
+        ).items
+        return sorted(e.reason for e in events)
+
+    await_(lambda: len(reasons()) >= 2, 30, "the incident's two Events")
+    assert reasons() == ["IncidentResolved", "StuckNodeGone"]
     assert (
         controller.sample(
             "unstick_remediations_total",
@@ -271,8 +295,11 @@ def test_restart_does_not_act_twice(
             e for e in controller_pod_writes(control_plane, namespace) if e["verb"] == "delete"
         ]
         assert len(deletes) == 1
-        status = objects.status(namespace, pod)
-        assert [a["result"] for a in _actions(status, "force-delete")] == ["succeeded"]
+        # The force-delete is on record in the node incident (the pod's own record, made
+        # when it stayed, is FinalizerBlocked), and was not done again.
+        entry = objects.incident_entry(namespace, pod)
+        assert (entry.get("action"), entry.get("result")) == ("force-delete", "succeeded")
+        assert _actions(objects.status(namespace, pod), "force-delete") == []
     finally:
         second.stop()
         print(second.log()[-3000:])
@@ -304,7 +331,18 @@ def test_rate_limit_holds_under_200_stuck_pods(
         assert len(in_window) <= 10, (start, in_window)
     waiting = [p for p in pods if objects.read_pod(namespace, p["name"]) is not None]
     assert len(waiting) >= 150  # the rest wait for budget; none is dropped:
-    assert all(objects.remediation(namespace, p) is not None for p in waiting[:20])
+    incident = await_(
+        lambda: (
+            (i := objects.incident(namespace, waiting[0]))
+            and (i.get("status") or {}).get("podCount", 0) >= len(waiting)
+            and i["status"].get("waitingFor") == RATE_LIMITED
+            and i
+        ),
+        30,
+        "the waiting pods listed in their node's incident, waiting for the budget",
+    )
+    listed = {e["uid"]: e for e in incident["status"]["pods"]}
+    assert all(p["uid"] in listed for p in waiting)
     print(f"rate limit: {len(times)} deletes in {times[-1] - times[0]:.1f}s")
 
 

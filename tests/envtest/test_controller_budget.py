@@ -20,6 +20,7 @@ from controller_support import Controller, Objects, await_, crds_installed, poli
 
 from unstick.controller.caches import ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
+from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
 from unstick.controller.nodeside import RATE_LIMITED, ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
@@ -88,8 +89,13 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
         second.start()
 
         def rate_limited() -> list[dict[str, Any]]:
+            # pods of a deleted node: their node incident waits for the budget
             return [
-                p for p in later if objects.status(namespace, p).get("waitingFor") == RATE_LIMITED
+                p
+                for p in later
+                if ((objects.incident(namespace, p) or {}).get("status") or {}).get("waitingFor")
+                == RATE_LIMITED
+                and objects.incident_entry(namespace, p)
             ]
 
         # 3 per node per minute, 2 used by the first process in this minute: 1 left.
@@ -179,6 +185,7 @@ def _reconciler(kube: Kube, events: EventQueue) -> Reconciler:
         has_remediation=lambda uid: False,
         events=events,
         fresh=NodeInputs(node=nodes.get, csi_node=csi_nodes.get),
+        incidents=Incidents(kube, events, time.time),
     )
     return Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
 

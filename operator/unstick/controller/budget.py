@@ -3,7 +3,8 @@ the controller puts back the grants of the last minute, read from the Remediatio
 
 A grant is what took a slot of the budget and is on record:
 - an API action of the controller in `status.actions` (`force-delete`,
-  `remove-finalizer`) with result `succeeded` or `failed` — it was carried out; and
+  `remove-finalizer`), or in `status.pods` of a node incident, with result `succeeded`
+  or `failed` — it was carried out; and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
 each on the pod's node (`spec.nodeName`), at its recorded time, if within the last 60 s.
@@ -58,7 +59,8 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
         node = str(spec.get("nodeName") or "") or "(none)"
         policy = str(status.get("policy") or "")
         times = [_time(spec.get("nodeStepsRequestedAt"))]
-        for entry in status.get("actions") or []:
+        # per-pod records: status.actions; node incidents: status.pods (incidents.py)
+        for entry in [*(status.get("actions") or []), *(status.get("pods") or [])]:
             if (
                 isinstance(entry, dict)
                 and entry.get("action") in _API_ACTIONS

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import budget, metrics, records, trust
 from unstick.controller.detector import Detector
+from unstick.controller.incidents import Incidents, takes_incident_path
 from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
 from unstick.controller.nodeside import (
     RATE_LIMITED,
@@ -57,6 +58,7 @@ class ActionInputs:
     has_remediation: Callable[[str], bool]  # a Remediation for this pod uid is known
     events: EventQueue  # Events are posted off the action path
     fresh: NodeInputs  # Node (shared GET, <= 1 s old) and CSINode for the re-check
+    incidents: Incidents  # one record for the pods a node-level fact holds (incidents.py)
 
 
 class Reconciler(NodeSide):
@@ -117,6 +119,9 @@ class Reconciler(NodeSide):
         d = decision.diagnosis
         if not d.stuck:
             return max(record.deletion_timestamp + decision.policy.slack_s, now + 1.0)
+        if rem is None and takes_incident_path(decision):
+            self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
+            return self._act_in_incident(record, decision, now)
         if rem is None:
             rem, name = self._create_record(record, name, decision.policy.dry_run, now)
             if rem is None or name is None:
@@ -371,6 +376,52 @@ class Reconciler(NodeSide):
         self._write(p, "Remediating", waitingFor=None)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
 
+    def _act_in_incident(self, record: TerminatingPod, dec: Decision, now: float) -> float | None:
+        """Force-delete a pod its node holds (NodeGone, fenced NodeUnreachable), recorded in
+        the node's incident (controller/incidents.py). Re-checked right before acting like
+        any action, but with no per-pod read: the pod as the watch last delivered it (the
+        DELETE carries its UID and resourceVersion as preconditions, so the API server
+        refuses if the pod changed since) and the Node read fresh (one GET shared by the
+        pods of that node, <= 1 s old)."""
+        incidents = self.inputs.incidents
+        incidents.join(record, dec, now)
+        fresh = self.detector.decide(pod_json(record), None, self.clock(), self.inputs.fresh)
+        fd = fresh.diagnosis
+        if fd.cause != dec.diagnosis.cause or not takes_incident_path(fresh):
+            log.info(
+                "pod=%s uid=%s cause=%s action=force-delete result=skipped: changed before acting",
+                record.key,
+                record.uid,
+                fd.cause,
+            )
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        verdict = safety.force_delete_safe(fd.cause, fd.fenced, fd.nothing_left, fd.probe_fresh)
+        if not verdict:
+            metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
+            outcome = actions.Outcome("refused", verdict.reason)
+        else:
+            wait = self._take_budget(fresh.policy, record.node, now)
+            if wait > 0:
+                incidents.waiting(record.uid, RATE_LIMITED)
+                return self.clock() + wait
+            outcome = actions.force_delete(
+                self.kube, record.namespace, record.name, record.uid, record.resource_version
+            )
+        log.info(
+            "pod=%s uid=%s cause=%s action=force-delete result=%s %s",
+            record.key,
+            record.uid,
+            fd.cause,
+            outcome.result,
+            outcome.message,
+        )
+        if outcome.result == "conflict":  # the watch brings the pod as it is now
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        action = str(Action.FORCE_DELETE)
+        if incidents.outcome(record.uid, action, outcome.result, outcome.message, self.clock()):
+            metrics.REMEDIATIONS.labels(action, str(fd.cause), outcome.result).inc()
+        return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
+
     # -- helpers ----------------------------------------------------------------------
 
     def _take_budget(self, policy: Policy, node: str, now: float) -> float:
@@ -447,6 +498,17 @@ class Reconciler(NodeSide):
         """The pod is gone: Remediation phase Resolved (kept as the audit trail)."""
         now = self.clock()
         self.detector.forget(record.uid)
+        if self.inputs.incidents.gone(record.uid, now) is not None and record.uid not in self.known:
+            # Only in its node's incident (no record of its own): the incident notes it.
+            self.requests.forget(record.uid)
+            metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+            log.info(
+                "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
+                record.key,
+                record.uid,
+                now - record.deletion_timestamp,
+            )
+            return
         asked_agent = self.requests.last(record.uid) is not None
         self.requests.forget(record.uid)
         self.rejected.pop(record.uid, None)

@@ -1,13 +1,15 @@
 """Writes of the controller: Remediation objects (spec + status) and Events on pods.
 
-One Remediation per stuck pod (docs/contracts.md). Status is written with a JSON merge
-patch on the status subresource touching only the controller's keys; the agent writes
-`probe`, `nodeActions` and `nodeStepsDoneAt` the same way. Events on the pod are creates
-of Event objects — the pod itself is never written.
+One Remediation per stuck pod (docs/contracts.md), except the pods a node incident holds
+(controller/incidents.py: one Remediation for the pods of one node). Status is written
+with a JSON merge patch on the status subresource touching only the controller's keys;
+the agent writes `probe`, `nodeActions` and `nodeStepsDoneAt` the same way. Events on the
+pod are creates of Event objects — the pod itself is never written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,19 @@ API_VERSION = "unstick.dev/v1alpha1"
 NODE_LABEL = "unstick.dev/node"
 UID_LABEL = "unstick.dev/pod-uid"
 COMPONENT = "unstick-controller"
+
+
+POD_LABEL_PREFIX = "pod.unstick.dev/"
+
+
+def pod_label(pod_name: str) -> str:
+    """`pod.unstick.dev/<pod name>` on the pod's Remediation (or its node incident's):
+    `kubectl get remediations -A -l pod.unstick.dev/<pod>` finds a pod's story by its name.
+    A name longer than a label name (63) is cut and ends in 8 hex digits of its hash."""
+    if len(pod_name) <= 63:
+        return POD_LABEL_PREFIX + pod_name
+    digest = hashlib.sha256(pod_name.encode()).hexdigest()[:8]
+    return f"{POD_LABEL_PREFIX}{pod_name[:54].rstrip('.-_')}-{digest}"
 
 
 def remediation_name(pod_name: str, uid: str) -> str:
@@ -65,7 +80,7 @@ def create_remediation(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {NODE_LABEL: node or "none", UID_LABEL: uid},
+            "labels": {NODE_LABEL: node or "none", UID_LABEL: uid, pod_label(pod_name): ""},
         },
         "spec": {"podName": pod_name, "podUID": uid, "nodeName": node, "dryRun": dry_run},
     }
@@ -100,6 +115,18 @@ def patch_status(kube: Kube, rem: JSON, status: dict[str, Any]) -> JSON:
     )
 
 
+def pod_ref(pod: JSON) -> JSON:
+    """The involvedObject of an Event about `pod`."""
+    meta = pod.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": meta.get("namespace") or "default",
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+    }
+
+
 def post_event(
     kube: Kube,
     pod: JSON,
@@ -108,21 +135,17 @@ def post_event(
     *,
     event_type: str = "Warning",
     now_rfc3339: str = "",
+    involved: JSON | None = None,
 ) -> None:
-    """A core/v1 Event about the pod (best effort: a failure is logged, not raised)."""
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
+    """A core/v1 Event about the pod, or about `involved` (an object reference) when given
+    (best effort: a failure is logged, not raised)."""
+    ref = involved or pod_ref(pod)
+    namespace = ref.get("namespace") or "default"
     body = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{meta.get('name', 'pod')}.{uuid.uuid4().hex[:12]}"},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": namespace,
-            "name": meta.get("name"),
-            "uid": meta.get("uid"),
-        },
+        "metadata": {"name": f"{ref.get('name') or 'object'}.{uuid.uuid4().hex[:12]}"},
+        "involvedObject": ref,
         "reason": reason,
         "message": message[:1000],
         "type": event_type,
@@ -135,9 +158,7 @@ def post_event(
     try:
         kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
     except Exception as exc:  # an Event is informative only
-        log.warning(
-            "could not post Event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc
-        )
+        log.warning("could not post Event %s on %s/%s: %s", reason, namespace, ref.get("name"), exc)
 
 
 class EventQueue:
@@ -150,9 +171,27 @@ class EventQueue:
         self.kube = kube
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="events")
 
-    def post(self, pod: JSON, reason: str, message: str, now_rfc3339: str) -> None:
+    def post(
+        self,
+        pod: JSON,
+        reason: str,
+        message: str,
+        now_rfc3339: str,
+        *,
+        involved: JSON | None = None,
+        event_type: str = "Warning",
+    ) -> None:
         try:
-            self._pool.submit(post_event, self.kube, pod, reason, message, now_rfc3339=now_rfc3339)
+            self._pool.submit(
+                post_event,
+                self.kube,
+                pod,
+                reason,
+                message,
+                now_rfc3339=now_rfc3339,
+                involved=involved,
+                event_type=event_type,
+            )
         except RuntimeError:  # shut down: the controller is stopping
             log.warning("not posting Event %s: the controller is stopping", reason)
 

@@ -30,6 +30,7 @@ from unstick.controller.blocked import Aftermath, Sources
 from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
+from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs, fetch_pod
 from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.nodeside import ReconcileSettings
@@ -79,6 +80,7 @@ class Runtime:
         self.remediations: set[str] = set()  # pod uids with a Remediation (Kopf's watch)
         self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
         self.events = EventQueue(kube)
+        self.incidents = Incidents(kube, self.events, clock)
         self.detector = Detector(
             kube,
             policies,
@@ -99,6 +101,7 @@ class Runtime:
                     node=FreshNodes(lambda name: kube.get(node_path(name))).get,
                     csi_node=self.csi_nodes.get,
                 ),
+                incidents=self.incidents,
             ),
         )
         self.scheduler = Scheduler()
@@ -294,6 +297,7 @@ class Runtime:
         for object_watcher in self.object_watchers:
             object_watcher.start()
         self.aftermath.start()
+        self.incidents.start()
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(
@@ -329,6 +333,7 @@ class Runtime:
             stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
             stops += [w.stop for w in self.object_watchers]
             stops.append(self.aftermath.stop)
+            stops.append(self.incidents.stop)
             for stop in stops:
                 await asyncio.to_thread(stop)
             self._pool.shutdown(wait=False, cancel_futures=True)

@@ -58,12 +58,19 @@ def _refused(exc: ApiException, *, patch: bool = False) -> Outcome:
     return Outcome("failed", f"API error {exc.status}: {exc.reason}")
 
 
-def force_delete(kube: Kube, namespace: str, name: str, uid: str) -> Outcome:
+def force_delete(
+    kube: Kube, namespace: str, name: str, uid: str, resource_version: str = ""
+) -> Outcome:
+    """DELETE with gracePeriodSeconds=0 and a UID precondition; with `resource_version`
+    also that one: the API server refuses (409) if the pod changed since it was read."""
+    preconditions = {"uid": uid}
+    if resource_version:
+        preconditions["resourceVersion"] = resource_version
     body = {
         "apiVersion": "v1",
         "kind": "DeleteOptions",
         "gracePeriodSeconds": 0,
-        "preconditions": {"uid": uid},
+        "preconditions": preconditions,
     }
     try:
         kube.request("DELETE", pod_path(namespace, name), body=body)

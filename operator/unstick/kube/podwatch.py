@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
@@ -52,6 +52,10 @@ class TerminatingPod:
     annotations: tuple[tuple[str, str], ...] = ()
     volumes: tuple[tuple[str, str | None, str | None], ...] = ()  # name, claim, CSI driver
     containers: tuple[tuple[str, str, bool], ...] = ()  # name, state, init
+    # The version this record was made from: a DELETE carries it as a precondition, so an
+    # act decided from this record fails (409) if the pod changed since. Not compared: a
+    # new version with the same facts is not a change worth a look.
+    resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -103,6 +107,7 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         ),
         volumes=_volumes(pod),
         containers=_containers(status),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
