@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,11 +29,18 @@ from unstick.demo.scenarios import SCENARIOS
 pytestmark = [pytest.mark.envtest, pytest.mark.mountns]
 
 
-def _demo_processes() -> list[str]:
+def _workdir(stdout: str) -> str:
+    """The demo's temporary directory, from the kubectl hint it prints."""
+    found = re.search(r"--kubeconfig (/\S+/unstick-demo-[^/\s]+)/", stdout)
+    assert found, stdout[-2000:]
+    return found.group(1)
+
+
+def _processes_of(path: str) -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if "unstick-demo-" in cmdline or "unstick.demo.node" in cmdline:
+        if path in cmdline:
             found.append(cmdline)
     return found
 
@@ -86,8 +94,10 @@ def _check_outcomes(stdout: str, outcome: dict[str, Any], node: str) -> None:
     assert f"OrphanedPodDirs on Node {node}: 1 orphaned pod directory" in stdout
     assert f'unstick_node_orphaned_pod_dirs{{node="{node}"}} 1.0' in stdout
     assert "stopped everything" in stdout
-    assert _demo_processes() == []
-    assert "unstick-demo" not in _mounts()
+    workdir = _workdir(stdout)  # this run's (another demo may run beside it)
+    assert _processes_of(workdir) == []
+    assert workdir not in _mounts()
+    assert not Path(workdir).exists()
 
 
 @pytest.mark.timeout(240)
@@ -106,7 +116,6 @@ def test_demo_with_the_kubelet_stand_in(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)  # it may wait for another session's real node (the lock)
 def test_demo_on_the_real_node(tmp_path: Path) -> None:
     from unstick.demo.real import NODE
-    from unstick.devcluster.node import NodeSettings, bridge_exists, cgroup_dirs
     from unstick.devcluster.node_check import lock_holders, node_unavailable
 
     reason = node_unavailable()
@@ -130,9 +139,10 @@ def test_demo_on_the_real_node(tmp_path: Path) -> None:
     assert "volumes are still mounted on disk" in rows["db-0"]["kubelet"], rows["db-0"]
     assert "target is busy" in rows["uploader"]["kubelet"], rows["uploader"]
     assert "└ kubelet: " in stdout
-    # Nothing of the node is left: its cgroups, bridge, directory and lock.
-    settings = NodeSettings()
-    assert cgroup_dirs(settings.cgroup_root) == []
-    assert not bridge_exists(settings.network.bridge)
-    assert f"/tmp/{NODE}-" not in _mounts()
-    assert lock_holders(NODE) == []
+    # Nothing of the node is left (RealNode.stop() checked its cgroups, bridge, links and
+    # mounts, or the demo would have failed): no process or mount of its directory.
+    node_dir = re.search(rf"real node {NODE} Ready \(its state in (\S+)\)", stdout)
+    assert node_dir, stdout[-2000:]
+    assert _processes_of(node_dir.group(1)) == []
+    assert node_dir.group(1) not in _mounts()
+    assert not Path(node_dir.group(1)).exists()

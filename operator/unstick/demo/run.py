@@ -55,7 +55,8 @@ class History:
                 for event in stream:
                     rem = event["object"]
                     version = rem["metadata"].get("resourceVersion", version)
-                    self.record((rem.get("spec") or {}).get("podName", ""), rem.get("status") or {})
+                    for pod, status in per_pod(rem):
+                        self.record(pod, status)
             except Exception:  # the API server restarting or going away at the end
                 if self._stopped.wait(0.5):
                     return
@@ -77,6 +78,30 @@ class History:
         self._watch.stop()
 
 
+def per_pod(rem: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(pod name, its status) of a Remediation: a pod's own, or each pod of a node incident
+    (one Remediation for the pods one node-level fact holds: `spec.incident` is the cause,
+    `status.pods` what was done to each, docs/incidents.md)."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    if spec.get("podName"):
+        return [(spec["podName"], status)]
+    if not spec.get("incident"):
+        return []
+    return [
+        (
+            entry["name"],
+            {
+                "cause": spec["incident"],
+                "phase": status.get("phase", ""),
+                "plan": [{"action": entry["action"]}] if entry.get("action") else [],
+                "actions": [entry] if entry.get("result") else [],
+            },
+        )
+        for entry in status.get("pods") or []
+        if entry.get("name")
+    ]
+
+
 def _compact(items: list[str]) -> list[str]:
     """`[a, b, b, b]` as `[a, b x3]`."""
     groups = [(a, len(list(g))) for a, g in itertools.groupby(items)]
@@ -91,12 +116,12 @@ def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Ro
     rems = custom.list_namespaced_custom_object(
         "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
     )
-    by_pod = {(r.get("spec") or {}).get("podName"): r for r in rems["items"]}
+    by_pod = {pod: status for r in rems["items"] for pod, status in per_pod(r)}
     present = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
     finalised = backend.finalised()
     rows = []
     for sc in backend.scenarios:
-        status = by_pod.get(sc.pod, {}).get("status", {})
+        status = by_pod.get(sc.pod, {})
         history.record(sc.pod, status)
         done = [
             f"{a['action']} {'✓' if a.get('result') == 'succeeded' else a.get('result', '')}"
@@ -235,22 +260,25 @@ def _play(backend: Backend, stack: contextlib.ExitStack, settings: DemoSettings)
 def _settled_rows(
     custom: Any, core: Any, backend: Backend, history: History, agent_node: str
 ) -> list[Row]:
-    """The rows once the Remediations of the pods fixed on the agent's node are Resolved: a
-    real kubelet removes the pod right after the agent's unmount, before the agent's report
-    of its steps lands on the Remediation (at most 20 s)."""
-    fixed = {sc.pod for sc in backend.scenarios if sc.fixed and sc.node == agent_node}
+    """The rows once the records of the fixed pods are complete (at most 20 s): a real
+    kubelet removes the pod right after the agent's unmount, before the agent's report of
+    its steps lands on the Remediation (Resolved then); a node incident's record is
+    written after its force-deletes."""
+    fixed = {sc.pod: sc.node == agent_node for sc in backend.scenarios if sc.fixed}
 
-    def resolved() -> bool:
+    def complete() -> bool:
         rems = custom.list_namespaced_custom_object(
             "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
         )["items"]
-        phases = {
-            (r.get("spec") or {}).get("podName"): (r.get("status") or {}).get("phase") for r in rems
-        }
-        return all(phases.get(pod) == "Resolved" for pod in fixed)
+        seen = {pod: status for r in rems for pod, status in per_pod(r)}
+        status = {pod: seen.get(pod, {}) for pod in fixed}
+        return all(
+            status[pod].get("phase") == "Resolved" if here else status[pod].get("actions")
+            for pod, here in fixed.items()
+        )
 
     deadline = time.monotonic() + 20
-    while not resolved() and time.monotonic() < deadline:
+    while not complete() and time.monotonic() < deadline:
         time.sleep(0.5)
     return _rows(custom, core, backend, history)
 
