@@ -18,6 +18,7 @@ Which scenario runs where:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import subprocess
 from functools import partial
@@ -85,47 +86,64 @@ def values(node: RealNode, images: NodeImages) -> dict[str, Any]:
 
 
 class KubeletLog:
-    """The real kubelet's log, read as it grows: per pod UID, the last line about volumes it
-    cannot tear down (KUBELET_SAYS) and how often it said it."""
+    """The real kubelet's log, read as it grows: per pod UID, the last entry about volumes
+    it cannot tear down (KUBELET_SAYS) and how often it said it. An entry is a klog header
+    line and its continuation lines (a mount error's output is on the lines after it)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, uids: list[str]) -> None:
         self.path = path
+        self.uids = uids
         self.offset = path.stat().st_size if path.exists() else 0
         self.said: dict[str, tuple[str, int]] = {}
 
-    def update(self, uids: list[str]) -> None:
+    def update(self) -> None:
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
             return
-        end = data.rfind(b"\n") + 1  # whole lines only
-        self.offset += end
-        for line in data[:end].decode(errors="replace").splitlines():
-            if not any(p in line for p in KUBELET_SAYS):
-                continue
-            for uid in uids:
-                if uid in line:
-                    message = kubelet_message(line)
-                    last, count = self.said.get(uid, ("", 0))
-                    self.said[uid] = (message, count + 1 if last == message else 1)
+        text = data.decode(errors="replace")
+        # whole entries only: up to the last header line, which may still be growing
+        headers = [m.start() for m in _KLOG_HEADER.finditer(text)]
+        if len(headers) < 2:
+            return
+        self.offset += len(text[: headers[-1]].encode())
+        for start, end in itertools.pairwise(headers):
+            self._entry(text[start:end])
+
+    def _entry(self, entry: str) -> None:
+        if not any(p in entry for p in KUBELET_SAYS):
+            return
+        for uid in self.uids:
+            if uid in entry:
+                message = kubelet_message(entry)
+                last, count = self.said.get(uid, ("", 0))
+                self.said[uid] = (message, count + 1 if last == message else 1)
 
     def view(self, uid: str) -> str:
         message, count = self.said.get(uid, ("", 0))
         return f"{message} x{count}" if message else ""
 
 
+_KLOG_HEADER = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ", re.MULTILINE)
+
+
 def kubelet_message(line: str) -> str:
     """The message of a klog line: its quoted text (structured logging), else what follows
     the header, with the reason it ends in (`target is busy`) kept."""
-    body = line.split("] ", 1)[-1]
+    body = " ".join(line.split("] ", 1)[-1].split())
     quoted = re.match(r'"((?:[^"\\]|\\.)*)"', body)
-    text = quoted.group(1) if quoted else body
+    if quoted:
+        return f'"{quoted.group(1)}"'
+    # e.g. `Operation for "{...}" failed. No retries permitted until <time> (...). Error:
+    # UnmountVolume.TearDown failed for volume "uploads" (UniqueName: ...) pod ... : unmount
+    # failed: exit status 32 Unmounting arguments: ... Output: umount: ...: target is busy.`
+    text = body.split("Error: ", 1)[-1].split(" (UniqueName", 1)[0]
     for reason in KUBELET_SAYS:
         if reason in body and reason not in text:
-            text = f"{text[:70]} … {reason}"
-    return f'"{text}"' if quoted else text[:120]
+            text = f"{text[:80]} … {reason}"
+    return text[:120]
 
 
 class RealNodeDemo:
@@ -203,7 +221,8 @@ class RealNodeDemo:
         # "Pod found, but volumes are still mounted on disk" is logged at -v=4
         set_kubelet_verbosity(cp, node, 4)
         self._orphaned_pod_dir()
-        self.kubelet_log = KubeletLog(node.workdir / "kubelet.log")
+        watched = [self.uids["db-0"], self.uids["uploader"]]
+        self.kubelet_log = KubeletLog(node.workdir / "kubelet.log", watched)
 
     def _uploader(self) -> dict[str, Any]:
         return {
@@ -293,7 +312,7 @@ class RealNodeDemo:
     def kubelet_view(self, pod: str) -> str:
         if self.kubelet_log is None or pod not in self.uids:
             return ""
-        self.kubelet_log.update([self.uids[pod]])
+        self.kubelet_log.update()
         return self.kubelet_log.view(self.uids[pod])
 
     def check(self) -> None:
