@@ -442,8 +442,8 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         say(f"{len(pods)} pods on {NODE}; laying out their mounts and {extra} other mounts")
         started = time.time()
         node = _start_node(cp, settings, pods, extra, logs)
+        stack.callback(shutil.rmtree, node.work, True)  # once the node stopped (below)
         stack.callback(node.stop)
-        stack.callback(shutil.rmtree, node.work, True)  # after the node stopped
         ready = node.wait_ready(settings.setup_timeout_s)
         agent = measure.Sampler(int(ready["agent_pid"])).start()
         stack.callback(agent.stop)
