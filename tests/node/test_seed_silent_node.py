@@ -260,8 +260,8 @@ def test_silent_node_is_observed_until_fenced_then_force_deleted(
     print(
         f"\nsilent node: NotReady after {not_ready_after:.1f} s (node-monitor-grace-period"
         f" {NODE_MONITOR_GRACE_S} s), NodeUnreachable observed after {diagnosed_after:.1f} s"
-        f" (nodeLostAfter {short_node_lost} s), force-deleted {deleted_after:.1f} s after the taint,"
-        f" test {time.monotonic() - started:.1f} s"
+        f" (nodeLostAfter {short_node_lost} s), force-deleted {deleted_after:.1f} s after"
+        f" the taint, test {time.monotonic() - started:.1f} s"
     )
     # Its own words: a pod it has no API object for, its container killed.
     lines = log.splitlines()
