@@ -38,6 +38,10 @@ class Backend(Protocol):
         """What the real kubelet last said about the pod's volumes ('' for the stand-in)."""
         ...
 
+    def settled(self) -> bool:
+        """Everything the table shows beside the outcomes is in (the kubelet's view)."""
+        ...
+
     def check(self) -> None:
         """Raise if a part of the demo died."""
         ...

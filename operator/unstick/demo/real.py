@@ -315,6 +315,12 @@ class RealNodeDemo:
         self.kubelet_log.update()
         return self.kubelet_log.view(self.uids[pod])
 
+    def settled(self) -> bool:
+        """The kubelet has said what it cannot tear down for both pods on the real node
+        (its retries of uploader's unmount back off, so its word may come after the
+        outcomes)."""
+        return all(self.kubelet_view(pod) for pod in ("db-0", "uploader"))
+
     def check(self) -> None:
         kubelet = self.node.kubelet if self.node else None
         if kubelet is None or not kubelet.process.alive():

@@ -260,7 +260,8 @@ def _play(backend: Backend, stack: contextlib.ExitStack, settings: DemoSettings)
 def _settled_rows(
     custom: Any, core: Any, backend: Backend, history: History, agent_node: str
 ) -> list[Row]:
-    """The rows once the records of the fixed pods are complete (at most 20 s): a real
+    """The rows once the records of the fixed pods are complete and the backend has all it
+    shows (at most 20 s): a real
     kubelet removes the pod right after the agent's unmount, before the agent's report of
     its steps lands on the Remediation (Resolved then); a node incident's record is
     written after its force-deletes."""
@@ -278,7 +279,7 @@ def _settled_rows(
         )
 
     deadline = time.monotonic() + 20
-    while not complete() and time.monotonic() < deadline:
+    while not (complete() and backend.settled()) and time.monotonic() < deadline:
         time.sleep(0.5)
     return _rows(custom, core, backend, history)
 

@@ -128,6 +128,9 @@ class StandIn:
     def kubelet_view(self, pod: str) -> str:
         return ""
 
+    def settled(self) -> bool:
+        return True
+
     def check(self) -> None:
         if self.controller is not None and not self.controller.alive():
             raise RuntimeError(f"the controller exited:\n{self.controller.log_tail()}")
