@@ -3,6 +3,7 @@ in a subprocess. A pod on a node without kubelet stays Terminating for real: the
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 from controller_support import (
+    USER_AGENT_PREFIX,
     Controller,
     Objects,
     await_,
@@ -20,7 +22,10 @@ from controller_support import (
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.nodeside import RATE_LIMITED
+from unstick.controller.records import pod_label
 from unstick.devcluster import ControlPlane
+from unstick.kube import actions
+from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest
 
@@ -368,3 +373,129 @@ def test_schema_rejects_invalid_policy(objects: Objects) -> None:
         objects.create_policy("t-invalid", policy_spec(actions=["explode"], slackSeconds=-1))
     assert err.value.status == 422
     assert "explode" in str(err.value.body)
+
+
+def _controller_requests(cp: ControlPlane) -> list[dict[str, Any]]:
+    return [
+        e for e in cp.audit_events() if str(e.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
+    ]
+
+
+def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    """DESIGN §3 still holds for each pod (fresh Node read, UID and resourceVersion
+    preconditions), but a node's outage is one record and two Events, not one per pod:
+    each opted-in pod costs its DELETE and nothing else. A pod that stays (not opted in)
+    keeps its own record and Event."""
+    nodes = [make_node(kubelet=False) for _ in range(2)]
+    per_node = 8  # within the default cap of 10 actions per node per minute
+    pods = {
+        n: [objects.pod(namespace, n, remediate="t-remediate") for _ in range(per_node)]
+        for n in nodes
+    }
+    watched = objects.pod(namespace, nodes[0])  # not opted in: observed, stays
+    for n in nodes:
+        objects.core.delete_node(n)
+    opted = [p for ps in pods.values() for p in ps]
+    for p in [*opted, watched]:
+        objects.core.delete_namespaced_pod(p["name"], namespace)
+    await_(
+        lambda: all(objects.read_pod(namespace, p["name"]) is None for p in opted),
+        60,
+        "every opted-in pod force-deleted",
+    )
+    incidents = {}
+    for node, ps in pods.items():
+        inc = await_(
+            lambda ps=ps: (
+                (i := objects.incident(namespace, ps[0]))
+                and (i.get("status") or {}).get("podsGone") == len(ps)
+                and i
+            ),
+            30,
+            f"the incident of {node} with all its pods gone",
+        )
+        assert inc["spec"] == {"nodeName": node, "incident": "NodeGone", "dryRun": False}
+        assert inc["status"]["phase"] == "Resolved"
+        assert {e["uid"] for e in inc["status"]["pods"]} == {p["uid"] for p in ps}
+        assert {(e["action"], e["result"]) for e in inc["status"]["pods"]} == {
+            ("force-delete", "succeeded")
+        }
+        for p in ps:  # each pod's story is found by its name
+            assert [r["metadata"]["name"] for r in objects.records_of(namespace, p["name"])] == [
+                inc["metadata"]["name"]
+            ]
+        incidents[node] = inc["metadata"]["name"]
+    # the pod that stays has its own record (observing) and its own Event
+    status = await_(
+        lambda: (s := objects.status(namespace, watched)).get("phase") == "Observing" and s,
+        30,
+        "the not-opted-in pod observed",
+    )
+    assert status["cause"] == "NodeGone" and objects.incident(namespace, watched) is None
+
+    requests = _controller_requests(controller.cp)
+    for p in opted:
+        about_pod = [
+            e["verb"]
+            for e in requests
+            if (e.get("objectRef") or {}).get("resource") == "pods"
+            and (e.get("objectRef") or {}).get("name") == p["name"]
+        ]
+        assert about_pod == ["delete"], (p["name"], about_pod)
+    events = objects.core.list_namespaced_event(namespace).items
+    about = {e.involved_object.name for e in events}
+    assert not about & {p["name"] for p in opted}  # no Event per force-deleted pod
+    assert set(incidents.values()) <= about and watched["name"] in about
+    creates = [
+        e
+        for e in requests
+        if e.get("verb") == "create"
+        and (e.get("objectRef") or {}).get("resource") == "remediations"
+        and (e.get("objectRef") or {}).get("namespace") == namespace
+    ]
+    assert len(creates) == 3  # two incidents and the watched pod's record
+    out = subprocess.run(
+        [
+            str(controller.cp.bin_dir / "kubectl"),
+            f"--kubeconfig={controller.cp.kubeconfig}",
+            "get",
+            "remediations",
+            "-A",
+            "-l",
+            pod_label(opted[0]["name"]),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    print(out)
+    assert incidents[nodes[0]] in out and "NodeGone" in out and "Resolved" in out
+
+
+def test_a_delete_decided_from_an_older_version_of_the_pod_is_refused(
+    control_plane: ControlPlane, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    """The incident path reads no pod before its DELETE: the resourceVersion it decided
+    from is a precondition, so a pod changed meanwhile (an owner opting out, a finalizer
+    added) is not deleted on stale facts."""
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    try:
+        pod = objects.pod(namespace, make_node(kubelet=False), remediate="t-remediate")
+        seen = kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod['name']}") or {}
+        version = seen["metadata"]["resourceVersion"]
+        objects.core.patch_namespaced_pod(
+            pod["name"],
+            namespace,
+            {"metadata": {"annotations": {"unstick.dev/remediate": "false"}}},
+        )
+        stale = actions.force_delete(kube, namespace, pod["name"], pod["uid"], version)
+        assert stale.result == "conflict" and objects.read_pod(namespace, pod["name"]) is not None
+        now = kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod['name']}") or {}
+        fresh = actions.force_delete(
+            kube, namespace, pod["name"], pod["uid"], now["metadata"]["resourceVersion"]
+        )
+        assert fresh.result == "succeeded" and objects.read_pod(namespace, pod["name"]) is None
+    finally:
+        kube.close()

@@ -54,6 +54,8 @@ FLUSH_S = 1.0  # an incident's record is written at most this often
 MAX_PODS = 500  # per record (the status schema's bound); more pods open another record
 JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after its last one
 MAX_MESSAGE = 512
+MAX_BACKOFF_S = 60.0
+GIVE_UP_AFTER = 6  # failed writes in a row after which a record whose pods are gone is let go
 
 
 def takes_incident_path(dec: Decision) -> bool:
@@ -106,6 +108,7 @@ class Incident:
     dirty: bool = True
     written_at: float = 0.0
     announced_resolved: int = -1  # pod count when "all gone" was last announced
+    failures: int = 0  # writes failed in a row (each waits longer before the next)
 
     @property
     def all_gone(self) -> bool:
@@ -169,6 +172,9 @@ class Incidents:
         namespace, node, cause, policy = key
         summary = status_summary(record, dec)
         summary.pop("stuckSince", None)
+        summary["plan"] = [  # the same step for each pod, whose target is the pod
+            {**step, "target": "each pod in status.pods"} for step in summary["plan"]
+        ]
         name = f"{(node or 'none')[:200].rstrip('.-')}-{cause.lower()}-{uuid.uuid4().hex[:8]}"
         log.info(
             "incident=%s/%s node=%s cause=%s action=diagnose result=remediating plan=force-delete",
@@ -182,6 +188,14 @@ class Incidents:
     def holds(self, uid: str) -> bool:
         with self._lock:
             return uid in self._by_uid
+
+    def succeeded(self, uid: str, action: str) -> bool:
+        """`action` is on record as done for this pod (restarts within a process never
+        act twice: a pass that runs before the watch reports the pod gone does nothing)."""
+        with self._lock:
+            inc = self._by_uid.get(uid)
+            pod = inc.pods.get(uid) if inc is not None else None
+            return pod is not None and (pod.action, pod.result) == (action, "succeeded")
 
     def outcome(self, uid: str, action: str, result: str, message: str, now: float) -> bool:
         """Record what was done to the pod; False when the same result was on record."""
@@ -262,7 +276,7 @@ class Incidents:
         for inc in self._live:
             if not inc.dirty:
                 continue
-            left = inc.written_at + FLUSH_S - now
+            left = inc.written_at + min(MAX_BACKOFF_S, FLUSH_S * 2**inc.failures) - now
             if left <= 0:
                 due.append(inc)
             else:
@@ -303,12 +317,26 @@ class Incidents:
             inc.labelled.update(labels)
             rem = {"metadata": {"namespace": inc.namespace, "name": inc.name}}
             records.patch_status(self.kube, rem, status)
-        except Exception as exc:  # written again at the next change, or below
-            log.warning("incident=%s/%s could not be written: %s", inc.namespace, inc.name, exc)
-            with self._lock:
-                inc.dirty = True
+        except Exception as exc:  # written again later, with all it holds by then
+            self._failed(inc, exc)
             return
+        inc.failures = 0
         self._announce(inc, status)
+
+    def _failed(self, inc: Incident, exc: Exception) -> None:
+        if isinstance(exc, ApiException) and exc.status == 404:  # deleted: made again
+            inc.ref, inc.labelled = None, set()
+        with self._lock:
+            inc.failures += 1
+            inc.dirty = not (inc.all_gone and inc.failures >= GIVE_UP_AFTER)
+        reason = f"({exc.status}) {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+        log.warning(
+            "incident=%s/%s could not be written (%s)%s",
+            inc.namespace,
+            inc.name,
+            reason,
+            "" if inc.dirty else ": its pods are gone, giving up",
+        )
 
     def _create(self, inc: Incident, labels: dict[str, str]) -> None:
         body = {

@@ -265,7 +265,11 @@ class Reconciler(NodeSide):
                 p.summary["refusals"] = refusals
         self.record_agent_results(p)
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
-        if d.cause == Cause.Unknown and not d.probe_fresh and record.node:
+        # Without a fresh probe ContainersStillRunning is the kubelet's last word in
+        # pod.status, stale when the kubelet itself is what is stuck (found on the real
+        # node: a wedged kubelet's pod read "running" forever): ask the node as for Unknown.
+        unproven = (Cause.Unknown, Cause.ContainersStillRunning)
+        if d.cause in unproven and not d.probe_fresh and record.node:
             return self._wait_for_probe(p)
         if not changing:
             self._count_once(p, Action.OBSERVE, "", "succeeded", "observed")
@@ -385,6 +389,8 @@ class Reconciler(NodeSide):
         pods of that node, <= 1 s old)."""
         incidents = self.inputs.incidents
         incidents.join(record, dec, now)
+        if incidents.succeeded(record.uid, str(Action.FORCE_DELETE)):
+            return now + self.settings.recheck_s  # done: the watch reports it gone
         fresh = self.detector.decide(pod_json(record), None, self.clock(), self.inputs.fresh)
         fd = fresh.diagnosis
         if fd.cause != dec.diagnosis.cause or not takes_incident_path(fresh):
