@@ -62,6 +62,18 @@ def test_targets_without_their_figures_are_not_measured() -> None:
     assert "no 50,000 point" in table.targets_table(result)
 
 
+def test_pods_left_at_the_timeout_are_a_miss_not_a_gap() -> None:
+    result = json.loads(FIXTURE.read_text())
+    result["contenders"]["unstick"].update(all_gone_s=None, nodegone_left=12)
+    result["node_side"]["stuck_pods"].update(all_resolved_s=None, pods_left=3)
+    targets = table.targets(result)
+    gone, vs_naive = targets[0], targets[1]
+    assert (gone.measured, gone.verdict) == ("12 left at the timeout", "**missed**")
+    assert vs_naive.verdict == "**missed**"
+    node = next(t for t in targets if t.what.startswith("node side: 100 stuck pods"))
+    assert (node.measured, node.verdict) == ("3 left at the timeout", "**missed**")
+
+
 def test_main_writes_between_the_markers_only(tmp_path: Path, capsys: Any) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(README)
