@@ -11,6 +11,13 @@ containerd 1.6) is a directory of the node's. State is in a temporary directory;
 pods' cgroups are under `<controller>/<cgroup root>` (not the machine's `kubepods`).
 The network stays the host's: pods hang off a bridge of the node's (node_network).
 
+The kubelet runs under a small supervisor (the node's "service manager", as systemd with
+`Restart=always` is on a real node): it restarts the kubelet when it exits, and on request
+(`<workdir>/kubelet-service/restart`, a host command the agent runs through nsenter into
+the node's PID 1 namespaces, as it would run `systemctl restart kubelet`) stops it as
+systemd stops a unit — SIGTERM, SIGCONT (a SIGSTOPped kubelet wakes to get it), SIGKILL
+after a stop timeout — and starts a new one.
+
 `stop()` stops the kubelet and containerd by PID, kills the namespace's init (which ends
 every process in it), then removes what outlives the namespaces: the cgroups, the
 bridge, the temporary directory. `leftovers()` lists anything still there.
@@ -83,6 +90,72 @@ while True:
 """
 
 
+# The kubelet's "service manager": starts the kubelet, writes its own and the kubelet's PID
+# (node PID namespace numbers) to the service dir, restarts the kubelet when it exits (1 s
+# later, like Restart=always, RestartSec=1) and on SIGHUP; on SIGTERM stops it and exits.
+# A kubelet dies with its supervisor (PR_SET_PDEATHSIG).
+_SUPERVISOR = r"""
+import ctypes, os, signal, subprocess, sys, time
+service, stop_timeout, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+libc = ctypes.CDLL(None, use_errno=True)
+wanted = {"restart": False, "stop": False}
+signal.signal(signal.SIGHUP, lambda *_: wanted.update(restart=True))
+signal.signal(signal.SIGTERM, lambda *_: wanted.update(stop=True))
+def say(message):
+    print(f"kubelet-supervisor: {message}", flush=True)
+def write(name, value):
+    tmp = os.path.join(service, name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{value}\n")
+    os.rename(tmp, os.path.join(service, name))
+def stop(child):
+    say(f"stopping kubelet pid {child.pid} (SIGTERM, SIGCONT)")
+    child.send_signal(signal.SIGTERM)
+    child.send_signal(signal.SIGCONT)
+    try:
+        child.wait(stop_timeout)
+    except subprocess.TimeoutExpired:
+        say(f"kubelet pid {child.pid} still there after {stop_timeout:g} s: SIGKILL")
+        child.kill()
+        child.wait()
+    say(f"kubelet pid {child.pid} stopped ({child.returncode})")
+write("supervisor.pid", os.getpid())
+while not wanted["stop"]:
+    child = subprocess.Popen(argv, preexec_fn=lambda: libc.prctl(1, signal.SIGKILL))
+    write("kubelet.pid", child.pid)
+    say(f"started kubelet pid {child.pid}")
+    while child.poll() is None and not (wanted["restart"] or wanted["stop"]):
+        time.sleep(0.1)
+    if child.poll() is None:
+        say("restart requested" if wanted["restart"] and not wanted["stop"] else "stop requested")
+        stop(child)
+    elif not wanted["stop"]:
+        say(f"kubelet pid {child.pid} exited ({child.returncode}): restarting in 1 s")
+        time.sleep(1)
+    wanted["restart"] = False
+say("stopped")
+"""
+
+# The node's `systemctl restart kubelet`: ask the supervisor, wait for a new kubelet.
+# Runs in the node's PID namespace (the PIDs in the files are that namespace's).
+_RESTART = """#!/bin/sh
+set -eu
+here=$(dirname "$0")
+old=$(cat "$here/kubelet.pid")
+kill -HUP "$(cat "$here/supervisor.pid")"
+for _ in $(seq 300); do
+  new=$(cat "$here/kubelet.pid")
+  if [ "$new" != "$old" ]; then
+    echo "kubelet restarted by its supervisor: pid $old -> $new"
+    exit 0
+  fi
+  sleep 0.1
+done
+echo "the kubelet's supervisor did not restart it within 30 s (pid $old)" >&2
+exit 1
+"""
+
+
 @dataclass(frozen=True)
 class NodeSettings:
     name: str = "unstick-node"
@@ -91,6 +164,7 @@ class NodeSettings:
     healthz_port: int = 10248
     start_timeout_s: float = 120.0
     stop_timeout_s: float = 20.0
+    kubelet_stop_timeout_s: float = 5.0  # the supervisor's SIGTERM → SIGKILL (TimeoutStopSec)
     import_unstick: bool = True  # False: only the pause and busybox images
 
     @property
@@ -184,6 +258,17 @@ class RealNode:
             # not loopback, which the kubelet refuses as a node IP.
             node_ip=self.settings.network.gateway,
         )
+
+    @property
+    def kubelet_service(self) -> Path:
+        """The kubelet supervisor's directory: its PID files and the `restart` command."""
+        return self.workdir / "kubelet-service"
+
+    @property
+    def restart_kubelet_command(self) -> str:
+        """What the agent runs for restart-kubelet here (the chart's
+        agent.restartKubeletCommand): the node's restart command, in its namespaces."""
+        return f"nsenter -t 1 -m -p -- {self.kubelet_service / 'restart'}"
 
     @property
     def kubelet_healthz(self) -> str:
@@ -377,7 +462,34 @@ class RealNode:
             ks, self.control_plane.certs, self.control_plane.url
         )
         argv = kubelet_argv(self.control_plane.bin_dir, ks, kubeconfig, config)
-        self.kubelet = self._daemon("kubelet", argv)
+        service = self.kubelet_service
+        service.mkdir(exist_ok=True)
+        for name in ("kubelet.pid", "supervisor.pid"):
+            (service / name).unlink(missing_ok=True)
+        restart = service / "restart"
+        restart.write_text(_RESTART)
+        restart.chmod(0o755)
+        timeout = str(self.settings.kubelet_stop_timeout_s)
+        supervised = [sys.executable, "-c", _SUPERVISOR, str(service), timeout, *argv]
+        self.kubelet = self._daemon("kubelet", supervised)
+        wait_until(
+            self.kubelet_pid, timeout=10, what="the kubelet started", process=self.kubelet.process
+        )
+
+    def kubelet_pid(self) -> int | None:
+        """The running kubelet's PID (the machine's numbering), not its supervisor's."""
+        supervisor = self.kubelet.host_pid if self.kubelet else None
+        found = [p for p in children(supervisor) if _alive(p)] if supervisor else []
+        return found[0] if found else None
+
+    def signal_kubelet(self, sig: signal.Signals) -> int:
+        """Send `sig` to the kubelet itself (e.g. SIGSTOP: a kubelet that no longer makes
+        progress); returns its PID."""
+        pid = self.kubelet_pid()
+        if pid is None:
+            raise RuntimeError("no kubelet runs")
+        os.kill(pid, sig)
+        return pid
 
     def stop_kubelet(self) -> None:
         if self.kubelet is not None:
@@ -455,13 +567,15 @@ class RealNode:
             return ""
 
     def helm_values(self) -> dict[str, object]:
-        """The chart values that fit this node (paths only; the image is the caller's)."""
+        """The chart values that fit this node (paths and the kubelet's restart command;
+        the image is the caller's)."""
         return {
             "agent": {
                 "kubeletRoot": str(self.kubelet_root),
                 "criSocket": str(self.containerd_settings.socket),
                 "stateDir": str(self.workdir / "agent-state"),
                 "kubeletHealthz": self.kubelet_healthz,
+                "restartKubeletCommand": self.restart_kubelet_command,
             }
         }
 
