@@ -11,7 +11,13 @@
   `max_age_s` (1 s): concurrent callers for one node wait for the GET in flight instead
   of making their own.
 
-Both are thread-safe: read from the detection and worker threads, written from Kopf's
+- `BoundVolumes`: a stuck pod's claims and their volumes, which the diagnosis reads for
+  the CSI driver of each mount. What it uses cannot change while the pod exists (a bound
+  claim's volumeName, a volume's CSI driver; a claim in use cannot be deleted), so a
+  bound claim and its volume are kept for `ttl_s` (60 s): the passes over one pod cost
+  one read of each per minute, not one per pass. Unbound or absent: read every time.
+
+All are thread-safe: read from the detection and worker threads, written from Kopf's
 event loop.
 """
 
@@ -123,3 +129,48 @@ class FreshNodes:
             for key in [k for k, (t, _) in self._reads.items() if now - t > self.max_age_s]:
                 del self._reads[key]
                 self._node_locks.pop(key, None)
+
+
+BOUND_TTL_S = 60.0
+BOUND_MAX = 20_000
+
+
+class BoundVolumes:
+    """API path → claim or volume, kept `ttl_s` when it is bound (see the module doc)."""
+
+    def __init__(
+        self,
+        fetch: Callable[[str], JSON | None],
+        ttl_s: float = BOUND_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[float, JSON]] = {}
+
+    def get(self, path: str) -> JSON | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._kept.get(path)
+        if hit is not None and now - hit[0] <= self.ttl_s:
+            return hit[1]
+        obj = self._fetch(path)
+        if obj is not None and _bound(obj):
+            with self._lock:
+                self._kept[path] = (now, trimmed(obj))
+                if len(self._kept) > BOUND_MAX:  # the oldest first
+                    for old in sorted(self._kept, key=lambda k: self._kept[k][0])[
+                        : BOUND_MAX // 10
+                    ]:
+                        del self._kept[old]
+        return obj
+
+
+def _bound(obj: JSON) -> bool:
+    """A bound claim (phase Bound, volumeName set) or a volume bound to a claim."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if obj.get("kind") == "PersistentVolume" or "claimRef" in spec:
+        return status.get("phase") == "Bound"
+    return status.get("phase") == "Bound" and bool(spec.get("volumeName"))

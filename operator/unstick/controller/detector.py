@@ -43,11 +43,12 @@ class Detector:
         nodes: ObjectCache,
         csi_nodes: ObjectCache,
         has_remediation: Callable[[str], bool],
+        volumes: Callable[[str], JSON | None] | None = None,
     ) -> None:
         self.kube = kube
         self.policies = policies
         self.namespaces = namespaces
-        self.cached = NodeInputs(node=nodes.get, csi_node=csi_nodes.get)
+        self.cached = NodeInputs(node=nodes.get, csi_node=csi_nodes.get, get=volumes)
         self.has_remediation = has_remediation
         self.stuck = metrics.StuckPods()
         self._detected: set[str] = set()  # uids whose detection lag was observed

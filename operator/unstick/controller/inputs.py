@@ -38,10 +38,12 @@ Lookup = Callable[[str], "JSON | None"]
 
 @dataclass(frozen=True, slots=True)
 class NodeInputs:
-    """Where the Node and CSINode of a bundle come from (default: a GET each)."""
+    """Where the Node, CSINode and the pod's claims and volumes of a bundle come from
+    (default: a GET each). `get` reads any other object by its API path."""
 
     node: Lookup | None = None
     csi_node: Lookup | None = None
+    get: Lookup | None = None  # claims and volumes, by path (controller/caches.py Bound)
 
 
 def build_bundle(
@@ -68,10 +70,11 @@ def build_bundle(
     )
     node = get_node(node_name) if node_name else None
     csi_node = get_csi(node_name) if node_name else None
+    get = sources.get or kube.get
     claims: list[JSON] = []
     volumes: list[JSON] = []
     for claim_name in _claim_names(pod):
-        claim = kube.get(
+        claim = get(
             f"/api/v1/namespaces/{quote(namespace, safe='')}/persistentvolumeclaims/"
             f"{quote(claim_name, safe='')}"
         )
@@ -80,7 +83,7 @@ def build_bundle(
         claims.append(claim)
         pv_name = (claim.get("spec") or {}).get("volumeName")
         if pv_name:
-            pv = kube.get(f"/api/v1/persistentvolumes/{quote(pv_name, safe='')}")
+            pv = get(f"/api/v1/persistentvolumes/{quote(pv_name, safe='')}")
             if pv is not None:
                 volumes.append(pv)
     attachments: list[JSON] = []

@@ -28,7 +28,13 @@ from typing import Any
 from unstick.controller import records
 from unstick.controller.blocked import Aftermath, Sources
 from unstick.controller.budget import rebuild_from_remediations
-from unstick.controller.caches import FreshNodes, ObjectCache, csi_node_path, node_path
+from unstick.controller.caches import (
+    BoundVolumes,
+    FreshNodes,
+    ObjectCache,
+    csi_node_path,
+    node_path,
+)
 from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs, fetch_pod
@@ -77,6 +83,7 @@ class Runtime:
         self.namespace_labels = NamespaceLabels(self._fetch_namespace_labels)
         self.nodes = ObjectCache(lambda name: kube.get(node_path(name)))
         self.csi_nodes = ObjectCache(lambda name: kube.get(csi_node_path(name)))
+        self.bound = BoundVolumes(kube.get)  # a stuck pod's claims and volumes
         self.remediations: set[str] = set()  # pod uids with a Remediation (Kopf's watch)
         self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
         self.events = EventQueue(kube)
@@ -88,6 +95,7 @@ class Runtime:
             nodes=self.nodes,
             csi_nodes=self.csi_nodes,
             has_remediation=self.remediations.__contains__,
+            volumes=self.bound.get,
         )
         self.reconciler = Reconciler(
             kube,
@@ -100,6 +108,7 @@ class Runtime:
                 fresh=NodeInputs(
                     node=FreshNodes(lambda name: kube.get(node_path(name))).get,
                     csi_node=self.csi_nodes.get,
+                    get=self.bound.get,
                 ),
                 incidents=self.incidents,
             ),
