@@ -178,6 +178,8 @@ class Handler:
             return
         spec = _obj(obj.get("spec"))
         status = _obj(obj.get("status"))
+        if spec.get("incident"):
+            return  # a node incident (docs/incidents.md) asks no agent anything
         try:
             self._handle(ns, name, key, spec, status)
         except BadRemediation as exc:

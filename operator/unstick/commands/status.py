@@ -95,6 +95,8 @@ def gather(api: Kube, now: float) -> JSON:
         for r in rems
         if (r.get("status") or {}).get("phase") not in FINAL
     }
+    for uid, r in _incident_pods(rems):  # a node incident lists its pods
+        by_uid.setdefault(uid, r)
     stuck = [
         _stuck(p, by_uid.get(str(p["metadata"].get("uid"))), now) for p in pods if _terminating(p)
     ]
@@ -109,6 +111,20 @@ def gather(api: Kube, now: float) -> JSON:
         "orphanedPodDirs": _orphans(api, notes),
         "notes": notes,
     }
+
+
+def _incident_pods(rems: list[JSON]) -> list[tuple[str, JSON]]:
+    """(pod uid, its node incident) for the pods open node incidents list as not gone
+    (docs/incidents.md)."""
+    out = []
+    for r in rems:
+        spec, status = r.get("spec") or {}, r.get("status") or {}
+        if not spec.get("incident") or status.get("phase") in FINAL:
+            continue
+        for entry in status.get("pods") or []:
+            if isinstance(entry, dict) and not entry.get("goneAt"):
+                out.append((str(entry.get("uid")), r))
+    return out
 
 
 def _terminating(pod: JSON) -> bool:
