@@ -95,6 +95,7 @@ class KubeletLog:
         self.uids = uids
         self.offset = path.stat().st_size if path.exists() else 0
         self.said: dict[str, tuple[str, int]] = {}
+        self.rank: dict[str, int] = {}
 
     def update(self) -> None:
         try:
@@ -115,11 +116,16 @@ class KubeletLog:
     def _entry(self, entry: str) -> None:
         if not any(p in entry for p in KUBELET_SAYS):
             return
+        rank = min(i for i, p in enumerate(KUBELET_SAYS) if p in entry)
         for uid in self.uids:
-            if uid in entry:
-                message = kubelet_message(entry)
-                last, count = self.said.get(uid, ("", 0))
-                self.said[uid] = (message, count + 1 if last == message else 1)
+            if uid not in entry:
+                continue
+            message = kubelet_message(entry)
+            last, count = self.said.get(uid, ("", 0))
+            if last and self.rank.get(uid, rank) < rank:
+                continue  # the more telling line stays (KUBELET_SAYS is in that order)
+            self.rank[uid] = rank
+            self.said[uid] = (message, count + 1 if last == message else 1)
 
     def view(self, uid: str) -> str:
         message, count = self.said.get(uid, ("", 0))
