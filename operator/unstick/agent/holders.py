@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from unstick.core.mount_identity import (
@@ -55,7 +55,7 @@ from unstick.core.mount_identity import (
     under,
     uses,
 )
-from unstick.core.mountinfo import Mount, MountinfoError, parse_mountinfo
+from unstick.core.mountinfo import Mount, MountinfoError, parse_relevant
 
 _DELETED = " (deleted)"
 _DENIED = (errno.EACCES, errno.EPERM)
@@ -102,6 +102,13 @@ class _Gaps:
             self.more[kind] = self.more.get(kind, 0) + 1
         else:
             self.first[kind] = f"cannot read {path}: {exc.strerror}"
+
+    def note(self, kind: str, text: str) -> None:
+        """Something other than a denied read left the scan incomplete."""
+        if kind in self.first:
+            self.more[kind] = self.more.get(kind, 0) + 1
+        else:
+            self.first[kind] = text
 
     def merge(self, other: _Gaps) -> None:
         for kind, text in other.first.items():
@@ -167,13 +174,12 @@ def _pids(host_proc: str) -> tuple[list[int], str | None]:
     return pids, None
 
 
-def _table(text: str | None) -> MountTable | None:
-    if text is None:
-        return None
-    try:
-        return MountTable.of(parse_mountinfo(text))
-    except MountinfoError:
-        return None
+def _table(text: str, devices: Collection[tuple[int, int]]) -> MountTable:
+    """The namespace's table, in full only for the targets' devices and their parents: no
+    other mount can be a target or a copy of one, hold one or be a copy's parent, and the
+    stubs still stop path lookups and count as children (`MountTable`). Raises
+    MountinfoError."""
+    return MountTable.of(*parse_relevant(text, devices))
 
 
 class _Scan:
@@ -183,11 +189,14 @@ class _Scan:
     def __init__(self, host_proc: str, targets: Sequence[Mount], kubelet_root: str | None):
         self.proc = host_proc
         self.targets = list(targets)
+        self.devices = {(t.major, t.minor) for t in self.targets}
         self.kubelet_root = kubelet_root
         self.gaps = _Gaps()
         self.processes: list[_Process] = []
         self.namespaces: dict[str, _Namespace] = {}
         self.mounts_by_id: dict[int, Mount] = {}
+        self.other_ids: set[int] = set()  # mounts of other devices, in any table
+        self.could_hold: dict[str, bool] = {}
 
     def path(self, pid: int, *parts: str) -> str:
         return os.path.join(self.proc, str(pid), *parts)
@@ -207,11 +216,20 @@ class _Scan:
             if text is None:
                 continue  # exited (or denied: recorded)
             self.processes.append(process)
-            table = _table(text)
+            try:
+                table: MountTable | None = _table(text, self.devices)
+            except MountinfoError as exc:  # never seen from a kernel: the scan is not complete
+                self.gaps.note(
+                    "mountinfo-parse", f"cannot parse {self.path(pid, 'mountinfo')}: {exc}"
+                )
+                table = None
             user_ns = _readlink(self.path(pid, "ns", "user"), quiet)  # unknown: not trusted
             self.namespaces[ns] = _Namespace(table, process, user_ns)
-            for m in table.mounts if table else ():
-                self.mounts_by_id.setdefault(m.mount_id, m)
+            if table is not None:
+                for m in table.mounts:
+                    self.mounts_by_id.setdefault(m.mount_id, m)
+                self.other_ids.update(table.other_ids)
+                self.could_hold[ns] = self._could_hold(table)
 
     def home(self) -> tuple[str | None, list[Target]]:
         """The namespace the targets were read from (it holds them, by id and mount point)
@@ -256,7 +274,11 @@ class _Scan:
             return None
         return table.by_id.get(mnt_id) or self.mounts_by_id.get(mnt_id)
 
-    def _fd_holds(self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps) -> set[str]:
+    def _fd_holds(
+        self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps, *, own: bool
+    ) -> set[str]:
+        """`own`: the process's own table has a mount that can hold (else a path resolved
+        in it holds nothing, and only a file of a mount of another table can)."""
         fd_dir = self.path(p.pid, "fd")
         try:
             fds = os.listdir(fd_dir)
@@ -268,7 +290,10 @@ class _Scan:
             link = _readlink(os.path.join(fd_dir, fd), gaps)
             if not link or not link.startswith("/"):
                 continue  # pipes, sockets, anonymous inodes: no mount of a volume
-            mount = self._fd_mount(table, self._mnt_id(p.pid, fd, gaps))
+            mnt_id = self._mnt_id(p.pid, fd, gaps)
+            mount = self._fd_mount(table, mnt_id)
+            if mount is None and (mnt_id in self.other_ids or not own):
+                continue  # a mount of another device (or a path in a table that holds nothing)
             if mount is None:  # a mount in no table (detached): where its path leads
                 found.update(self._by_path(table, root, link))
             else:
@@ -299,9 +324,14 @@ class _Scan:
         if table is None:
             return []
         gaps = _Gaps()
+        own = self.could_hold.get(p.ns, True)
+        if not own:  # cwd, root and maps are resolved in this table: none can hold
+            fds = self._fd_holds(p, table, None, gaps, own=False)
+            return [Holder(mp, p.pid, p.comm, "fd") for mp in sorted(fds)]
         root = _readlink(self.path(p.pid, "root"), gaps)
         found = [
-            Holder(mp, p.pid, p.comm, "fd") for mp in sorted(self._fd_holds(p, table, root, gaps))
+            Holder(mp, p.pid, p.comm, "fd")
+            for mp in sorted(self._fd_holds(p, table, root, gaps, own=True))
         ]
         for via, link in (("cwd", _readlink(self.path(p.pid, "cwd"), gaps)), ("root", root)):
             if link and link.startswith("/"):
@@ -318,12 +348,13 @@ class _Scan:
         home_info = self.namespaces.get(home) if home is not None else None
         home_table = home_info.table if home_info is not None else None
         found: list[Holder] = []
+        exempts = [self._kubelet_copies(home_table, target) for target in targets]
         for ns, info in self.namespaces.items():
             if info.table is None or (ns == home and self.kubelet_root is None):
                 continue
             trusted = info.user_ns is not None and info.user_ns == agent_user
-            for target in targets:
-                exempt = self._kubelet_copies(home_table, target) if trusted else []
+            for target, kubelet_copies in zip(targets, exempts, strict=True):
+                exempt = kubelet_copies if trusted else []
                 if self._copy_holds(info.table, target, exempt, home=ns == home, trusted=trusted):
                     first = info.first
                     found.append(Holder(target.mount.mount_point, first.pid, first.comm, "mountns"))

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from unstick.core.mountinfo import Mount
+from unstick.core.mountinfo import Mount, MountStub
 
 _PEER_TAGS = ("shared", "master")
 
@@ -111,32 +111,50 @@ def propagates_from(other: Mount, source: Mount) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class MountTable:
-    """One namespace's mounts, indexed by id, mount point and parent."""
+    """One namespace's mounts, indexed by id, mount point and parent.
+
+    `others` are the mounts of the namespace known only as stubs (`parse_relevant`: not
+    of a device the caller asked about, nor a parent of such a mount). They are never
+    returned, but they still count: `containing` stops at their mount points (a path
+    under one lies in it, not in a mount further up), `has_children` sees them on top of
+    a mount, and `known` knows their ids."""
 
     mounts: tuple[Mount, ...]
+    others: tuple[MountStub, ...] = ()
     by_id: dict[int, Mount] = field(init=False)
     by_point: dict[str, tuple[Mount, ...]] = field(init=False)
     parents: frozenset[int] = field(init=False)
+    other_points: frozenset[str] = field(init=False)
+    other_ids: frozenset[int] = field(init=False)
 
     def __post_init__(self) -> None:
         by_point: dict[str, list[Mount]] = {}
         for m in self.mounts:
             by_point.setdefault(m.mount_point, []).append(m)
+        ids = [(m.mount_id, m.parent_id) for m in self.mounts]
+        ids += [(m.mount_id, m.parent_id) for m in self.others]
         object.__setattr__(self, "by_id", {m.mount_id: m for m in self.mounts})
         object.__setattr__(self, "by_point", {k: tuple(v) for k, v in by_point.items()})
         object.__setattr__(
             self,
             "parents",
-            frozenset(m.parent_id for m in self.mounts if m.parent_id != m.mount_id),
+            frozenset(parent for mount_id, parent in ids if parent != mount_id),
         )
+        object.__setattr__(self, "other_points", frozenset(m.mount_point for m in self.others))
+        object.__setattr__(self, "other_ids", frozenset(m.mount_id for m in self.others))
 
     @classmethod
-    def of(cls, mounts: Iterable[Mount]) -> MountTable:
-        return cls(tuple(mounts))
+    def of(cls, mounts: Iterable[Mount], others: Iterable[MountStub] = ()) -> MountTable:
+        return cls(tuple(mounts), tuple(others))
+
+    def known(self, mount_id: int) -> bool:
+        """The id is of a mount of this table (in full or a stub)."""
+        return mount_id in self.by_id or mount_id in self.other_ids
 
     def containing(self, path: str) -> tuple[Mount, ...]:
         """The mounts at the longest mount point that `path` is at or under (all of them when
-        several are stacked there: which one is on top is not guessed); () when none is."""
+        several are stacked there: which one is on top is not guessed); () when none is, or
+        when only stubs are there."""
         if not path.startswith("/"):
             return ()
         probe = path.rstrip("/") or "/"
@@ -144,7 +162,7 @@ class MountTable:
             found = self.by_point.get(probe)
             if found:
                 return found
-            if probe == "/":
+            if probe == "/" or probe in self.other_points:
                 return ()
             probe = probe.rsplit("/", 1)[0] or "/"
 

@@ -12,6 +12,7 @@ file and never `stat`s a mount point (a hung NFS server would block it forever).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import NamedTuple
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -106,6 +107,56 @@ def parse_line(text: str, line: int = 1) -> Mount:
         source=unescape(after[1]),
         super_options=_options(after[2]),
     )
+
+
+class MountStub(NamedTuple):
+    """A mount known only by id, parent and mount point (see `parse_relevant`)."""
+
+    mount_id: int
+    parent_id: int
+    mount_point: str
+
+
+def _stub(text: str, line: int) -> tuple[MountStub, str]:
+    """(the stub, the `major:minor` field) of one line, checked as far as it is read."""
+    fields = text.split(" ", 5)
+    if len(fields) < _FIELDS_BEFORE_OPTIONAL:
+        raise MountinfoError(line, f"expected at least 10 fields, found {len(fields)}")
+    mount_point = unescape(fields[4])
+    if not mount_point.startswith("/"):
+        raise MountinfoError(line, f"mount point {fields[4]!r} is not an absolute path")
+    stub = MountStub(
+        _int(fields[0], "mount id", line), _int(fields[1], "parent id", line), mount_point
+    )
+    return stub, fields[2]
+
+
+def parse_relevant(
+    text: str, devices: Collection[tuple[int, int]]
+) -> tuple[list[Mount], list[MountStub]]:
+    """Parse a mountinfo text keeping in full only the mounts of the given devices
+    (`(major, minor)`) and their parents; every other mount is a `MountStub`. Raises
+    MountinfoError as `parse_mountinfo` does for the lines parsed in full, and for a stub
+    line without an integer id and parent or an absolute mount point."""
+    wanted = {f"{major}:{minor}" for major, minor in devices}
+    rows: list[tuple[int, MountStub, str, str]] = []
+    keep: set[int] = set()
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        line = raw.rstrip("\r")
+        stub, device = _stub(line, number)
+        rows.append((number, stub, device, line))
+        if device in wanted:
+            keep.update((stub.mount_id, stub.parent_id))
+    full: list[Mount] = []
+    stubs: list[MountStub] = []
+    for number, stub, _device, line in rows:
+        if stub.mount_id in keep:
+            full.append(parse_line(line, number))
+        else:
+            stubs.append(stub)
+    return full, stubs
 
 
 def parse_mountinfo(text: str) -> list[Mount]:
