@@ -193,6 +193,18 @@ def remediation_for(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any
     return None
 
 
+def incident_entry(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any] | None:
+    """(the node incident that lists pod `uid`, its line in status.pods), or None
+    (docs/incidents.md)."""
+    for item in remediations(cp, namespace):
+        if not item.get("spec", {}).get("incident"):
+            continue
+        for entry in (item.get("status") or {}).get("pods") or []:
+            if entry.get("uid") == uid:
+                return {"incident": item, "entry": entry}
+    return None
+
+
 def scrape(url: str, timeout: float = 5) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         body: bytes = resp.read()

@@ -18,6 +18,7 @@ from .support import (
     REMEDIATE,
     Release,
     busybox_pod,
+    incident_entry,
     pod_mounts,
     remediation_for,
     wait_gone,
@@ -48,16 +49,21 @@ def test_node_gone_pod_is_force_deleted(
         wait_gone(core, ns, "orphan", uid, timeout=90)
 
         def recorded() -> dict[str, Any] | None:
-            # The Remediation's status is written after the delete it records.
-            rem = remediation_for(node_control_plane, ns, uid) or {}
-            status: dict[str, Any] = rem.get("status") or {}
-            actions = status.get("actions") or []
-            return status if any(a["action"] == "force-delete" for a in actions) else None
+            # The node incident lists the pod (docs/incidents.md); its status is written
+            # after the delete it records.
+            found = incident_entry(node_control_plane, ns, uid) or {}
+            entry = found.get("entry") or {}
+            return found if entry.get("action") == "force-delete" and entry.get("goneAt") else None
 
-        status = wait_until(recorded, timeout=30, what="the force-delete in the Remediation")
-        assert status["cause"] == "NodeGone"
-        (done,) = [a for a in status["actions"] if a["action"] == "force-delete"]
-        assert done["result"] == "succeeded", status
+        found = wait_until(recorded, timeout=30, what="the force-delete in the node incident")
+        assert found["incident"]["status"]["cause"] == "NodeGone"
+        assert found["incident"]["spec"] == {
+            "nodeName": node_name,
+            "incident": "NodeGone",
+            "dryRun": False,
+        }
+        assert found["entry"]["result"] == "succeeded", found
+        assert remediation_for(node_control_plane, ns, uid) is None  # no per-pod record
     finally:
         real_node.start_kubelet()
         real_node.wait_ready()
