@@ -17,7 +17,7 @@ from typing import Any
 from mountns_scenarios import UID_A, Node, main, mount_points, sh
 
 from unstick.agent.executor import Executor
-from unstick.agent.mounts import MountTable, read_mount_table
+from unstick.agent.mounts import MountTable
 
 ODD_SOURCE = "nfs\x1cserver\u2028:/export"
 
@@ -31,12 +31,12 @@ class _Swapping(Executor):
         self.reads = 0
         self.vol, self.other, self.same_path = vol, other, same_path
 
-    def _table(self) -> MountTable:
+    def _pod_table(self, uid: str) -> MountTable:
         self.reads += 1
         if self.reads == 2:
             sh("umount", self.vol)
             sh("mount", "-t", "tmpfs", "-o", "size=1m", "new", self.vol)
-        table = read_mount_table(self.settings.mountinfo)
+        table = super()._pod_table(uid)
         if self.reads < 2:
             self.planned = next(m for m in table.mounts if m.mount_point == self.vol)
             return table

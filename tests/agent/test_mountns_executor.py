@@ -66,13 +66,13 @@ class _StartsAContainer(Executor):
         super().__init__(settings)
         self.cgroup, self.procs, self.reads = cgroup, procs, 0
 
-    def _table(self) -> MountTable:
+    def _pod_table(self, uid: str) -> MountTable:
         self.reads += 1
         if self.reads == 2 and not self.procs:
             proc = subprocess.Popen(["sleep", "600"])
             self.procs.append(proc)
             (self.cgroup / "cgroup.procs").write_text(str(proc.pid))
-        return super()._table()
+        return super()._pod_table(uid)
 
 
 def test_rmdir_stale_refuses_while_a_container_of_the_pod_runs(

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from unstick.agent.containers import pod_containers
 from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_restart import restart_kubelet
-from unstick.agent.mounts import MountTable, read_mount_table
+from unstick.agent.mounts import MountTable, read_mount_table, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
@@ -93,7 +93,14 @@ class Executor:
         return normalise(self.settings.kubelet_root) or self.settings.kubelet_root
 
     def _table(self) -> MountTable:
+        """The whole host table (a replay looks for the volume's staging mount and its
+        other pods)."""
         return read_mount_table(self.settings.mountinfo)
+
+    def _pod_table(self, uid: str) -> MountTable:
+        """The host table's mounts under this pod's directory, re-read now: all a check of
+        this pod's paths needs (`read_pod_table` parses no other line)."""
+        return read_pod_table(self.settings.mountinfo, self.root, uid)
 
     def _select(
         self,
@@ -150,6 +157,17 @@ class Executor:
             raise Refused(f"containers of the pod still run ({source}): {', '.join(running)}")
 
     def _check_mount(self, uid: str, mount: Mount) -> None:
+        self._check_path(uid, mount)
+        self._check_no_holders(mount)
+
+    def _check_mounts(self, uid: str, mounts: list[Mount]) -> None:
+        """`_check_mount` for each, with one holder scan for all of them (a plan's check:
+        each act re-checks its own mount right before it)."""
+        for mount in mounts:
+            self._check_path(uid, mount)
+        self._check_no_holders(*mounts)
+
+    def _check_path(self, uid: str, mount: Mount) -> None:
         path = mount.mount_point
         if not is_pod_volume_path(path, self.root, uid):
             raise Refused(f"{path} is not under this pod's volumes/ or volume-subpaths/")
@@ -157,18 +175,22 @@ class Executor:
             check_path(path, is_mount_point=True)
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
-        self._check_no_holders(mount)
 
-    def _check_no_holders(self, mount: Mount, after: str = "") -> None:
-        """Refused unless a complete holder scan finds nobody holding the mount."""
-        scan = scan_holders(self.settings.host_proc, [mount], kubelet_root=self.root)
+    def _check_no_holders(self, *mounts: Mount, after: str = "") -> None:
+        """Refused unless a complete holder scan, started now, finds nobody holding any of
+        the mounts."""
+        scan = scan_holders(self.settings.host_proc, mounts, kubelet_root=self.root)
         if scan.holders:
-            names = ", ".join(f"pid {h.pid} ({h.comm}) via {h.via}" for h in scan.holders)
-            raise Refused(f"{after}{mount.mount_point} is held: {names}")
-        if scan.unknown:
-            raise Refused(
-                f"{after}cannot tell who holds {mount.mount_point}, not unmounting: {scan.unknown}"
+            point = scan.holders[0].mount_point
+            names = ", ".join(
+                f"pid {h.pid} ({h.comm}) via {h.via}"
+                for h in scan.holders
+                if h.mount_point == point
             )
+            raise Refused(f"{after}{point} is held: {names}")
+        if scan.unknown:
+            points = ", ".join(dict.fromkeys(m.mount_point for m in mounts))
+            raise Refused(f"{after}cannot tell who holds {points}, not unmounting: {scan.unknown}")
 
     def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
         log.info("%s %s: %s — %s", action, target or "(pod)", result, message)
@@ -208,7 +230,7 @@ class Executor:
         """Unmount the pod's volume/subpath mounts (deepest first); plain umount, lazy
         (MNT_DETACH) only if `lazy`, the plain one failed with EBUSY and a complete holder
         scan right after still finds no holder; never MNT_FORCE."""
-        table = self._table()
+        table = self._pod_table(uid)
         mounts = table.pod_mounts(self.root, uid)
         points = list(dict.fromkeys(m.mount_point for m in mounts))
         selected = self._select(uid, target, points, "mount points", table=table, exists_ok=True)
@@ -217,8 +239,7 @@ class Executor:
         if not todo:
             return "not mounted (nothing to do)"
         self._check_pod(uid)
-        for mount in todo:
-            self._check_mount(uid, mount)
+        self._check_mounts(uid, todo)
         if dry_run:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
         done = []
@@ -229,7 +250,7 @@ class Executor:
             self._check_pod(uid)
             self._check_mount(uid, current)
             done.append(self._umount(current, lazy))
-        left = {(m.mount_id, m.mount_point) for m in self._table().mounts} & {
+        left = {(m.mount_id, m.mount_point) for m in self._pod_table(uid).mounts} & {
             (m.mount_id, m.mount_point) for m in todo
         }
         if left:
@@ -243,7 +264,7 @@ class Executor:
         reused by a new mount, and a new mount can appear at the same path)."""
         here = [
             m
-            for m in self._table().pod_mounts(self.root, uid)
+            for m in self._pod_table(uid).pod_mounts(self.root, uid)
             if m.mount_point == planned.mount_point
         ]
         if not here:
@@ -279,7 +300,7 @@ class Executor:
         never through a symlink; also the kubelet's own `vol_data.json` of a CSI volume
         whose `mount` dir is gone (the kubelet deletes it the same way). `volumes/` itself
         and everything above it stay."""
-        table = self._table()
+        table = self._pod_table(uid)
         dirs = [d.path for d in volume_dirs(self.root, uid, table.mount_points())]
         subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
         candidates = [*dirs, subpaths] if os.path.isdir(subpaths) else dirs
@@ -303,7 +324,7 @@ class Executor:
         return f"removed {len(removed)} empty directories"
 
     def _rmdir_one(self, uid: str, path: str) -> bool:
-        table = self._table()
+        table = self._pod_table(uid)  # `path` is under the pod's directory
         inside = [m.mount_point for m in table.mounts if m.mount_point.startswith(path + "/")]
         if path in table.mount_points() or inside:
             raise Refused(f"{path} is (or contains) a mount point")
@@ -348,7 +369,7 @@ class Executor:
     def replay_unpublish(self, uid: str, target: str, dry_run: bool) -> str:
         """NodeUnpublishVolume for the pod's mounted CSI volumes (then NodeUnstageVolume
         where the staging mount is used by no other pod), as the kubelet would."""
-        table = self._table()
+        table = self._pod_table(uid)
         csi = [
             m
             for m in table.pod_mounts(self.root, uid)
