@@ -93,7 +93,9 @@ def test_expired_watch_is_relisted_and_nothing_missed(cp: ControlPlane, tmp_path
                 60,
                 "the pod deleted while the watch was gone to be force-deleted",
             )
-            status = objects.status("relist", pod)
-            assert status["cause"] == "NodeGone"
+            incident = await_(  # on record in its node's incident (docs/incidents.md)
+                lambda: objects.incident("relist", pod), 30, "the pod's node incident"
+            )
+            assert incident["status"]["cause"] == "NodeGone"
         finally:
             controller.stop()
