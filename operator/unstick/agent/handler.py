@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,6 +163,10 @@ class Handler:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     served_probes: dict[str, str] = field(default_factory=dict)
     served_steps: dict[str, str] = field(default_factory=dict)
+    # node steps of one Remediation at a time, whatever thread handles it (two pods may
+    # share a volume's staging mount): the checks and the acts of a batch are not interleaved
+    # with another batch's
+    act_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def probe(self, uid: str) -> JSON:
         started = time.monotonic()
@@ -288,6 +293,18 @@ class Handler:
             return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), None
         return [], m
 
+    def _act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
+        """Run the steps in order until one fails or is refused."""
+        results = []
+        for action, target in steps:
+            result = self.executor.run_step(uid, action, target, dry_run=False, lazy_unmount=lazy)
+            results.append(result)
+            if result.result == REFUSED:
+                self.on_refusal(Refusal.UNSAFE)
+            if result.result in ("failed", "refused"):
+                break
+        return results
+
     def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
         results: list[StepResult] = []
         try:
@@ -304,13 +321,8 @@ class Handler:
                 )
                 steps = []
         lazy = bool(m is not None and m.policy is not None and m.policy.lazy_unmount)
-        for action, target in steps:
-            result = self.executor.run_step(uid, action, target, dry_run=False, lazy_unmount=lazy)
-            results.append(result)
-            if result.result == REFUSED:
-                self.on_refusal(Refusal.UNSAFE)
-            if result.result in ("failed", "refused"):
-                break
+        with self.act_lock:
+            results.extend(self._act(uid, steps, lazy=lazy))
         done = max(self.clock(), requested)  # never earlier than the request (clock skew)
         patch: JSON = {
             "nodeActions": [r.to_json() for r in results],

@@ -262,10 +262,20 @@ class _Scan:
         return found
 
     def _mnt_id(self, pid: int, fd: str, gaps: _Gaps) -> int | None:
-        text = _read(self.path(pid, "fdinfo", fd), gaps)
-        for line in (text or "").split("\n"):
-            key, _, value = line.partition(":")
-            if key == "mnt_id" and value.strip().isdigit():
+        """The `mnt_id:` of the fd's fdinfo (its first lines: `pos`, `flags`, `mnt_id`)."""
+        path = self.path(pid, "fdinfo", fd)
+        try:
+            handle = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                head = os.read(handle, 4096)
+            finally:
+                os.close(handle)
+        except OSError as exc:
+            gaps.denied(path, exc)
+            return None
+        for line in head.split(b"\n"):
+            key, _, value = line.partition(b":")
+            if key == b"mnt_id" and value.strip().isdigit():
                 return int(value.strip())
         return None
 

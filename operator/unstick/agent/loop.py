@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,6 +53,7 @@ class LoopSettings:
     summary_interval_s: float = 30.0
     backoff_max_s: float = 30.0
     node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
+    workers: int = 4  # Remediations handled at once (one key's events always in order)
     orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
 
 
@@ -85,6 +89,45 @@ class AgentMetrics:
             ["reason"],
             registry=self.registry,
         )
+
+
+class KeyedWorkers:
+    """Runs jobs on `count` threads: all jobs of one key on the same thread, in the order
+    they were submitted; jobs of other keys meanwhile on the others. A job that raises is
+    logged and the thread goes on."""
+
+    def __init__(self, count: int, name: str = "worker") -> None:
+        self._queues: list[queue.SimpleQueue[Callable[[], None] | None]] = [
+            queue.SimpleQueue() for _ in range(max(1, count))
+        ]
+        self._threads = [
+            threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def shard(self, key: str) -> int:
+        """The thread a key's jobs run on (stable for the process's life)."""
+        return zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(self._queues)
+
+    def submit(self, key: str, job: Callable[[], None]) -> None:
+        self._queues[self.shard(key)].put(job)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Run what was submitted, then end the threads."""
+        for q in self._queues:
+            q.put(None)
+        for thread in self._threads:
+            thread.join(timeout=timeout_s)
+
+    @staticmethod
+    def _run(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while (job := jobs.get()) is not None:
+            try:
+                job()
+            except Exception:
+                log.exception("worker job failed")
 
 
 class _HTTPServer6(ThreadingHTTPServer):
@@ -130,6 +173,15 @@ class Agent:
         self.stop = threading.Event()
         self.last_sync = 0.0
         self._stream = WatchStream()
+        self._workers: KeyedWorkers | None = None
+
+    def workers(self) -> KeyedWorkers:
+        """The handler's threads (started on first use): a slow Remediation (its API round
+        trips, its probe) does not hold up the others; node steps still run one batch at a
+        time (`Handler.act_lock`)."""
+        if self._workers is None:
+            self._workers = KeyedWorkers(self.loop.workers, name="remediation")
+        return self._workers
 
     # --- API -----------------------------------------------------------------------
 
@@ -164,19 +216,27 @@ class Agent:
         return {"labelSelector": f"{NODE_LABEL}={self.settings.node_name}"}
 
     def _dispatch(self, obj: JSON, deleted: bool = False) -> None:
+        """Book-keeping here; the handling on the Remediation's worker (in event order)."""
         meta = obj.get("metadata") or {}
         key = meta.get("uid") or ""
         if deleted:
             self.stuck_uids.pop(key, None)
-            self.handler.served_probes.pop(key, None)
-            self.handler.served_steps.pop(key, None)
+            self.workers().submit(key, lambda: self._forget(key))
             return
         pod_uid = (obj.get("spec") or {}).get("podUID")
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
+        self.workers().submit(key, lambda: self._handle(obj))
+
+    def _forget(self, key: str) -> None:
+        self.handler.served_probes.pop(key, None)
+        self.handler.served_steps.pop(key, None)
+
+    def _handle(self, obj: JSON) -> None:
         try:
             self.handler.handle(obj)
         except Exception:  # one bad object or failed patch never stops the loop
+            meta = obj.get("metadata") or {}
             log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
 
     def _relist(self) -> str:
@@ -327,5 +387,7 @@ class Agent:
         try:
             self.run_watch()
         finally:
+            if self._workers is not None:
+                self._workers.stop()
             server.shutdown()
             self.kube.close()
