@@ -70,7 +70,7 @@ def build_bundle(
     )
     node = get_node(node_name) if node_name else None
     csi_node = get_csi(node_name) if node_name else None
-    get = sources.get or kube.get
+    get = sources.get or (lambda path: kube.get(path))  # noqa: PLW0108 (kube may be None)
     claims: list[JSON] = []
     volumes: list[JSON] = []
     for claim_name in _claim_names(pod):
