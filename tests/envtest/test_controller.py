@@ -499,3 +499,34 @@ def test_a_delete_decided_from_an_older_version_of_the_pod_is_refused(
         assert fresh.result == "succeeded" and objects.read_pod(namespace, pod["name"]) is None
     finally:
         kube.close()
+
+
+def test_pods_of_a_node_already_fenced_go_into_its_incident(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    """NodeUnreachable with the out-of-service taint when the pods become stuck: force-
+    deleted (fenced), recorded in one NodeUnreachable incident, the taint re-read fresh."""
+    node = make_node(kubelet=False)
+    _set_not_ready(objects, node)
+    taint = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown"}
+    objects.core.patch_node(node, {"spec": {"taints": [{**taint, "effect": "NoExecute"}]}})
+    pods = [objects.pod(namespace, node, remediate="t-remediate") for _ in range(3)]
+    for p in pods:
+        objects.core.delete_namespaced_pod(p["name"], namespace)
+    await_(
+        lambda: all(objects.read_pod(namespace, p["name"]) is None for p in pods),
+        60,
+        "the fenced node's pods force-deleted",
+    )
+    incident = await_(
+        lambda: (
+            (i := objects.incident(namespace, pods[0]))
+            and (i.get("status") or {}).get("podsGone") == len(pods)
+            and i
+        ),
+        30,
+        "the NodeUnreachable incident with its pods gone",
+    )
+    assert incident["spec"]["incident"] == "NodeUnreachable"
+    assert "fenced" in " ".join(e["message"] for e in incident["status"]["evidence"])
+    assert all(objects.remediation(namespace, p) is None for p in pods)
