@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from unstick.agent.containers import pod_containers
 from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_restart import restart_kubelet
-from unstick.agent.mounts import MountTable, read_mount_table, read_pod_table
+from unstick.agent.mounts import MountTable, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
@@ -42,11 +42,23 @@ from unstick.core.kubelet_paths import (
     normalise,
     pod_dir,
 )
-from unstick.core.mountinfo import Mount
+from unstick.core.mountinfo import Mount, escape, parse_mountinfo
 
 __all__ = ["DRY_RUN", "FAILED", "REFUSED", "SUCCEEDED", "Executor", "Refused", "StepResult"]
 
 log = logging.getLogger(__name__)
+
+
+def lines_under(text: str, top: str) -> str:
+    """The lines of a mountinfo text whose mount point is strictly under `top`."""
+    prefix = top.rstrip("/") + "/"
+    escaped = escape(prefix)
+    kept = [
+        line
+        for line in text.split("\n")  # mountinfo is \n-separated; never splitlines()
+        if escaped in line and parse_mountinfo(line)[0].mount_point.startswith(prefix)
+    ]
+    return "".join(f"{line}\n" for line in kept)
 
 
 def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
@@ -93,9 +105,11 @@ class Executor:
         return normalise(self.settings.kubelet_root) or self.settings.kubelet_root
 
     def _table(self) -> MountTable:
-        """The whole host table (a replay looks for the volume's staging mount and its
-        other pods)."""
-        return read_mount_table(self.settings.mountinfo)
+        """The host table's mounts under the kubelet root, re-read now: a replay looks there
+        for the pod's mount, the volume's staging mount and the volume's other pods."""
+        with open(self.settings.mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            text = lines_under(f.read(), self.root)
+        return MountTable(text=text, mounts=tuple(parse_mountinfo(text)))
 
     def _pod_table(self, uid: str) -> MountTable:
         """The host table's mounts under this pod's directory, re-read now: all a check of
@@ -239,7 +253,10 @@ class Executor:
         if not todo:
             return "not mounted (nothing to do)"
         self._check_pod(uid)
-        self._check_mounts(uid, todo)
+        if dry_run or len(todo) > 1:  # all or none: every mount checked before the first act
+            self._check_mounts(uid, todo)
+        else:  # one mount: the check right before its act (below) is this one
+            self._check_path(uid, todo[0])
         if dry_run:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
         done = []

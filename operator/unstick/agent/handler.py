@@ -25,11 +25,12 @@ refused is noted in `status.nodeRefusals` (no probe is written).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -147,6 +148,36 @@ def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
         )
 
 
+CALLS_OUT = frozenset({"replay-unpublish", "restart-kubelet"})
+
+
+class KeyLocks:
+    """One lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def held(self, key: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
 @dataclass
 class Handler:
     """Handles Remediation events for this node; remembers what it already served so its
@@ -163,10 +194,13 @@ class Handler:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     served_probes: dict[str, str] = field(default_factory=dict)
     served_steps: dict[str, str] = field(default_factory=dict)
-    # node steps of one Remediation at a time, whatever thread handles it (two pods may
-    # share a volume's staging mount): the checks and the acts of a batch are not interleaved
-    # with another batch's
-    act_lock: threading.Lock = field(default_factory=threading.Lock)
+    # one batch of node steps per pod at a time (other pods' steps may run meanwhile: each
+    # step re-checks its own preconditions right before it acts); steps that call out (a CSI
+    # driver, the kubelet restart) one at a time on the node: at most one CSI call in flight
+    # (the CSI spec asks for at most one per volume) and the restart's once-an-hour check
+    # is not raced
+    pod_locks: KeyLocks = field(default_factory=KeyLocks)
+    call_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def probe(self, uid: str) -> JSON:
         started = time.monotonic()
@@ -294,10 +328,17 @@ class Handler:
         return [], m
 
     def _act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
-        """Run the steps in order until one fails or is refused."""
+        """Run the steps in order until one fails or is refused (see `pod_locks`)."""
+        with self.pod_locks.held(uid):
+            return self._act_held(uid, steps, lazy=lazy)
+
+    def _act_held(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
         results = []
         for action, target in steps:
-            result = self.executor.run_step(uid, action, target, dry_run=False, lazy_unmount=lazy)
+            with self.call_lock if action in CALLS_OUT else contextlib.nullcontext():
+                result = self.executor.run_step(
+                    uid, action, target, dry_run=False, lazy_unmount=lazy
+                )
             results.append(result)
             if result.result == REFUSED:
                 self.on_refusal(Refusal.UNSAFE)
@@ -321,8 +362,7 @@ class Handler:
                 )
                 steps = []
         lazy = bool(m is not None and m.policy is not None and m.policy.lazy_unmount)
-        with self.act_lock:
-            results.extend(self._act(uid, steps, lazy=lazy))
+        results.extend(self._act(uid, steps, lazy=lazy))
         done = max(self.clock(), requested)  # never earlier than the request (clock skew)
         patch: JSON = {
             "nodeActions": [r.to_json() for r in results],

@@ -177,8 +177,9 @@ class Agent:
 
     def workers(self) -> KeyedWorkers:
         """The handler's threads (started on first use): a slow Remediation (its API round
-        trips, its probe) does not hold up the others; node steps still run one batch at a
-        time (`Handler.act_lock`)."""
+        trips, its probe, its node steps) does not hold up the others' (node steps: one batch
+        per pod and one CSI call or kubelet restart at a time, `Handler.pod_locks` and
+        `Handler.call_lock`)."""
         if self._workers is None:
             self._workers = KeyedWorkers(self.loop.workers, name="remediation")
         return self._workers
