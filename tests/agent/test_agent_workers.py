@@ -96,3 +96,23 @@ def test_a_deleted_remediation_is_forgotten_after_its_events(agent: Any) -> None
     wait_until(lambda: "gone" not in agent.handler.served_steps, timeout=10, what="forgotten")
     assert agent.handler.handled == [("gone", 1)]
     assert "gone" not in agent.stuck_uids
+
+
+def test_stop_lets_the_running_job_finish_and_drops_the_rest() -> None:
+    workers = KeyedWorkers(1)
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        started.set()
+        if release.wait(20):
+            ran.append("first")
+
+    workers.submit("a", first)
+    workers.submit("a", lambda: ran.append("second"))
+    wait_until(started.is_set, timeout=10, what="the first job")
+    stopper = threading.Thread(target=workers.stop)
+    stopper.start()
+    wait_until(workers._stopping.is_set, timeout=10, what="stopping")
+    release.set()
+    stopper.join(20)
+    assert ran == ["first"]

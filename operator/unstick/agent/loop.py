@@ -97,6 +97,7 @@ class KeyedWorkers:
     logged and the thread goes on."""
 
     def __init__(self, count: int, name: str = "worker") -> None:
+        self._stopping = threading.Event()
         self._queues: list[queue.SimpleQueue[Callable[[], None] | None]] = [
             queue.SimpleQueue() for _ in range(max(1, count))
         ]
@@ -114,16 +115,20 @@ class KeyedWorkers:
     def submit(self, key: str, job: Callable[[], None]) -> None:
         self._queues[self.shard(key)].put(job)
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Run what was submitted, then end the threads."""
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Let the jobs that run finish (at most `timeout_s` in all); those not started
+        are dropped (after a restart the relist hands every Remediation over again)."""
+        self._stopping.set()
         for q in self._queues:
             q.put(None)
+        deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout=timeout_s)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    def _run(self, jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         while (job := jobs.get()) is not None:
+            if self._stopping.is_set():
+                continue
             try:
                 job()
             except Exception:
