@@ -7,8 +7,9 @@
 3. strike: delete the kubelet-less nodes and then all doomed pods at once;
 4. wait until every NodeGone pod is gone (bounded), stop the contender, read the audit log;
 5. unstick only, with `rss_stages_after_burst` (the full preset: 50,000): the finalizer
-   pods are let go, healthy pods are added up to each of those counts on the same control
-   plane, and a fresh controller's RSS is measured with nothing stuck — after the burst,
+   pods are let go and the burst's Remediations deleted, healthy pods are added up to each
+   of those counts on the same control plane, and a fresh controller's RSS is measured
+   with nothing stuck — after the burst,
    so that every contender's burst runs with the same healthy pods.
 
 Every process started here is stopped by PID in `finally`, also on Ctrl-C or failure.
@@ -24,6 +25,7 @@ from typing import Any
 
 from bench import contenders, measure
 from bench.workload import (
+    NAMESPACE,
     Api,
     WorkloadSize,
     create_base,
@@ -249,6 +251,9 @@ def _rss_after_burst(
     left = wait_no_pods(api, "role=finalizer", s.running_timeout_s)
     if left:
         raise RuntimeError(f"{left} finalizer pods still there after their finalizer went")
+    # The burst's Remediations go too: the stages before it had none, and only the number
+    # of pods may differ between the stages compared.
+    api.call("DELETE", f"/apis/unstick.dev/v1alpha1/namespaces/{NAMESPACE}/remediations")
     out: dict[int, float] = {}
     done = s.size.pods
     for target in sorted(n for n in s.rss_stages_after_burst if n > s.size.pods):
