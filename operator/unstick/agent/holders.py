@@ -197,6 +197,7 @@ class _Scan:
         self.mounts_by_id: dict[int, Mount] = {}
         self.other_ids: set[int] = set()  # mounts of other devices, in any table
         self.could_hold: dict[str, bool] = {}
+        self.by_path: dict[tuple[int, str | None, str], frozenset[str]] = {}
 
     def path(self, pid: int, *parts: str) -> str:
         return os.path.join(self.proc, str(pid), *parts)
@@ -249,8 +250,17 @@ class _Scan:
                 if uses(m, path, t):
                     yield t.mount_point
 
-    def _by_path(self, table: MountTable, root: str | None, path: str) -> set[str]:
-        """Targets a path of this process (cwd, root, a mapped file) lies in."""
+    def _by_path(self, table: MountTable, root: str | None, path: str) -> frozenset[str]:
+        """Targets a path of this process (cwd, root, a mapped file) lies in (the answer
+        for a table, root and path is kept for this scan: processes of one namespace map
+        the same libraries)."""
+        key = (id(table), root, path)
+        found = self.by_path.get(key)
+        if found is None:
+            found = self.by_path[key] = frozenset(self._by_path_now(table, root, path))
+        return found
+
+    def _by_path_now(self, table: MountTable, root: str | None, path: str) -> set[str]:
         if path.endswith(_DELETED):
             path = path[: -len(_DELETED)]
         candidates = {path}
@@ -314,11 +324,9 @@ class _Scan:
     def _maps_holds(
         self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps
     ) -> set[str]:
-        paths = set()
-        for line in (_read(self.path(p.pid, "maps"), gaps) or "").split("\n"):
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].startswith("/"):
-                paths.add(fields[5])
+        text = _read(self.path(p.pid, "maps"), gaps) or ""
+        # `address perms offset dev inode   path`: no `/` before the path
+        paths = {line[i:] for line in text.split("\n") if (i := line.find("/")) >= 0}
         found: set[str] = set()
         for path in paths:
             found.update(self._by_path(table, root, path))
