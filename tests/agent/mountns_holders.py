@@ -86,6 +86,12 @@ def scenario_cwd_in_copy(node: Node) -> dict[str, Any]:
     return _held_case(node, "cd {copy}")
 
 
+def scenario_maps_through_copy(node: Node) -> dict[str, Any]:
+    """(d) the process's own program runs from the rslave copy: mapped, no fd open, its cwd
+    elsewhere."""
+    return _held_case(node, 'cp "$(command -v sleep)" {copy}/sleep; PATH={copy}:$PATH')
+
+
 def scenario_bind_elsewhere(node: Node) -> dict[str, Any]:
     """(b) the volume bind-mounted at <work>/backup in the second namespace, nothing open;
     once that namespace is gone, the unmount goes through."""
@@ -130,6 +136,7 @@ def scenario_unused_copy(node: Node) -> dict[str, Any]:
 SCENARIOS = {
     "fd_through_copy": scenario_fd_through_copy,
     "cwd_in_copy": scenario_cwd_in_copy,
+    "maps_through_copy": scenario_maps_through_copy,
     "bind_elsewhere": scenario_bind_elsewhere,
     "bind_in_same_namespace": scenario_bind_in_same_namespace,
     "unused_copy": scenario_unused_copy,

@@ -32,6 +32,10 @@ def test_a_working_directory_inside_a_propagated_copy_holds(scenario, work: Path
     _assert_held(scenario("cwd_in_copy", work, script=HOLDERS), "cwd")
 
 
+def test_a_program_mapped_from_a_propagated_copy_holds(scenario, work: Path) -> None:
+    _assert_held(scenario("maps_through_copy", work, script=HOLDERS), "maps")
+
+
 def test_a_bind_of_the_volume_elsewhere_in_another_namespace_holds(scenario, work: Path) -> None:
     r = scenario("bind_elsewhere", work, script=HOLDERS)
     _assert_held(r, "mountns")
