@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from unstick.controller import logfilter
 
     logfilter.install()  # a retried 429/5xx answer is a WARNING, not an ERROR
+    logfilter.write_off_thread()  # workers never wait for the log's lock
     if args.kubeconfig and not Path(args.kubeconfig).exists():
         print(f"unstick controller: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -109,6 +109,14 @@ class Incident:
     written_at: float = 0.0
     announced_resolved: int = -1  # pod count when "all gone" was last announced
     failures: int = 0  # writes failed in a row (each waits longer before the next)
+
+    def snapshot(self) -> Incident:
+        """A copy whose pods and waits later changes do not touch (taken under the lock)."""
+        return replace(
+            self,
+            pods={uid: replace(p) for uid, p in self.pods.items()},
+            waiting=dict(self.waiting),
+        )
 
     @property
     def all_gone(self) -> bool:
@@ -259,12 +267,14 @@ class Incidents:
                 stopping = self._stopping
                 if stopping:
                     due = [i for i in self._live if i.dirty]
-                batch = [(inc, inc.status(), self._new_labels(inc)) for inc in due]
+                # copies taken under the lock, the record built outside it: the workers
+                # adding outcomes never wait for the formatting of 100s of entries
+                batch = [(inc, inc.snapshot()) for inc in due]
                 for inc in due:
                     inc.dirty = False
                     inc.written_at = self.clock()
-            for inc, status, labels in batch:
-                self._write(inc, status, labels)
+            for inc, copy in batch:
+                self._write(inc, copy.status(), self._new_labels(inc, copy))
             if stopping:
                 return
             self._forget_closed()
@@ -284,8 +294,8 @@ class Incidents:
         return due, wait
 
     @staticmethod
-    def _new_labels(inc: Incident) -> dict[str, str]:
-        labels = {pod_label(p.name): "" for p in inc.pods.values()}
+    def _new_labels(inc: Incident, copy: Incident) -> dict[str, str]:
+        labels = {pod_label(p.name): "" for p in copy.pods.values()}
         return {k: v for k, v in labels.items() if k not in inc.labelled}
 
     def _forget_closed(self) -> None:

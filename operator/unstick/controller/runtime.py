@@ -391,6 +391,8 @@ class Runtime:
             log.exception("pod=%s uid=%s detection failed", record.key, uid)
         try:
             async with self._slots:
+                if self._stopping:
+                    return  # the pool is shut down: nothing more to do for anyone
                 next_due = await loop.run_in_executor(self._pool, self.reconciler.reconcile, record)
         except Exception as exc:  # a transient API answer (429, 5xx) is only a warning
             log_retried_failure(log, exc, "pod=%s uid=%s reconcile failed; retrying in 10s", *ids)
