@@ -116,6 +116,33 @@ def scenario_bind_in_same_namespace(node: Node) -> dict[str, Any]:
     return {"refused": refused, "mounted": still, "after": after, "pid": 0}
 
 
+def scenario_own_look_is_no_holder(node: Node) -> dict[str, Any]:
+    """The agent's own process (this one) has the volume open, as a worker's O_PATH walk
+    of the pod's paths does while another worker scans: no holder; another process with
+    the same open file still is."""
+    import os
+
+    vol, copy = _setup(node)
+    own = [
+        os.open(vol, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC),
+        os.open(vol / "token", os.O_RDONLY | os.O_CLOEXEC),
+    ]
+    try:
+        alone = node.probe(UID_A)
+        other = _second_namespace(node, f"exec 3< {copy}/token")
+        with_other = node.probe(UID_A)
+    finally:
+        for fd in own:
+            os.close(fd)
+    return {
+        "own_pid": os.getpid(),
+        "other_pid": other.pid,
+        "alone": alone["holders"],
+        "alone_scan": alone["holderScan"],
+        "with_other": with_other["holders"],
+    }
+
+
 def scenario_unused_copy(node: Node) -> dict[str, Any]:
     """(d) the honest case: the propagated copies (at host_pods and at the same path) with
     nobody using them are no holders; the unmount proceeds and takes them along."""
@@ -140,6 +167,7 @@ SCENARIOS = {
     "bind_elsewhere": scenario_bind_elsewhere,
     "bind_in_same_namespace": scenario_bind_in_same_namespace,
     "unused_copy": scenario_unused_copy,
+    "own_look_is_no_holder": scenario_own_look_is_no_holder,
 }
 
 if __name__ == "__main__":

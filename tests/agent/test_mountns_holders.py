@@ -61,3 +61,9 @@ def test_an_unused_propagated_copy_is_no_holder_and_goes_with_the_unmount(
     assert r["plain"]["result"] == "succeeded", r["plain"]
     assert r["mounted_after"] is False
     assert r["copies_after"] == []
+
+
+def test_the_agents_own_look_at_a_volume_is_no_holder(scenario, work: Path) -> None:
+    r = scenario("own_look_is_no_holder", work, script=HOLDERS)
+    assert r["alone"] == [] and r["alone_scan"] == "complete", r
+    assert [h["pid"] for h in r["with_other"]] == [r["other_pid"]], r

@@ -30,6 +30,12 @@ Holders are matched by mount identity (device and root, see
 Everything comes from `<host-proc>/<pid>/...` with `readlink` and reading text files; no
 path inside a mount is ever opened or stat'ed.
 
+The agent's own process is never a holder: its only files under a pod's directory are
+its own inspection — the probe's and the executor's `O_PATH` walks of the pod's paths,
+closed right after — and with its worker threads one of them may be open while another
+thread scans (found by the node-side benchmark: a pod diagnosed MountBusy, held by the
+agent itself). Its mount namespace is scanned like any other.
+
 `scan_holders` also says whether the scan was complete. It is *unknown* (never "no
 holders") when `host_proc` cannot be listed, lists no process, does not show the agent's
 own process (`<host_proc>/self`: a /proc of another PID namespace, e.g. without hostPID),
@@ -172,6 +178,14 @@ def _pids(host_proc: str) -> tuple[list[int], str | None]:
             "PID namespace (run the agent with hostPID)"
         )
     return pids, None
+
+
+def _own_pid(host_proc: str) -> int | None:
+    """The agent's own pid as `host_proc` numbers it (None: not shown there)."""
+    try:
+        return int(os.readlink(os.path.join(host_proc, "self")))
+    except (OSError, ValueError):
+        return None
 
 
 def _table(text: str, devices: Collection[tuple[int, int]]) -> MountTable:
@@ -429,8 +443,10 @@ def scan_holders(
     scan.collect(pids)
     home, with_parents = scan.home()
     holders: list[Holder] = []
+    own = _own_pid(host_proc)
     for process in scan.processes:
-        holders.extend(scan.process_holders(process))
+        if process.pid != own:  # the agent's own look at the pod is not a use of it
+            holders.extend(scan.process_holders(process))
     holders.extend(scan.namespace_holders(home, with_parents))
     gaps = scan.gaps.text()
     reasons = [r for r in (unknown, gaps) if r]
