@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import bench
 from bench import run
 
 
@@ -62,6 +63,9 @@ def test_the_node_side_hook_reports_a_missing_module_instead_of_failing(
 ) -> None:
     said: list[str] = []
     monkeypatch.setitem(sys.modules, "bench.nodeside", None)  # `import` raises ImportError
+    # ... also when an earlier test imported it: `from bench import nodeside` takes the
+    # package's attribute first
+    monkeypatch.delattr(bench, "nodeside", raising=False)
     result = run._node_side("quick", said.append)  # type: ignore[arg-type]
     assert result["skipped"].startswith("bench.nodeside cannot be imported")
     assert said and said[0].startswith("node side skipped")
