@@ -6,48 +6,19 @@ chart, with the image built here. Skipped, with the reason, where any of it is m
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane, ControlPlaneSettings, find_bin_dir
+from unstick.devcluster import ControlPlane, ControlPlaneSettings
 from unstick.devcluster.node import RealNode
+from unstick.devcluster.node_check import node_unavailable
 from unstick.devcluster.node_cluster import ClusterControllers
 from unstick.devcluster.node_images import NodeImages, load_images
 
 from .support import CHART, REPO, Release, delete_pods_and_wait
-
-_COMMANDS = ("containerd", "runc", "ctr", "unshare", "nsenter", "ip", "mount")
-
-
-def _node_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (containerd, the kubelet, mounts, a bridge)"
-    missing = [c for c in _COMMANDS if shutil.which(c) is None]
-    if missing:
-        return f"{', '.join(missing)} not installed (make node-deps / hack/install-node-deps.sh)"
-    if not Path("/usr/lib/cni/bridge").exists():
-        return "CNI plugins not in /usr/lib/cni (apt-get install containernetworking-plugins)"
-    try:
-        bin_dir = find_bin_dir()
-    except FileNotFoundError as e:
-        return str(e)
-    for tool in ("kubelet", "kube-scheduler", "kube-controller-manager"):
-        if not (bin_dir / tool).exists():
-            return f"{tool} not in {bin_dir}: run `make tools`"
-    try:
-        load_images()
-    except FileNotFoundError as e:
-        return str(e)
-    if subprocess.run(["unshare", "--mount", "--pid", "--fork", "true"]).returncode != 0:
-        return "unshare --mount --pid is not permitted here"
-    return None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -79,7 +50,7 @@ def no_kube_dir_in_the_repo() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def node_images() -> NodeImages:
-    reason = _node_unavailable()
+    reason = node_unavailable()
     if reason:
         pytest.skip(f"node: {reason}")
     return load_images()
