@@ -25,10 +25,8 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import Counter
@@ -45,6 +43,7 @@ from bench.nodeside_node import STANDIN_UA
 from bench.workload import Api, parse_rfc3339
 from unstick.demo.cluster import _node_status
 from unstick.demo.scenarios import CSI_DRIVER
+from unstick.demo.standin import NodeProcess
 from unstick.devcluster import ControlPlane, ControlPlaneSettings, node_manifest
 from unstick.devcluster.process import Process, free_port, wait_until
 
@@ -181,44 +180,17 @@ def strike(api: Api, pods: list[PodSpec]) -> dict[str, float]:
 # -- the node --------------------------------------------------------------------------
 
 
-class BenchNodeProcess:
-    """`bench/nodeside_node.py` in its own mount namespace and process group: its JSON events
-    read from stdout; stopped with TERM (it reports what is left, stops its children), then
-    KILL of the whole group. (As the demo runs its node; the demo's own class is tied to
-    the demo's node module.)"""
+class BenchNodeProcess(NodeProcess):
+    """`bench/nodeside_node.py` run as the demo runs its node (demo.standin.NodeProcess):
+    its own mount namespace and process group, events from stdout, TERM then KILL."""
+
+    module = "bench.nodeside_node"
+    stop_timeout_s = 60.0  # it reports what is left and stops its children first
 
     def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
-        cfg_path = workdir / "node.json"
-        cfg_path.write_text(json.dumps(cfg))
-        self.log = (workdir / "node.log").open("w")
         env = dict(os.environ, PYTHONPATH=f"{REPO}:{os.environ.get('PYTHONPATH', '')}".rstrip(":"))
-        self.popen = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private",
-             sys.executable, "-m", "bench.nodeside_node", str(cfg_path)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-            env=env, cwd=REPO,
-        )  # fmt: skip
-        self.events: list[dict[str, Any]] = []
-        self.agent_metrics_port = int(cfg["agent_metrics_port"])
+        super().__init__(cfg, workdir, env=env, cwd=REPO)
         self.work = Path(cfg["work"])
-        self.ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.popen.stdout is not None
-        for line in self.popen.stdout:
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                self.events.append(event)
-                if event.get("event") == "ready":
-                    self.ready.set()
-
-    def event(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in self.events if e.get("event") == name), None)
-
-    def finalised(self) -> set[str]:
-        return {e["pod"] for e in self.events if e.get("event") == "finalised"}
 
     def wait_ready(self, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -230,17 +202,6 @@ class BenchNodeProcess:
         ready = self.event("ready")
         assert ready is not None
         return ready
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout=60)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left behind
-        self.popen.wait()
-        self._reader.join(timeout=5)  # its last events (`final`) are read
-        self.log.close()
 
 
 def agent_metrics(port: int) -> dict[str, float]:

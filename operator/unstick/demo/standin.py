@@ -25,21 +25,36 @@ from unstick.devcluster.process import Process, free_port
 
 
 class NodeProcess:
-    """The demo node (mounts, CSI driver, agent, kubelet stand-in) in its own mount namespace."""
+    """A node module (`python -m <module> <cfg.json>`: mounts, CSI driver, agent, kubelet
+    stand-in) in its own mount namespace and process group: its JSON events read from
+    stdout; stopped with TERM, then KILL of the whole group. The demo's node by default;
+    the node-side benchmark runs its own module through it."""
 
-    def __init__(self, cfg: dict[str, Any], workdir: Path) -> None:
+    module = "unstick.demo.node"
+    stop_timeout_s = 20.0
+
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        workdir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         cfg_path = workdir / "node.json"
         cfg_path.write_text(json.dumps(cfg))
         self.log = (workdir / "node.log").open("w")
         self.popen = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private",
-             sys.executable, "-m", "unstick.demo.node", str(cfg_path)],
+             sys.executable, "-m", self.module, str(cfg_path)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
+            env=env, cwd=cwd,
         )  # fmt: skip
         self.events: list[dict[str, Any]] = []
         self.agent_metrics_port = int(cfg["agent_metrics_port"])
         self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
@@ -50,19 +65,21 @@ class NodeProcess:
                 if event.get("event") == "ready":
                     self.ready.set()
 
+    def event(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
     def finalised(self) -> set[str]:
         return {e["pod"] for e in self.events if e.get("event") == "finalised"}
 
     def stop(self) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                pass
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=self.stop_timeout_s)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signal.SIGKILL)  # anything it left behind
         self.popen.wait()
+        self._reader.join(timeout=5)  # its last events are read
         self.log.close()
 
 
