@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unstick.devcluster import ControlPlane
+from unstick.devcluster.csi_seed import pod_exists as pod_exists  # the tests' import
 from unstick.devcluster.node import RealNode
 from unstick.devcluster.process import wait_until
 
@@ -141,18 +142,6 @@ def wait_running(core: Any, namespace: str, name: str, timeout: float = 60) -> A
         return pod if pod.status.phase == "Running" and pod.status.pod_ip else None
 
     return wait_until(running, timeout=timeout, what=f"pod {namespace}/{name} Running")
-
-
-def pod_exists(core: Any, namespace: str, name: str, uid: str | None = None) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        pod = core.read_namespaced_pod(name, namespace)
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return uid is None or pod.metadata.uid == uid
 
 
 def wait_gone(core: Any, namespace: str, name: str, uid: str, timeout: float = 60) -> None:
