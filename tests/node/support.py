@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from unstick.devcluster import ControlPlane
-from unstick.devcluster.csi_seed import pod_exists as pod_exists  # the tests' import
+from unstick.devcluster.csi_seed import pod_exists
 from unstick.devcluster.node import RealNode
 from unstick.devcluster.process import wait_until
 
