@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries (and the real-node suite's kubelet) unstick is tested against from pinned Go modules
+# Builds the control-plane binaries (the real-node suite's kubelet, the kind suite's kind,
+# kubeadm and kube-proxy) unstick is tested against from pinned Go modules
 # (there is no release download here) into a cache keyed by tool and version, and
 # links them into bin/. A second run finds everything cached and only relinks.
 #
@@ -47,7 +48,8 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver"
   echo "using etcd, kube-apiserver, kubectl from KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
   for b in etcd kube-apiserver kubectl; do link "$KUBEBUILDER_ASSETS/$b"; done
   build kubernetes "$cache/kubernetes-$k8s" kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet -- "$(
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet \
+    kubeadm=k8s.io/kubernetes/cmd/kubeadm kube-proxy=k8s.io/kubernetes/cmd/kube-proxy -- "$(
     minor=${k8s#v1.}; minor=${minor%%.*}
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=1970-01-01T00:00:00Z ' "$p" "$k8s" "$p" "$p" "$minor" "$p" "$p"
@@ -63,7 +65,9 @@ else
     kubectl=k8s.io/kubernetes/cmd/kubectl \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
     kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
-    kubelet=k8s.io/kubernetes/cmd/kubelet -- "$kflags"
+    kubelet=k8s.io/kubernetes/cmd/kubelet \
+    kubeadm=k8s.io/kubernetes/cmd/kubeadm \
+    kube-proxy=k8s.io/kubernetes/cmd/kube-proxy -- "$kflags"
   etcd=$(pinned etcd go.etcd.io/etcd/server/v3)
   build etcd "$cache/etcd-$etcd" etcd=go.etcd.io/etcd/server/v3
 fi
@@ -83,4 +87,8 @@ GOFLAGS="$GOFLAGS -tags=remove_all_sd" build prometheus "$cache/prometheus-$prom
 # csi-sanity, the CSI spec's conformance suite, run against the project's CSI plugin (tests/csi)
 csitest=$(pinned csi-test github.com/kubernetes-csi/csi-test/v5)
 build csi-test "$cache/csi-test-$csitest" csi-sanity=github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
+# kind, for the multi-node suite (tests/kind) on podman; kubeadm and kube-proxy above go
+# into its node image (hack/build-kind-node-image.sh)
+kind=$(pinned kind sigs.k8s.io/kind)
+build kind "$cache/kind-$kind" kind=sigs.k8s.io/kind
 echo "tools ready in $bin" >&2

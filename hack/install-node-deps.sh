@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the real-node test suite (tests/node, `pytest -m node`) needs, from
 # Debian's packages: containerd, runc and the CNI plugins run the pods; mmdebstrap and
-# buildah build the images; busybox-static is the test workload. Pinned to the versions
+# buildah build the images; busybox-static is the test workload; podman (with netavark,
+# aardvark-dns, conmon) runs the kind suite's nodes (tests/kind). Pinned to the versions
 # the suite was written against (Debian 12 "bookworm"); where the archive no longer has
 # that exact version (a point release replaced it), the current one is installed and
 # that is said.
@@ -17,7 +18,15 @@ pins=(
   mmdebstrap=1.3.5-7
   buildah=1.28.2+ds1-3+deb12u1+b3
   busybox-static=1:1.35.0-4+deb12u1+b1
+  podman=4.3.1+ds1-8+deb12u1+b3
+  netavark=1.4.0-3
+  aardvark-dns=1.4.0-3
+  conmon=2.1.6+ds1-1
 )
+# podman depends on "crun | runc": with runc listed first crun is not pulled in (and
+# --no-install-recommends keeps it out). crun cannot run containers here ("cgroups in
+# hybrid mode not supported"); hack/podman/containers.conf and hack/build-images.sh (BUILDAH_RUNTIME) pin
+# runc all the same, for machines where crun is installed.
 
 missing=()
 for pin in "${pins[@]}"; do
