@@ -1,0 +1,255 @@
+"""The Remediation — the channel between the controller and the agents — in one place.
+
+Its group, version, plural and kind, its labels and annotations, the names of its spec and
+status fields, the one time format both sides write and read, and typed readers/writers of
+the spec pieces that travel between the two processes (docs/design.md §5; the full shape
+is in docs/contracts.md). No other module spells these strings.
+
+The opt-in rule itself (which value of `unstick.dev/remediate` means what) is
+`unstick.core.mandate`'s; only the annotation's name is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from hashlib import sha256
+from typing import Any
+from urllib.parse import quote
+
+from unstick.core.vocabulary import NODE_ACTIONS, Action
+
+# --- the resources ------------------------------------------------------------------------
+
+GROUP = "unstick.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Remediation"
+PLURAL = "remediations"
+POLICY_KIND = "RemediationPolicy"
+POLICY_PLURAL = "remediationpolicies"
+SNAPSHOT_KIND = "Snapshot"  # the bundle of docs/design.md §6 (not a resource)
+
+#: The API path of the group (`/apis/unstick.dev/v1alpha1`).
+API_ROOT = f"/apis/{API_VERSION}"
+#: Remediations of every namespace (list/watch).
+ALL_REMEDIATIONS = f"{API_ROOT}/{PLURAL}"
+#: RemediationPolicies (cluster-scoped).
+POLICIES = f"{API_ROOT}/{POLICY_PLURAL}"
+
+# --- labels and annotations ---------------------------------------------------------------
+
+#: Label: the pod's node (the agent's label selector; "none" for a pod on no node).
+NODE_LABEL = "unstick.dev/node"
+#: Label: the pod's UID (`unstick snapshot` finds the pod's record by it).
+UID_LABEL = "unstick.dev/pod-uid"
+#: Label on a node incident's record: its cause, lower case (docs/incidents.md).
+INCIDENT_LABEL = "unstick.dev/incident"
+#: Label name prefix: `pod.unstick.dev/<pod name>` finds a pod's story by its name.
+POD_LABEL_PREFIX = "pod.unstick.dev/"
+#: Pod annotation and namespace label by which pods opt in (docs/design.md §4; the rule:
+#: `unstick.core.mandate`).
+REMEDIATE = "unstick.dev/remediate"
+#: Node annotation where an agent reports orphaned pod directories (docs/aftermath.md).
+ORPHANED_POD_DIRS_ANNOTATION = "unstick.dev/orphaned-pod-dirs"
+
+# --- spec and status field names ------------------------------------------------------------
+
+POD_NAME = "podName"
+POD_UID = "podUID"
+NODE_NAME = "nodeName"
+INCIDENT = "incident"
+DRY_RUN = "dryRun"
+LAZY_UNMOUNT = "lazyUnmount"
+PROBE_REQUESTED_AT = "probeRequestedAt"
+NODE_STEPS = "nodeSteps"
+NODE_STEPS_REQUESTED_AT = "nodeStepsRequestedAt"
+# status, written by the agent (the controller writes the rest of status)
+PROBE = "probe"
+PROBED_AT = "probedAt"
+NODE_ACTIONS_FIELD = "nodeActions"
+NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
+
+
+class RemediationError(ValueError):
+    """A Remediation field that cannot be used; the message names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# --- the one time format ------------------------------------------------------------------
+
+
+def rfc3339(when: float | datetime) -> str:
+    """Epoch seconds or an aware datetime → `2026-11-25T08:00:00.123456Z` (UTC, with
+    microseconds): the format of every time unstick writes."""
+    moment = when if isinstance(when, datetime) else datetime.fromtimestamp(when, UTC)
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment!r} has no timezone")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_datetime(value: str) -> datetime:
+    """An RFC 3339 time (`Z` or an offset, fractions optional) → an aware datetime. A time
+    without a timezone is taken as UTC (what the API server means). ValueError if bad."""
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_time(value: str) -> float:
+    """An RFC 3339 time → epoch seconds (ValueError if it is not one)."""
+    return parse_datetime(value).timestamp()
+
+
+def field_time(obj: Mapping[str, Any], key: str, field: str) -> datetime | None:
+    """`obj[key]` as a time, None when absent or empty; RemediationError naming `field`
+    (e.g. `spec.nodeStepsRequestedAt`) when it is not a time."""
+    value = obj.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise RemediationError(field, "expected an RFC3339 time string")
+    try:
+        return parse_datetime(value)
+    except ValueError:
+        raise RemediationError(field, f"{value!r} is not an RFC3339 time") from None
+
+
+# --- names and paths ----------------------------------------------------------------------
+
+
+def pod_label(pod_name: str) -> str:
+    """`pod.unstick.dev/<pod name>` on the pod's Remediation (or its node incident's):
+    `kubectl get remediations -A -l pod.unstick.dev/<pod>` finds a pod's story by its name.
+    A name longer than a label name (63) is cut and ends in 8 hex digits of its hash."""
+    if len(pod_name) <= 63:
+        return POD_LABEL_PREFIX + pod_name
+    digest = sha256(pod_name.encode()).hexdigest()[:8]
+    return f"{POD_LABEL_PREFIX}{pod_name[:54].rstrip('.-_')}-{digest}"
+
+
+def remediation_name(pod_name: str, uid: str) -> str:
+    """`<pod name, cut to 53>-<uid[:8]>`; a cut that ends in `.` or `-` would not be a valid
+    object name (it must end alphanumeric), so those are trimmed too."""
+    return f"{pod_name[:53].rstrip('.-')}-{uid[:8]}"
+
+
+def alternate_name(pod_name: str, uid: str) -> str:
+    """Where the pod's Remediation goes when its usual name is taken by a record that is not
+    the pod's (forged, or left from elsewhere): `<pod name, cut to 200>-<full uid>`."""
+    return f"{pod_name[:200].rstrip('.-')}-{uid}"
+
+
+def remediation_path(namespace: str, name: str = "") -> str:
+    """The API path of a namespace's Remediations, or of one of them."""
+    base = f"{API_ROOT}/namespaces/{quote(namespace, safe='')}/{PLURAL}"
+    return f"{base}/{quote(name, safe='')}" if name else base
+
+
+def policy_path(name: str) -> str:
+    """The API path of one RemediationPolicy."""
+    return f"{POLICIES}/{quote(name, safe='')}"
+
+
+def pod_labels(pod_name: str, uid: str, node: str) -> dict[str, str]:
+    """The labels of a pod's own Remediation."""
+    return {NODE_LABEL: node or "none", UID_LABEL: uid, pod_label(pod_name): ""}
+
+
+def new_remediation(
+    namespace: str, name: str, pod_name: str, uid: str, *, node: str, dry_run: bool
+) -> dict[str, Any]:
+    """The body that creates a pod's Remediation (its identity is immutable after this)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": pod_labels(pod_name, uid, node),
+        },
+        "spec": {POD_NAME: pod_name, POD_UID: uid, NODE_NAME: node, DRY_RUN: dry_run},
+    }
+
+
+# --- the node-steps request (controller → agent) ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStep:
+    """One step of `spec.nodeSteps`: a node action and its target (a path the agent
+    re-derives itself from the pod UID before it acts, never takes from here)."""
+
+    action: Action
+    target: str = ""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"action": str(self.action), "target": self.target, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStepsRequest:
+    """`spec.nodeSteps` + `spec.nodeStepsRequestedAt` (+ `dryRun`, `lazyUnmount`)."""
+
+    steps: tuple[NodeStep, ...]
+    requested_at: datetime
+    dry_run: bool = False
+    lazy_unmount: bool = False
+
+    def to_spec(self) -> dict[str, Any]:
+        """The merge patch of spec that hands these steps to the agent."""
+        return {
+            NODE_STEPS: [s.to_json() for s in self.steps],
+            NODE_STEPS_REQUESTED_AT: rfc3339(self.requested_at),
+            DRY_RUN: self.dry_run,
+            LAZY_UNMOUNT: self.lazy_unmount,
+        }
+
+
+def _step(value: object, field: str) -> NodeStep:
+    if not isinstance(value, Mapping):
+        raise RemediationError(field, "expected an object")
+    action, target, reason = value.get("action"), value.get("target"), value.get("reason")
+    if not isinstance(action, str) or action not in {str(a) for a in NODE_ACTIONS}:
+        raise RemediationError(f"{field}.action", f"{action!r} is not a node action")
+    if target is not None and not isinstance(target, str):
+        raise RemediationError(f"{field}.target", "expected a string")
+    if reason is not None and not isinstance(reason, str):
+        raise RemediationError(f"{field}.reason", "expected a string")
+    return NodeStep(Action(action), target or "", reason or "")
+
+
+def parse_node_steps(spec: Mapping[str, Any]) -> NodeStepsRequest | None:
+    """The node-steps request in a Remediation's spec, None when there is none (no
+    `nodeStepsRequestedAt`). RemediationError naming the field when it is malformed."""
+    requested = field_time(spec, NODE_STEPS_REQUESTED_AT, f"spec.{NODE_STEPS_REQUESTED_AT}")
+    if requested is None:
+        return None
+    raw = spec.get(NODE_STEPS)
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise RemediationError(f"spec.{NODE_STEPS}", "expected a list")
+    steps = tuple(_step(item, f"spec.{NODE_STEPS}[{i}]") for i, item in enumerate(raw))
+    flags = {}
+    for key in (DRY_RUN, LAZY_UNMOUNT):
+        value = spec.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise RemediationError(f"spec.{key}", "expected true or false")
+        flags[key] = bool(value)
+    return NodeStepsRequest(steps, requested, flags[DRY_RUN], flags[LAZY_UNMOUNT])
+
+
+def steps_answered(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether the agent has finished the latest node-steps request: `status.nodeStepsDoneAt`
+    is at or after `spec.nodeStepsRequestedAt` (False when either is absent or malformed)."""
+    try:
+        requested = field_time(spec, NODE_STEPS_REQUESTED_AT, "spec")
+        done = field_time(status, NODE_STEPS_DONE_AT, "status")
+    except RemediationError:
+        return False
+    return requested is not None and done is not None and done >= requested
