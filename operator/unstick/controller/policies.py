@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from unstick.core import mandate
 from unstick.core.diagnosis import DiagnosisSettings
 from unstick.core.policy import PolicyError, parse_policy
 
-DEFAULT_POLICY = "default"
-OPT_IN_LABEL = "unstick.dev/remediate"
+DEFAULT_POLICY = mandate.DEFAULT_POLICY
+OPT_IN_LABEL = mandate.OPT_IN
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,23 +89,16 @@ def load_policy(name: str, obj: Any) -> Policy:
 @dataclass(frozen=True, slots=True)
 class OptIn:
     opted_in: bool
-    policy_name: str
+    policy_name: str  # the policy the pod asks for; `default` (timing only) when not opted in
     why: str
 
 
-def opt_in(annotation: str | None, namespace_labels: dict[str, str]) -> OptIn:
-    # Exact values, as DESIGN §4 and `unstick diagnose` read them: "TRUE" names a policy
-    # called "TRUE" (which does not exist: observed only, and the Event says why).
-    value = annotation or ""
-    if value == "true":
-        return OptIn(True, DEFAULT_POLICY, "pod annotation unstick.dev/remediate=true")
-    if value == "false":
-        return OptIn(False, DEFAULT_POLICY, "pod annotation unstick.dev/remediate=false")
-    if value:
-        return OptIn(True, value, f"pod annotation names policy {value!r}")
-    if namespace_labels.get(OPT_IN_LABEL) == "true":
-        return OptIn(True, DEFAULT_POLICY, "namespace label unstick.dev/remediate=true")
-    return OptIn(False, DEFAULT_POLICY, "not opted in")
+def opt_in(annotation: str | None, namespace_labels: Mapping[str, str]) -> OptIn:
+    """The core's one opt-in rule (`unstick.core.mandate.opt_in`), in the controller's shape.
+    Exact values, as DESIGN §4 and `unstick diagnose` read them: "TRUE" names a policy
+    called "TRUE" (which does not exist: observed only, and the Event says why)."""
+    choice = mandate.opt_in(annotation, namespace_labels)
+    return OptIn(choice.policy is not None, choice.policy or DEFAULT_POLICY, choice.why)
 
 
 class PolicyBook:

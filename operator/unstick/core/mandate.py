@@ -3,10 +3,13 @@
 
 Pure: the caller (the node agent, before every probe and node step) reads the pod, its
 namespace's labels and the RemediationPolicy the pod names from the API and passes them
-in. Opt-in reads exactly as the controller and `unstick diagnose` read it:
+in. `opt_in` is THE opt-in rule (DESIGN §4); the controller (`controller.policies`),
+`unstick diagnose` (`core.safety.opted_in`) and the agent all call it:
 - pod annotation `unstick.dev/remediate`: "true" → policy `default`; "false" → opted out
-  (even in an opted-in namespace); any other value names a policy;
-- else namespace label `unstick.dev/remediate=true` → policy `default`;
+  (even in an opted-in namespace: the pod's own explicit opt-out wins); any other
+  non-empty value names a policy (exact: "TRUE" names a policy called "TRUE");
+- else (no annotation, or an empty one) namespace label `unstick.dev/remediate=true`
+  (exact) → policy `default`;
 - else not opted in.
 A policy is in force only if it exists, is valid and serves the pod's namespace
 (`RemediationPolicy.serves`: its namespaceSelector; `default` serves all).
@@ -16,25 +19,46 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from unstick.core.policy import RemediationPolicy
 from unstick.core.vocabulary import Action, Refusal
+
+if TYPE_CHECKING:  # core.policy imports core.diagnosis, which imports core.safety → here
+    from unstick.core.policy import RemediationPolicy
 
 OPT_IN = "unstick.dev/remediate"
 DEFAULT_POLICY = "default"
 
 
-def policy_name(annotation: str | None, namespace_labels: Mapping[str, str]) -> str | None:
-    """The policy the pod asks for, or None when it has not opted in."""
+@dataclass(frozen=True, slots=True)
+class OptIn:
+    """The pod's opt-in: the policy it asks for (None: not opted in) and why, in words."""
+
+    policy: str | None
+    why: str
+    names_policy: bool = False  # the pod's annotation names the policy (not "true")
+
+    def __bool__(self) -> bool:
+        return self.policy is not None
+
+
+def opt_in(annotation: str | None, namespace_labels: Mapping[str, str] | None) -> OptIn:
+    """The one opt-in rule (see the module docstring). `namespace_labels` None: unknown
+    (as offline), read as no label."""
     if annotation == "true":
-        return DEFAULT_POLICY
+        return OptIn(DEFAULT_POLICY, f"pod annotation {OPT_IN}=true")
     if annotation == "false":
-        return None
+        return OptIn(None, f"pod annotation {OPT_IN}=false")
     if annotation:
-        return annotation
-    if namespace_labels.get(OPT_IN) == "true":
-        return DEFAULT_POLICY
-    return None
+        return OptIn(annotation, f"pod annotation names policy {annotation!r}", names_policy=True)
+    if (namespace_labels or {}).get(OPT_IN) == "true":
+        return OptIn(DEFAULT_POLICY, f"namespace label {OPT_IN}=true")
+    return OptIn(None, "not opted in")
+
+
+def policy_name(annotation: str | None, namespace_labels: Mapping[str, str] | None) -> str | None:
+    """The policy the pod asks for, or None when it has not opted in (`opt_in`)."""
+    return opt_in(annotation, namespace_labels).policy
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 
 from unstick.core.durations import human
 from unstick.core.kubelet_paths import CSI_PLUGIN, classify, is_pod_volume_path
+from unstick.core.mandate import OPT_IN, opt_in
 from unstick.core.vocabulary import Cause
 
-OPT_IN = "unstick.dev/remediate"
 RESTART_KUBELET_EVERY = timedelta(hours=1)
 _MINUTE = timedelta(minutes=1)
 
@@ -178,19 +178,18 @@ def opted_in(
     namespace_labels: Mapping[str, str] | None,
     policy_name: str,
 ) -> Verdict:
-    """Opt-in by pod annotation `unstick.dev/remediate` ("true" or this policy's name),
-    or by namespace label `unstick.dev/remediate=true` (None: labels unknown)."""
-    value = annotations.get(OPT_IN)
-    if value is not None and value in ("true", policy_name):
-        return SAFE
-    if namespace_labels is not None and namespace_labels.get(OPT_IN) == "true":
-        return SAFE
-    if value is not None:
+    """The pod opted in (`unstick.core.mandate.opt_in`, the one rule: an explicit
+    annotation "false" opts out even in a labelled namespace) and, when its annotation
+    names a policy, names this one (None labels: unknown, as offline)."""
+    choice = opt_in(annotations.get(OPT_IN), namespace_labels)
+    if choice.policy is None:
+        return refuse(f"pod has not opted in ({choice.why})")
+    if choice.names_policy and choice.policy != policy_name:
         return refuse(
-            f"pod has not opted in: annotation {OPT_IN}={value!r} names neither 'true' nor "
-            f"policy {policy_name!r}"
+            f"pod has not opted in: annotation {OPT_IN}={choice.policy!r} names neither "
+            f"'true' nor policy {policy_name!r}"
         )
-    return refuse(f"pod has not opted in (annotation {OPT_IN} or namespace label)")
+    return SAFE
 
 
 # 6. Rate limits: cluster-wide and per node, actions per minute: `unstick.core.ratelimit`.
