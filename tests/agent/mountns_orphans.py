@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,51 @@ def scenario_young(node: Node) -> dict[str, Any]:
     return _run(node, "clean", min_age_s=300.0)
 
 
+UID_R = "ffffffff-6666-4666-8666-ffffffffffff"
+
+
+def _no_volume_dirs(node: Node) -> Path:
+    """A pod dir with no volume dirs at all (a static pod whose mirror pod was refused):
+    only the kubelet's empty per-container and plugin dirs."""
+    for sub in ("containers/app", "plugins/kubernetes.io~empty-dir/wrapped_cache"):
+        (node.pod(UID_R) / sub).mkdir(parents=True)
+    return node.pod(UID_R)
+
+
+def _clean_pass(node: Node, settings: Any = None) -> dict[str, Any]:
+    p = _pass(node, "clean")
+    if settings is not None:
+        p.settings = settings
+    return {d.uid: d.to_json() for d in p.run() or []}
+
+
+def scenario_running(node: Node) -> dict[str, Any]:
+    """A process runs in the pod's container cgroup (argv[3], made by the test): the pass
+    touches nothing of the pod; once the process is gone, the next pass cleans."""
+    top = _no_volume_dirs(node)
+    cgroup = Path(sys.argv[3])
+    proc = node.start("sleep", "600")
+    (cgroup / "cgroup.procs").write_text(str(proc.pid))
+    first = _clean_pass(node)
+    kept = sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+    node.stop(proc)
+    second = _clean_pass(node)
+    return {"first": first, "kept": kept, "second": second, "dir_after": top.exists()}
+
+
+def scenario_blind(node: Node) -> dict[str, Any]:
+    """No CRI socket and a /proc that lists no process: the runtime cannot tell, so the
+    pass does nothing to the pod."""
+    top = _no_volume_dirs(node)
+    (node.work / "noproc").mkdir()
+    blind = replace(node.settings, host_proc=str(node.work / "noproc"), cri_socket=None)
+    first = _clean_pass(node, blind)
+    return {"first": first, "dir_after": top.exists()}
+
+
 SCENARIOS = {
+    "running": scenario_running,
+    "blind": scenario_blind,
     "clean": scenario_clean,
     "observe": scenario_observe,
     "dry_run": scenario_dry_run,

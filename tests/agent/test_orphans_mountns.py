@@ -1,18 +1,69 @@
 """Orphaned pod dirs (DESIGN §9) with real mounts, a real holder and the real executor, in
 a private mount namespace: a held mount stays, an unheld one is unmounted and its dirs
-removed, a dir with a file in it stays and is reported with the file's path and size."""
+removed, a dir with a file in it stays and is reported with the file's path and size; a
+pod whose container runs (a real process in its cgroup), or whose runtime cannot tell, is
+not touched even when it has no volume dirs (issue #22 finding 2)."""
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mountns_orphans import UID_C
+from mountns_orphans import UID_C, UID_R
 from mountns_scenarios import UID_A, UID_B
 
 pytestmark = pytest.mark.mountns
 
 ORPHANS = Path(__file__).parent / "mountns_orphans.py"
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+
+
+@pytest.fixture
+def container_cgroup() -> Iterator[Path]:
+    """A real pids cgroup named like a container of pod UID_R (removed afterwards)."""
+    if not os.access(PIDS_CGROUP, os.W_OK):
+        pytest.skip("needs a writable pids cgroup")
+    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
+    container = top / "kubepods" / "besteffort" / f"pod{UID_R}" / "cri-containerd-dbg42.scope"
+    container.mkdir(parents=True)
+    try:
+        yield container
+    finally:
+        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+            if path.is_dir():
+                path.rmdir()
+        top.rmdir()
+
+
+def test_clean_never_touches_a_pod_whose_container_runs(
+    scenario, work: Path, container_cgroup: Path
+) -> None:
+    r = scenario("running", work, str(container_cgroup), script=ORPHANS)
+    first = r["first"][UID_R]
+    assert first["result"].startswith("not cleaned: containers of the pod still run"), first
+    assert "dbg42" in first["result"], first
+    assert r["kept"] == [
+        "containers",
+        "containers/app",
+        "plugins",
+        "plugins/kubernetes.io~empty-dir",
+        "plugins/kubernetes.io~empty-dir/wrapped_cache",
+    ]
+    # the container gone, the next pass cleans the empty dirs
+    assert "empty dir(s) removed" in r["second"][UID_R]["result"], r["second"]
+    assert not r["dir_after"]
+
+
+def test_clean_does_nothing_when_the_runtime_cannot_tell(scenario, work: Path) -> None:
+    r = scenario("blind", work, script=ORPHANS)
+    first = r["first"][UID_R]
+    assert first["result"] == (
+        "not cleaned: cannot tell whether containers of the pod still run"
+    ), first
+    assert r["dir_after"]
 
 
 def test_clean_keeps_held_mounts_and_data_and_removes_the_rest(scenario, work: Path) -> None:

@@ -263,3 +263,20 @@ def pod_containers(
     if not answer.answered:
         return None, None
     return answer.containers, answer.source
+
+
+def still_running(
+    host_proc: str, uid: str, cri_socket: str | None, timeout_s: float = 2.0
+) -> str | None:
+    """Why nothing may be done to the pod's paths now — a container of it runs (ephemeral
+    `kubectl debug` containers included: they run in the pod's sandbox and cgroup), or
+    neither source answered completely ("cannot tell" is never "none") — or None when an
+    answered runtime shows none running. The check of every node step and of the orphan
+    pass, right before each act."""
+    containers, source = pod_containers(host_proc, uid, cri_socket, timeout_s)
+    if containers is None:
+        return "cannot tell whether containers of the pod still run"
+    running = [c.id or c.name for c in containers if c.state == "running"]
+    if running:
+        return f"containers of the pod still run ({source}): {', '.join(running)}"
+    return None

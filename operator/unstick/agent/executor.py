@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from unstick.agent.containers import pod_containers
+from unstick.agent.containers import still_running
 from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable, read_pod_table
@@ -29,7 +29,7 @@ from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
 from unstick.agent.replay import replay_volume
-from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd
+from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd, rmdir_at
 from unstick.agent.settings import AgentSettings
 from unstick.agent.umount import MNT_DETACH, umount2
 from unstick.agent.volumedirs import volume_dirs
@@ -161,14 +161,10 @@ class Executor:
             raise Refused(not_derived)
 
     def _check_pod(self, uid: str) -> None:
-        containers, source = pod_containers(
-            self.settings.host_proc, uid, self.settings.cri_socket, self.settings.grpc_timeout_s
-        )
-        if containers is None:
-            raise Refused("cannot tell whether containers of the pod still run")
-        running = [c.id or c.name for c in containers if c.state == "running"]
-        if running:
-            raise Refused(f"containers of the pod still run ({source}): {', '.join(running)}")
+        s = self.settings
+        why = still_running(s.host_proc, uid, s.cri_socket, s.grpc_timeout_s)
+        if why:
+            raise Refused(why)
 
     def _check_mount(self, uid: str, mount: Mount) -> None:
         self._check_path(uid, mount)
@@ -350,21 +346,9 @@ class Executor:
             raise Refused(f"{path} is not a volume directory of pod {uid}")
         self._check_pod(uid)  # right before acting: a container may have started meanwhile
         try:
-            with parent_fd(path) as (fd, name):
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise Refused(f"{path} is not a directory (symlinks are never followed)")
-                self._remove_vol_data(uid, path, name, fd)
-                os.rmdir(name, dir_fd=fd)
-        except (FileNotFoundError, PathGone):
-            return True
+            return rmdir_at(path, lambda fd, name: self._remove_vol_data(uid, path, name, fd))
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return False
-            raise
-        return True
 
     def _remove_vol_data(self, uid: str, path: str, name: str, parent: int) -> None:
         info = classify(path, self.root, uid)

@@ -9,10 +9,14 @@ One pass (`OrphanPass.run`, from the agent's summary thread):
    mount point), their holders (a complete scan, or "held: cannot tell"), and the files
    left in it (walked with lstat, never following symlinks, never crossing a mount point);
 4. with the `default` RemediationPolicy's `orphanedPodDirs: clean` (read from the API right
-   before acting), not held, and a second fresh LIST still not showing the UID, the same
-   node steps as for a stuck pod run through the executor with its re-checks —
-   replay-unpublish (CSI mount, driver registered), unmount (no holders), rmdir-stale
-   (empty volume dirs) — and then empty directories of the pod dir are removed bottom-up.
+   before acting), not held, a second fresh LIST still not showing the UID, and no
+   container of the pod running (the executor's own runtime/cgroup check,
+   `containers.still_running`, before any step and again right before the last rmdirs; a
+   runtime that cannot tell means no action), the same node steps as for a stuck pod run
+   through the executor with its re-checks — replay-unpublish (CSI mount, driver
+   registered), unmount (no holders), rmdir-stale (empty volume dirs) — and then empty
+   directories of the pod dir are removed bottom-up, each through its parent's directory
+   fd (`safepath.rmdir_at`: never through a symlink, even one swapped in after listing).
    A file is never removed, nothing is removed recursively: a dir with data stays and is
    reported with its size and paths. Each dir cleaned is one action of this node's budget
    (`authority.NodeBudget`).
@@ -29,11 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from unstick.agent.authority import NodeBudget
+from unstick.agent.containers import still_running
 from unstick.agent.executor import DRY_RUN, FAILED, REFUSED, Executor
 from unstick.agent.holders import scan_holders
 from unstick.agent.mounts import MountTable, read_mount_table
 from unstick.agent.plugins import registered_plugins
 from unstick.agent.refused import Refused
+from unstick.agent.safepath import UnsafePath, rmdir_at
 from unstick.agent.settings import AgentSettings
 from unstick.core.aftermath import (
     ORPHAN_MIN_AGE_S,
@@ -96,10 +102,9 @@ def files_left(top: str, mount_points: frozenset[str]) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-def rmdir_empty_tree(top: str, mount_points: frozenset[str]) -> tuple[int, list[str]]:
-    """Remove the empty directories under and including `top`, deepest first: `rmdir` only
-    (a directory with anything in it stays), never through a symlink, never a mount point
-    or a directory containing one. Returns (removed, kept)."""
+def _dirs_below(top: str, mount_points: frozenset[str]) -> list[str]:
+    """`top` and every directory under it (lstat: symlinks are not entered), no mount point
+    entered."""
     dirs: list[str] = []
     stack = [top]
     while stack:
@@ -114,19 +119,38 @@ def rmdir_empty_tree(top: str, mount_points: frozenset[str]) -> tuple[int, list[
                 )
         except OSError:
             continue
+    return dirs
+
+
+def rmdir_empty_tree(
+    top: str, mount_points: frozenset[str], after_listing: Callable[[], None] | None = None
+) -> tuple[int, list[str]]:
+    """Remove the empty directories under and including `top`, deepest first: rmdir only
+    (a directory with anything in it stays), never a mount point or a directory containing
+    one, and each through its parent's directory fd (`safepath.rmdir_at`: every component
+    opened with O_NOFOLLOW, so a parent swapped for a symlink after the listing is not
+    followed). `after_listing` runs between the listing and the first removal (tests).
+    Returns (removed, kept)."""
+    dirs = _dirs_below(top, mount_points)
+    if after_listing is not None:
+        after_listing()
     removed, kept = 0, []
     for path in sorted(dirs, key=lambda p: -p.count("/")):
         if path in mount_points or any(m.startswith(path + "/") for m in mount_points):
             kept.append(path)
             continue
         try:
-            os.rmdir(path)  # rmdir(2) does not follow a symlink in the last component
-            removed += 1
-        except FileNotFoundError:
-            continue
+            gone = rmdir_at(path)
+        except UnsafePath as exc:
+            log.warning("not removing %s: %s", path, exc)
+            gone = False
         except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            if exc.errno != errno.EBUSY:
                 log.warning("rmdir %s: %s", path, exc)
+            gone = False
+        if gone:
+            removed += 1
+        else:
             kept.append(path)
     return removed, kept
 
@@ -222,6 +246,10 @@ class OrphanPass:
         live = self._live()  # right before acting: the pod may exist after all
         if live is None or d.uid in live:
             return replace(d, result="not cleaned: the pod list does not prove it gone")
+        running = self._running(d.uid)  # never touch a pod whose containers run
+        if running:
+            self.on_refusal(Refusal.UNSAFE)
+            return replace(d, result=f"not cleaned: {running}")
         table = read_mount_table(self.settings.mountinfo)
         steps = orphan_steps(self._replayable(d.uid, table), bool(d.mounts))
         refused = [a for a in steps if not policy.permits(a)]
@@ -250,6 +278,9 @@ class OrphanPass:
         else:
             if r.result == DRY_RUN:
                 self.on_refusal(Refusal.DRY_RUN)
+            elif running := self._running(d.uid):  # re-checked right before the rmdirs
+                self.on_refusal(Refusal.UNSAFE)
+                results.append(f"empty dirs not removed: {running}")
             else:
                 removed, _kept = rmdir_empty_tree(d.path, self._table_points())
                 results.append(f"{removed} empty dir(s) removed")
@@ -261,6 +292,12 @@ class OrphanPass:
         if not os.path.lexists(d.path):
             return replace(d, mounts=(), held=(), data=(), data_bytes=0)
         return self.inspect(d.uid, d.age_s, read_mount_table(self.settings.mountinfo))
+
+    def _running(self, uid: str) -> str | None:
+        """Why the pod's paths may not be touched (a container of it runs, or the runtime
+        cannot tell), by the same check as every node step; None when none runs."""
+        s = self.settings
+        return still_running(s.host_proc, uid, s.cri_socket, s.grpc_timeout_s)
 
     def _table_points(self) -> frozenset[str]:
         return read_mount_table(self.settings.mountinfo).mount_points()

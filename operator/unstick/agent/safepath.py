@@ -11,7 +11,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -73,3 +73,28 @@ def check_path(path: str, *, is_mount_point: bool) -> None:
             raise UnsafePath(f"{path}: {exc.strerror}") from None
         if stat.S_ISLNK(st.st_mode):
             raise UnsafePath(f"{path} is a symlink")
+
+
+def rmdir_at(path: str, before: Callable[[int, str], None] | None = None) -> bool:
+    """rmdir(2) of the directory `path` through its parent's fd (unlinkat with
+    AT_REMOVEDIR): every parent component opened `O_NOFOLLOW | O_DIRECTORY` from `/`, the
+    last one lstat'ed to be a directory — a symlink anywhere on the way is never followed,
+    even one swapped in after `path` was listed. Never recursive: a directory with anything
+    in it stays. `before(parent_fd, name)` runs right before the rmdir (e.g. removing the
+    kubelet's own file in it). True when removed or already gone, False when not empty;
+    raises UnsafePath for a symlink or non-directory on the way or at `path` itself."""
+    try:
+        with parent_fd(path) as (fd, name):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePath(f"{path} is not a directory (symlinks are never followed)")
+            if before is not None:
+                before(fd, name)
+            os.rmdir(name, dir_fd=fd)
+    except (FileNotFoundError, PathGone):
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
