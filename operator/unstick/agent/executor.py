@@ -4,10 +4,16 @@ preconditions on the host right before it acts.
 Every path is derived by the agent from the pod UID and its own kubelet root; a step's
 `target` from the Remediation only *selects* among those derived paths (it must equal one
 of them, or be empty / the pod directory meaning "all of this pod's"). Right before each
-individual unmount, unpublish or rmdir the executor re-reads the mount table and checks:
+individual unmount, unpublish or rmdir the executor re-checks the mount table and checks:
 the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
 component, a complete holder scan finds no holder of the mount (an incomplete scan
 refuses), and no container of the pod runs.
+
+The mount table comes from `unstick.agent.mounttable.MountWatch`: re-read when poll() on
+the open table says it changed since it was last read, else the text read then — which is
+then exactly as fresh as a new read (the safety argument is in that module and in
+docs/agent.md). Only the read and parse are saved; every check still happens right before
+its act.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from datetime import UTC, datetime
 from unstick.agent.containers import still_running
 from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_restart import restart_kubelet
-from unstick.agent.mounts import MountTable, read_pod_table
+from unstick.agent.mounts import MountTable
+from unstick.agent.mounttable import MountWatch, lines_under, watch_for
 from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
@@ -42,23 +49,20 @@ from unstick.core.kubelet_paths import (
     normalise,
     pod_dir,
 )
-from unstick.core.mountinfo import Mount, escape, parse_mountinfo
+from unstick.core.mountinfo import Mount
 
-__all__ = ["DRY_RUN", "FAILED", "REFUSED", "SUCCEEDED", "Executor", "Refused", "StepResult"]
+__all__ = [
+    "DRY_RUN",
+    "FAILED",
+    "REFUSED",
+    "SUCCEEDED",
+    "Executor",
+    "Refused",
+    "StepResult",
+    "lines_under",
+]
 
 log = logging.getLogger(__name__)
-
-
-def lines_under(text: str, top: str) -> str:
-    """The lines of a mountinfo text whose mount point is strictly under `top`."""
-    prefix = top.rstrip("/") + "/"
-    escaped = escape(prefix)
-    kept = [
-        line
-        for line in text.split("\n")  # mountinfo is \n-separated; never splitlines()
-        if escaped in line and parse_mountinfo(line)[0].mount_point.startswith(prefix)
-    ]
-    return "".join(f"{line}\n" for line in kept)
 
 
 def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
@@ -97,6 +101,7 @@ class Executor:
     settings: AgentSettings
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     plugins: Callable[[], dict[str, Plugin]] | None = None
+    mounts: MountWatch | None = None  # default: the process's watch of settings.mountinfo
 
     # --- shared checks -------------------------------------------------------------
 
@@ -104,17 +109,26 @@ class Executor:
     def root(self) -> str:
         return normalise(self.settings.kubelet_root) or self.settings.kubelet_root
 
+    @property
+    def watch(self) -> MountWatch:
+        """The mount table, re-read when the kernel says it changed (mounttable)."""
+        if self.mounts is None:
+            self.mounts = watch_for(self.settings.mountinfo)
+        return self.mounts
+
     def _table(self) -> MountTable:
-        """The host table's mounts under the kubelet root, re-read now: a replay looks there
+        """The host table's mounts under the kubelet root, as of now: a replay looks there
         for the pod's mount, the volume's staging mount and the volume's other pods."""
-        with open(self.settings.mountinfo, encoding="utf-8", errors="surrogateescape") as f:
-            text = lines_under(f.read(), self.root)
-        return MountTable(text=text, mounts=tuple(parse_mountinfo(text)))
+        return self.watch.under(self.root)
 
     def _pod_table(self, uid: str) -> MountTable:
-        """The host table's mounts under this pod's directory, re-read now: all a check of
-        this pod's paths needs (`read_pod_table` parses no other line)."""
-        return read_pod_table(self.settings.mountinfo, self.root, uid)
+        """The host table's mounts under this pod's directory, as of now: all a check of
+        this pod's paths needs (no other line is parsed)."""
+        return self.watch.pod_table(self.root, uid)
+
+    def pod_table(self, uid: str) -> MountTable:
+        """`_pod_table` for the probe (the same view, parsed once per table text)."""
+        return self._pod_table(uid)
 
     def _select(
         self,

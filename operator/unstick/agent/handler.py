@@ -38,6 +38,7 @@ from typing import Any
 from unstick.agent.authority import NodeBudget, PolicySources, read_mandate
 from unstick.agent.executor import DRY_RUN, REFUSED, Executor, StepResult
 from unstick.agent.probe import probe_pod, rfc3339
+from unstick.agent.scangroup import ScanGroup, shared_scans
 from unstick.agent.settings import AgentSettings
 from unstick.core.mandate import Mandate, permit
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
@@ -201,11 +202,19 @@ class Handler:
     # is not raced
     pod_locks: KeyLocks = field(default_factory=KeyLocks)
     call_lock: threading.Lock = field(default_factory=threading.Lock)
+    # the probes of pods handled at the same time share one holder scan, one started after
+    # each of them asked (agent/scangroup.py); node steps scan alone right before acting
+    probe_scans: ScanGroup = field(default_factory=ScanGroup)
 
     def probe(self, uid: str) -> JSON:
+        """Probe the pod: the mount table from the executor's view (re-read only when the
+        kernel says it changed, agent/mounttable.py), the holder scan shared with the
+        probes of other pods asked at the same time."""
         started = time.monotonic()
         try:
-            return probe_pod(self.settings, uid, now=self.clock())
+            table = self.executor.pod_table(uid)
+            with shared_scans(self.probe_scans):
+                return probe_pod(self.settings, uid, now=self.clock(), table=table)
         finally:
             self.on_probe_duration(time.monotonic() - started)
 

@@ -51,6 +51,7 @@ import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from unstick.agent.scangroup import current_group
 from unstick.core.mount_identity import (
     MountTable,
     Target,
@@ -196,6 +197,15 @@ def _table(text: str, devices: Collection[tuple[int, int]]) -> MountTable:
     return MountTable.of(*parse_relevant(text, devices))
 
 
+def _as_read(table: MountTable, mount: Mount) -> Mount:
+    """The mount as this scan read it: its propagation (`shared:N`, `master:N`) from the
+    namespace's table read now, not from the caller's table, which may be a text kept
+    since an earlier read (`unstick.agent.mounttable`: a propagation change alone is not
+    reported by poll)."""
+    now = table.by_id.get(mount.mount_id)
+    return now if now is not None and now.mount_point == mount.mount_point else mount
+
+
 class _Scan:
     """One pass over `host_proc`: every process's namespace and mount table first (a
     file's mount id may belong to another namespace), then each process's holds."""
@@ -253,7 +263,7 @@ class _Scan:
         for ns, info in self.namespaces.items():
             table = info.table
             if table and any((m.mount_id, m.mount_point) in wanted for m in table.mounts):
-                return ns, targets_in(table, self.targets)
+                return ns, targets_in(table, [_as_read(table, m) for m in self.targets])
         return None, [Target(m, None) for m in self.targets]
 
     # --- pass 2: holds ---------------------------------------------------------------
@@ -434,10 +444,20 @@ def scan_holders(
 ) -> HolderScan:
     """Every (process, mount) hold on the given mounts, found under `host_proc`, and
     whether the scan could see every process (see the module docstring). `kubelet_root`
-    also searches the namespace the mounts were read from for copies outside it."""
+    also searches the namespace the mounts were read from for copies outside it.
+
+    Inside `scangroup.shared_scans()` the scan may be one started for several callers at
+    once (`scangroup.ScanGroup`), never one that started before this call."""
     targets = list(mounts)
     if not targets:
         return HolderScan([])
+    group = current_group()
+    if group is not None:
+        return group.scan(host_proc, targets, kubelet_root, _scan_now)
+    return _scan_now(host_proc, targets, kubelet_root)
+
+
+def _scan_now(host_proc: str, targets: list[Mount], kubelet_root: str | None) -> HolderScan:
     pids, unknown = _pids(host_proc)
     scan = _Scan(host_proc, targets, kubelet_root)
     scan.collect(pids)

@@ -1,0 +1,123 @@
+"""One holder scan for several pods at once: the probes of a burst (group commit).
+
+A holder scan reads every process's fds, cwd, root, maps and every mount namespace's
+table; its cost grows with processes times open files, not with the number of mounts asked
+about. When many pods of a node are probed at the same time (a CSI driver restart strands
+all of its pods at once), one scan can answer all of them.
+
+What may be shared, and why it is safe: a caller joins the **next** scan to start, never
+one already running. The scan it gets started after it asked, so it is exactly as fresh as
+a scan of its own would have been (which would have started at about the same moment).
+A scan is never reused: once it ended, it answers no new caller.
+
+Only the probes share (the handler's `shared_scans()`): a probe is a report, and the node
+steps that follow re-check everything themselves. A node step's own holder check, right
+before its unmount or unpublish, always scans alone: a scan started for a batch could
+span another pod's act, and an act's check is kept to "started by this act, right before
+it" — the simplest rule to check by reading the code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # holders imports this module
+    from unstick.agent.holders import HolderScan
+    from unstick.core.mountinfo import Mount
+
+ScanFn = Callable[[str, list["Mount"], str | None], "HolderScan"]
+_Key = tuple[str, str | None]
+
+
+@dataclass
+class _Batch:
+    mounts: list[Mount] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: HolderScan | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class ScanGroup:
+    """Holder scans shared by callers that ask at the same time (module docstring).
+
+    The first caller of a batch waits for the running scan (if any) to end, closes the
+    batch and scans the union of the batch's mounts; each caller gets the holders of its
+    own mounts and the scan's completeness (a gap is a gap for every caller: never less
+    cautious than a scan of its own)."""
+
+    scans: int = 0  # scans run
+    served: int = 0  # callers answered
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idle: threading.Condition = field(init=False)
+    _next: dict[_Key, _Batch] = field(default_factory=dict)
+    _running: set[_Key] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._idle = threading.Condition(self._lock)
+
+    def scan(
+        self, host_proc: str, mounts: list[Mount], kubelet_root: str | None, scan_fn: ScanFn
+    ) -> HolderScan:
+        key = (host_proc, kubelet_root)
+        with self._lock:
+            batch = self._next.get(key)
+            leader = batch is None
+            if batch is None:
+                batch = self._next[key] = _Batch()
+            batch.mounts.extend(mounts)
+        if leader:
+            self._lead(key, batch, scan_fn)
+        batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+        assert batch.result is not None
+        with self._lock:
+            self.served += 1
+        mine = {m.mount_point for m in mounts}
+        holders = [h for h in batch.result.holders if h.mount_point in mine]
+        return dataclasses.replace(batch.result, holders=holders)
+
+    def _lead(self, key: _Key, batch: _Batch, scan_fn: ScanFn) -> None:
+        with self._lock:
+            while key in self._running:
+                self._idle.wait()
+            self._running.add(key)
+            del self._next[key]  # closed: a caller from now on waits for the next scan
+            self.scans += 1
+            targets = list({(m.mount_id, m.mount_point): m for m in batch.mounts}.values())
+        try:
+            batch.result = scan_fn(key[0], targets, key[1])
+        except BaseException as exc:  # every caller of the batch sees it
+            batch.error = exc
+        finally:
+            with self._lock:
+                self._running.discard(key)
+                self._idle.notify_all()
+            batch.done.set()
+
+
+_SHARING: contextvars.ContextVar[ScanGroup | None] = contextvars.ContextVar(
+    "unstick_holder_scan_group", default=None
+)
+
+
+def current_group() -> ScanGroup | None:
+    """The group `scan_holders` joins in this thread, if any."""
+    return _SHARING.get()
+
+
+@contextlib.contextmanager
+def shared_scans(group: ScanGroup) -> Iterator[None]:
+    """Within this block (this thread), `scan_holders` joins `group`'s next scan."""
+    token = _SHARING.set(group)
+    try:
+        yield
+    finally:
+        _SHARING.reset(token)
