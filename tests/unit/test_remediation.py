@@ -20,10 +20,7 @@ def test_the_resource_names_are_the_contracts() -> None:
         "Remediation",
     )
     assert r.ALL_REMEDIATIONS == "/apis/unstick.dev/v1alpha1/remediations"
-    assert r.remediation_path("team a", "web-0") == (
-        "/apis/unstick.dev/v1alpha1/namespaces/team%20a/remediations/web-0"
-    )
-    assert r.policy_path("default") == "/apis/unstick.dev/v1alpha1/remediationpolicies/default"
+    assert r.POLICIES == "/apis/unstick.dev/v1alpha1/remediationpolicies"
 
 
 def test_the_crd_file_agrees_with_the_names() -> None:

@@ -26,10 +26,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
@@ -48,22 +46,19 @@ from unstick.core.aftermath import (
     namespace_message,
     waiter_entry,
 )
+from unstick.core.remediation import parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
+from unstick.kube.events import post_event
 from unstick.kube.listwatch import WatchStream, list_watch
 from unstick.kube.objectwatch import ObjectWatcher
-from unstick.kube.podwatch import TerminatingPod, parse_time
+from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger(__name__)
 
 EVENT_MAX_AGE_S = 900.0  # older attach/mount failures are history, not a waiting pod
 MAX_WAITERS = 20
 PENDING_RECHECK_S = 2.0
-COMPONENT = "unstick-controller"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
-
-
-def rfc3339(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class DictStore:
@@ -461,30 +456,3 @@ def _ref(obj: JSON, kind: str) -> JSON:
         "name": meta.get("name"),
         "uid": meta.get("uid"),
     }
-
-
-def post_event(kube: Kube, ref: JSON, reason: str, message: str) -> None:
-    """A core/v1 Event about `ref` (best effort). Events about cluster-scoped objects
-    (a Namespace) go to namespace `default`: a Terminating namespace takes no new objects."""
-    namespace = ref.get("namespace") or "default"
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body = {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{ref.get('name')}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
-        "involvedObject": ref,
-        "reason": reason,
-        "message": message[:1000],
-        "type": "Warning",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    try:
-        kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
-    except Exception as exc:  # informative only
-        log.warning(
-            "could not post Event %s on %s %s: %s", reason, ref.get("kind"), ref.get("name"), exc
-        )

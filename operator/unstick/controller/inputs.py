@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
 from unstick.kube.client import JSON, Kube, pod_path
 
-
-def rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+# rfc3339 is re-exported for the modules that still take it from here.
+__all__ = ["Lookup", "NodeInputs", "build_bundle", "fetch_pod", "rfc3339"]
 
 
 def _claim_names(pod: JSON) -> list[str]:
@@ -96,8 +95,8 @@ def build_bundle(
                 attachments.append(va)
     pod = {"apiVersion": "v1", "kind": "Pod", **pod}
     return {
-        "apiVersion": "unstick.dev/v1alpha1",
-        "kind": "Snapshot",
+        "apiVersion": API_VERSION,
+        "kind": SNAPSHOT_KIND,
         "capturedAt": rfc3339(now),
         "pod": pod,
         "node": node,

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from hashlib import sha256
 from typing import Any
-from urllib.parse import quote
 
 from unstick.core.vocabulary import NODE_ACTIONS, Action
 
@@ -118,7 +117,7 @@ def field_time(obj: Mapping[str, Any], key: str, field: str) -> datetime | None:
         raise RemediationError(field, f"{value!r} is not an RFC3339 time") from None
 
 
-# --- names and paths ----------------------------------------------------------------------
+# --- names ----------------------------------------------------------------------
 
 
 def pod_label(pod_name: str) -> str:
@@ -141,17 +140,6 @@ def alternate_name(pod_name: str, uid: str) -> str:
     """Where the pod's Remediation goes when its usual name is taken by a record that is not
     the pod's (forged, or left from elsewhere): `<pod name, cut to 200>-<full uid>`."""
     return f"{pod_name[:200].rstrip('.-')}-{uid}"
-
-
-def remediation_path(namespace: str, name: str = "") -> str:
-    """The API path of a namespace's Remediations, or of one of them."""
-    base = f"{API_ROOT}/namespaces/{quote(namespace, safe='')}/{PLURAL}"
-    return f"{base}/{quote(name, safe='')}" if name else base
-
-
-def policy_path(name: str) -> str:
-    """The API path of one RemediationPolicy."""
-    return f"{POLICIES}/{quote(name, safe='')}"
 
 
 def pod_labels(pod_name: str, uid: str, node: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from unstick import __version__
+from unstick.core import remediation
 
 log = logging.getLogger(__name__)
 
@@ -216,5 +217,11 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 
 def remediation_path(namespace: str, name: str = "") -> str:
-    base = f"/apis/unstick.dev/v1alpha1/namespaces/{quote(namespace, safe='')}/remediations"
+    """A namespace's Remediations, or one of them."""
+    base = f"{remediation.API_ROOT}/namespaces/{quote(namespace, safe='')}/{remediation.PLURAL}"
     return f"{base}/{quote(name, safe='')}" if name else base
+
+
+def policy_path(name: str) -> str:
+    """One RemediationPolicy."""
+    return f"{remediation.POLICIES}/{quote(name, safe='')}"
