@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from unstick.core.remediation import REMEDIATE, UID_LABEL
+
 if TYPE_CHECKING:
     from unstick.kube.client import JSON, Kube
 
@@ -75,11 +77,10 @@ def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
     """`status.probe` of the pod's Remediation (the newest, if several); None if none."""
     from kubernetes.client.exceptions import ApiException
 
+    from unstick.kube.client import remediation_path
+
     try:
-        rems = api.list_all(
-            f"/apis/unstick.dev/v1alpha1/namespaces/{quote(namespace)}/remediations",
-            {"labelSelector": f"unstick.dev/pod-uid={uid}"},
-        )
+        rems = api.list_all(remediation_path(namespace), {"labelSelector": f"{UID_LABEL}={uid}"})
     except ApiException as err:
         if err.status == 404:  # the Remediation CRD is not installed
             return None
@@ -110,14 +111,14 @@ def policy_in_force(api: Kube, pod: JSON) -> JSON | None:
 
     from unstick.controller.policies import load_policy, opt_in
     from unstick.core.policy import PolicyError
+    from unstick.kube.client import policy_path
 
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
     labels = _namespace_labels(api, namespace)
-    choice = opt_in((meta.get("annotations") or {}).get("unstick.dev/remediate"), labels)
-    path = f"/apis/unstick.dev/v1alpha1/remediationpolicies/{quote(choice.policy_name, safe='')}"
+    choice = opt_in((meta.get("annotations") or {}).get(REMEDIATE), labels)
     try:
-        obj = api.get(path)
+        obj = api.get(policy_path(choice.policy_name))
     except ApiException as err:
         if err.status in (403, 404):  # no RBAC to read it, or the CRD is not installed
             return None
@@ -159,6 +160,7 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     from kubernetes.client.exceptions import ApiException
 
     from unstick.agent.orphan_events import ANNOTATION, EVENT_NAMESPACE, REASON
+    from unstick.kube.client import remediation_path
 
     meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName") or ""
     pvs = {(pv.get("metadata") or {}).get("name") for pv in bundle["persistentVolumes"]}
@@ -173,8 +175,7 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
             ]
         bundle["namespace"] = api.get(f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}")
         rems = api.list_all(
-            f"/apis/unstick.dev/v1alpha1/namespaces/{quote(meta['namespace'])}/remediations",
-            {"labelSelector": f"unstick.dev/pod-uid={meta['uid']}"},
+            remediation_path(meta["namespace"]), {"labelSelector": f"{UID_LABEL}={meta['uid']}"}
         )
         for rem in rems:
             after["waiters"] += list((rem.get("status") or {}).get("waiters") or [])

@@ -13,14 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from unstick.core.remediation import ALL_REMEDIATIONS, parse_time, rfc3339
 
 if TYPE_CHECKING:
     from unstick.kube.client import JSON, Kube
 
 EXIT_FAILED = 1
-REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
+REMEDIATIONS = ALL_REMEDIATIONS
 FINAL = ("Resolved", "Refused")
 
 
@@ -40,7 +41,7 @@ def _time(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return parse_time(value)
     except ValueError:
         return None
 
@@ -104,7 +105,7 @@ def gather(api: Kube, now: float) -> JSON:
     namespaces, why = _list(api, "/api/v1/namespaces")
     notes += [why] if why else []
     return {
-        "capturedAt": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "capturedAt": rfc3339(now),
         "stuckPods": stuck,
         "blockedReplacements": _waiters(rems, now),
         "blockedNamespaces": _namespaces(namespaces, stuck),

@@ -25,6 +25,7 @@ from unstick.controller.nodeside import Decision
 from unstick.controller.policies import BUILTIN, NamespaceLabels, PolicyBook, opt_in
 from unstick.core.diagnosis import diagnose
 from unstick.core.planner import plan as make_plan
+from unstick.core.remediation import REMEDIATE
 from unstick.core.snapshot import BundleError, parse_bundle
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
@@ -60,7 +61,7 @@ class Detector:
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or ""
         labels = self.namespaces.get(namespace)
-        choice = opt_in((meta.get("annotations") or {}).get("unstick.dev/remediate"), labels)
+        choice = opt_in((meta.get("annotations") or {}).get(REMEDIATE), labels)
         policy, problem = self.policies.lookup(choice.policy_name)
         opted_in, why, refused = choice.opted_in, choice.why, False
         if policy is None:

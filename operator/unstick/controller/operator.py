@@ -20,11 +20,10 @@ from unstick.controller import metrics
 from unstick.controller.peering import PeeringGate, PeeringSettings
 from unstick.controller.policies import PolicyBook
 from unstick.controller.runtime import Runtime, RuntimeSettings
+from unstick.core.remediation import GROUP, PLURAL, POLICIES, POLICY_PLURAL, VERSION
 from unstick.kube.client import ClientSettings, Kube
 
 log = logging.getLogger(__name__)
-
-GROUP, VERSION = "unstick.dev", "v1alpha1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             "active": runtime.gate(),
         }
 
-    @kopf.on.event(GROUP, VERSION, "remediationpolicies", registry=registry)
+    @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
     async def policy_event(
         type: str, body: Any, name: str, memo: Any, logger: Any, **_: Any
     ) -> None:
@@ -126,7 +125,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
         if state.runtime is not None:
             state.runtime.policies_changed()
 
-    @kopf.on.event(GROUP, VERSION, "remediations", registry=registry)
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
         state: State = memo.state
         uid = (body.get("spec") or {}).get("podUID")
@@ -164,7 +163,7 @@ def _write_validity(state: State, name: str, body: dict[str, Any], error: str | 
         return
     state.kube.request(
         "PATCH",
-        f"/apis/{GROUP}/{VERSION}/remediationpolicies/{name}/status",
+        f"{POLICIES}/{name}/status",
         body={"status": {"conditions": [wanted]}},
         content_type="application/merge-patch+json",
     )

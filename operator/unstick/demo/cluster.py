@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from unstick.core.remediation import API_VERSION, POLICY_KIND, REMEDIATE, rfc3339
 from unstick.demo.scenarios import (
     ABANDONED_FINALIZER,
     AGENT_NODE,
@@ -19,14 +20,10 @@ from unstick.devcluster import node_manifest
 PV, PVC, HANDLE = "pv-orders", "orders", "vol-orders"
 
 
-def _ts(when: dt.datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def policy() -> dict[str, Any]:
     return {
-        "apiVersion": "unstick.dev/v1alpha1",
-        "kind": "RemediationPolicy",
+        "apiVersion": API_VERSION,
+        "kind": POLICY_KIND,
         "metadata": {"name": "default"},
         "spec": {
             "dryRun": False,
@@ -55,8 +52,8 @@ def _node_status(ready: bool, since: dt.datetime) -> dict[str, Any]:
                     "message": "kubelet is posting ready status"
                     if ready
                     else "Kubelet stopped posting node status.",
-                    "lastHeartbeatTime": _ts(since if not ready else now),
-                    "lastTransitionTime": _ts(since),
+                    "lastHeartbeatTime": rfc3339(since if not ready else now),
+                    "lastTransitionTime": rfc3339(since),
                 }
             ]
         }
@@ -144,7 +141,7 @@ def block_replacement(core: Any, storage: Any, node: str) -> None:
     pod = core.create_namespaced_pod(
         NAMESPACE, _pod(REPLACEMENT, node, spec={"volumes": [SESSIONS_VOLUME]})
     )
-    now = _ts(dt.datetime.now(dt.UTC))
+    now = rfc3339(dt.datetime.now(dt.UTC))
     core.create_namespaced_event(
         NAMESPACE,
         {
@@ -164,9 +161,7 @@ def block_replacement(core: Any, storage: Any, node: str) -> None:
 
 
 def create_namespace(core: Any) -> None:
-    core.create_namespace(
-        {"metadata": {"name": NAMESPACE, "labels": {"unstick.dev/remediate": "true"}}}
-    )
+    core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {REMEDIATE: "true"}}})
 
 
 def create_workload(core: Any, *, stand_in: bool) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from unstick.core.remediation import GROUP, PLURAL, VERSION
 from unstick.demo import cluster
 from unstick.demo.backend import Backend
 from unstick.demo.scenarios import GONE_NODE, NAMESPACE
@@ -48,8 +49,8 @@ class History:
         version = ""
         while not self._stopped.is_set():
             stream = self._watch.stream(
-                custom.list_namespaced_custom_object, "unstick.dev", "v1alpha1", NAMESPACE,
-                "remediations", resource_version=version, timeout_seconds=5,
+                custom.list_namespaced_custom_object, GROUP, VERSION, NAMESPACE, PLURAL,
+                resource_version=version, timeout_seconds=5,
             )  # fmt: skip
             try:
                 for event in stream:
@@ -113,9 +114,7 @@ def _plan_text(actions: list[str]) -> str:
 
 
 def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Row]:
-    rems = custom.list_namespaced_custom_object(
-        "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
-    )
+    rems = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
     by_pod = {pod: status for r in rems["items"] for pod, status in per_pod(r)}
     present = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
     finalised = backend.finalised()
@@ -268,9 +267,7 @@ def _settled_rows(
     fixed = {sc.pod: sc.node == agent_node for sc in backend.scenarios if sc.fixed}
 
     def complete() -> bool:
-        rems = custom.list_namespaced_custom_object(
-            "unstick.dev", "v1alpha1", NAMESPACE, "remediations"
-        )["items"]
+        rems = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)["items"]
         seen = {pod: status for r in rems for pod, status in per_pod(r)}
         status = {pod: seen.get(pod, {}) for pod in fixed}
         return all(

@@ -17,6 +17,7 @@ from typing import Any
 
 from kubernetes import client
 
+from unstick.core.remediation import GROUP, POLICY_PLURAL, VERSION
 from unstick.demo import cluster
 from unstick.demo.backend import Cluster, scrape_metrics
 from unstick.demo.scenarios import AGENT_NODE, scenarios
@@ -106,9 +107,7 @@ class StandIn:
         stack.callback(api.close)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         cp.install_crds()
-        custom.create_cluster_custom_object(
-            "unstick.dev", "v1alpha1", "remediationpolicies", cluster.policy()
-        )
+        custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, cluster.policy())
         cluster.create_nodes(core, client.StorageV1Api(api), stand_in=True)
         cluster.create_namespace(core)
         uids = cluster.create_workload(core, stand_in=True)
