@@ -5,6 +5,9 @@ processes, run INSIDE a private mount namespace by conftest (`script=WATCH`):
   process of *another* namespace whose mount propagates here (a peer of a shared mount),
   each seen by the very next check; checks with nothing changed keep the text read before
   (no read); a plain file (no poll) is read fresh every time;
+- `acts`: the executor's node steps on a pod with two volumes: every act (umount2,
+  rmdir) follows its own checks (the step's message says so); a mount of another pod made
+  between two steps makes the next check re-read the table;
 - `interleavings`: a hypothesis property over sequences of the agent's steps (a check
   of the pod's table, a check of the whole table) and foreign mounts and unmounts, some
   made between the check's poll and its read, some right after its read (the races of
@@ -271,5 +274,27 @@ def interleavings(node: Node) -> dict[str, Any]:
     return runs
 
 
+def acts(node: Node) -> dict[str, Any]:
+    first, second = node.projected(UID, "token"), node.projected(UID, "certs")
+    (node.pod(UID) / "volumes" / "kubernetes.io~empty-dir" / "cache").mkdir(parents=True)
+    other = node.pod("dddddddd-4444-4444-8444-dddddddddddd") / "volumes" / "x~y" / "z"
+    other.mkdir(parents=True)
+    ex = node.executor()
+    ex.mounts = MountWatch(node.settings.mountinfo)  # a watch of its own: counts are its own
+    messages = [ex.run_step(UID, "unmount", str(first), dry_run=False, lazy_unmount=False)]
+    sh("mount", "-t", "tmpfs", "-o", "size=1m", "other", str(other))  # another pod's mount
+    reads = ex.mounts.stats.reads
+    messages.append(ex.run_step(UID, "unmount", str(second), dry_run=False, lazy_unmount=False))
+    reread_after_other = ex.mounts.stats.reads > reads
+    messages.append(ex.run_step(UID, "rmdir-stale", "", dry_run=False, lazy_unmount=False))
+    sh("umount", str(other))
+    return {
+        "results": [r.to_json() for r in messages],
+        "reread_after_other": reread_after_other,
+        "stats": {"reads": ex.mounts.stats.reads, "unchanged": ex.mounts.stats.unchanged},
+        "left": sorted(str(p) for p in node.pod(UID).rglob("*")),
+    }
+
+
 if __name__ == "__main__":
-    sys.exit(main({"foreign": foreign, "interleavings": interleavings}))
+    sys.exit(main({"foreign": foreign, "interleavings": interleavings, "acts": acts}))

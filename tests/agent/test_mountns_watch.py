@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from unstick.agent.executor import FRESH
+
 pytestmark = pytest.mark.mountns
 
 WATCH = Path(__file__).parent / "mountns_watch.py"
@@ -37,3 +39,17 @@ def test_every_interleaving_of_checks_and_foreign_changes(scenario, work: Path) 
     r = scenario("interleavings", work, script=WATCH, timeout=600)
     assert r["watching"] is True and r["examples"] >= 20, r
     assert r["unchanged"] > 0 and r["reads"] > 0, r  # both paths were exercised
+
+
+def test_every_act_follows_its_own_checks(scenario, work: Path) -> None:
+    r = scenario("acts", work, script=WATCH)
+    unmount1, unmount2, rmdir = r["results"]
+    for step in (unmount1, unmount2, rmdir):
+        assert step["result"] == "succeeded", step
+        assert f"{FRESH}:" in step["message"], step
+    assert "[acts 1," in unmount1["message"] and "[acts 1," in unmount2["message"]
+    # token, certs, cache and their plugin dirs: each rmdir after its own checks
+    assert "[acts 5," in rmdir["message"]
+    assert r["reread_after_other"] is True  # another pod's mount changed the table
+    assert r["stats"]["unchanged"] > 0  # checks with nothing changed read nothing
+    assert [p for p in r["left"] if "/volumes/" in p] == []

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -71,6 +72,7 @@ def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
 
 
 SUCCEEDED, FAILED, REFUSED, DRY_RUN = "succeeded", "failed", "refused", "dry_run"
+FRESH = "each right after its own checks"  # in a step's message: see ActLog
 VOL_DATA = "vol_data.json"
 
 
@@ -95,6 +97,38 @@ class StepResult:
 
 
 @dataclass
+class ActLog:
+    """What was checked since this thread's last act (reset by each act), and the step's
+    tally: every act (umount2, NodeUnpublishVolume, rmdir) must follow, in its own step
+    and since the previous act, a check of the mount table (re-read, or unchanged since
+    its last read per poll), of the pod's containers and — for an unmount or unpublish —
+    of the mount's holders. The tally goes into the step's message, so the record shows
+    it (`[acts 2, each right after its own checks: …]`)."""
+
+    table: str | None = None  # "re-read" | "unchanged"
+    holders: bool = False
+    containers: bool = False
+    acts: int = 0
+    fresh: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+
+    def act(self, needs_holders: bool) -> None:
+        self.acts += 1
+        if self.table and self.containers and (self.holders or not needs_holders):
+            self.fresh += 1
+            self.tables[self.table] = self.tables.get(self.table, 0) + 1
+        self.table, self.holders, self.containers = None, False, False
+
+    def summary(self) -> str:
+        if not self.acts:
+            return ""
+        how = ", ".join(f"table {k} {v}" for k, v in sorted(self.tables.items()))
+        if self.fresh == self.acts:
+            return f" [acts {self.acts}, {FRESH}: {how}]"
+        return f" [acts {self.acts}, only {self.fresh} right after their own checks: {how}]"
+
+
+@dataclass
 class Executor:
     """Runs node steps for pods of this node."""
 
@@ -102,6 +136,7 @@ class Executor:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     plugins: Callable[[], dict[str, Plugin]] | None = None
     mounts: MountWatch | None = None  # default: the process's watch of settings.mountinfo
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
     # --- shared checks -------------------------------------------------------------
 
@@ -116,15 +151,27 @@ class Executor:
             self.mounts = watch_for(self.settings.mountinfo)
         return self.mounts
 
+    @property
+    def acts(self) -> ActLog:
+        """This thread's log of checks and acts for the step it runs."""
+        log_: ActLog | None = getattr(self._local, "log", None)
+        if log_ is None:
+            log_ = self._local.log = ActLog()
+        return log_
+
     def _table(self) -> MountTable:
         """The host table's mounts under the kubelet root, as of now: a replay looks there
         for the pod's mount, the volume's staging mount and the volume's other pods."""
-        return self.watch.under(self.root)
+        table = self.watch.under(self.root)
+        self.acts.table = "re-read" if self.watch.last_read_now() else "unchanged"
+        return table
 
     def _pod_table(self, uid: str) -> MountTable:
         """The host table's mounts under this pod's directory, as of now: all a check of
         this pod's paths needs (no other line is parsed)."""
-        return self.watch.pod_table(self.root, uid)
+        table = self.watch.pod_table(self.root, uid)
+        self.acts.table = "re-read" if self.watch.last_read_now() else "unchanged"
+        return table
 
     def pod_table(self, uid: str) -> MountTable:
         """`_pod_table` for the probe (the same view, parsed once per table text)."""
@@ -179,6 +226,7 @@ class Executor:
         why = still_running(s.host_proc, uid, s.cri_socket, s.grpc_timeout_s)
         if why:
             raise Refused(why)
+        self.acts.containers = True
 
     def _check_mount(self, uid: str, mount: Mount) -> None:
         self._check_path(uid, mount)
@@ -215,6 +263,7 @@ class Executor:
         if scan.unknown:
             points = ", ".join(dict.fromkeys(m.mount_point for m in mounts))
             raise Refused(f"{after}cannot tell who holds {points}, not unmounting: {scan.unknown}")
+        self.acts.holders = True
 
     def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
         log.info("%s %s: %s — %s", action, target or "(pod)", result, message)
@@ -239,8 +288,9 @@ class Executor:
             pod_dir(self.root, uid)
         except ValueError as exc:
             return self._result(action, target, REFUSED, str(exc))
+        self._local.log = ActLog()
         try:
-            message = fn(uid, target, dry_run)
+            message = fn(uid, target, dry_run) + self.acts.summary()
         except Refused as exc:
             return self._result(action, target, REFUSED, str(exc))
         except Exception as exc:  # the step failed; report, never crash the agent
@@ -310,6 +360,7 @@ class Executor:
         """Plain umount of the re-read mount; with `lazy`, MNT_DETACH after EBUSY only if a
         fresh, complete holder scan still finds nobody (a hold that is not a process, e.g.
         an fd in flight)."""
+        self.acts.act(needs_holders=True)
         try:
             umount2(mount.mount_point)
             return mount.mount_point
@@ -360,9 +411,13 @@ class Executor:
             raise Refused(f"{path} is not a volume directory of pod {uid}")
         self._check_pod(uid)  # right before acting: a container may have started meanwhile
         try:
-            return rmdir_at(path, lambda fd, name: self._remove_vol_data(uid, path, name, fd))
+            return rmdir_at(path, lambda fd, name: self._before_rmdir(uid, path, name, fd))
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
+
+    def _before_rmdir(self, uid: str, path: str, name: str, parent: int) -> None:
+        self._remove_vol_data(uid, path, name, parent)
+        self.acts.act(needs_holders=False)
 
     def _remove_vol_data(self, uid: str, path: str, name: str, parent: int) -> None:
         info = classify(path, self.root, uid)
@@ -400,8 +455,15 @@ class Executor:
         plugins = (self.plugins or self._registered)()
         messages = []
         for path in selected:
-            mount = next(m for m in csi if m.mount_point == path)
+            planned = next(m for m in csi if m.mount_point == path)
+            mount = self._recheck(uid, planned)  # each volume: the table as of now
+            if mount is None:
+                messages.append(f"{path}: not mounted any more (nothing to do)")
+                continue
+            self._check_pod(uid)
             self._check_mount(uid, mount)
+            if not dry_run:
+                self.acts.act(needs_holders=True)  # NodeUnpublishVolume, right after these
             messages.append(replay_volume(self, uid, mount, plugins, dry_run))
         return "; ".join(messages)
 

@@ -114,6 +114,7 @@ class MountWatch:
         self._text: str | None = None
         self._generation = 0
         self._views: dict[tuple[str, str], MountTable] = {}
+        self._local = threading.local()
 
     @property
     def watching(self) -> bool:
@@ -135,9 +136,19 @@ class MountWatch:
         assert self._poll is not None
         return any(events & _CHANGED for _fd, events in self._poll.poll(0))
 
+    def last_read_now(self) -> bool:
+        """Whether this thread's last call read the file (False: the kept text, unchanged
+        since it was read, per poll)."""
+        return bool(getattr(self._local, "read_now", True))
+
     def snapshot(self) -> Snapshot:
         """The table's text, re-read only if the kernel reports a change since the last
         read (or it cannot tell). Raises OSError if the file cannot be read."""
+        snap = self._snapshot()
+        self._local.read_now = snap.read_now
+        return snap
+
+    def _snapshot(self) -> Snapshot:
         with self._lock:
             if self._poll is None and self.want_watch:
                 try:
