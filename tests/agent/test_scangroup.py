@@ -48,7 +48,8 @@ def _ask(
 
 def test_callers_share_the_next_scan_never_a_running_one() -> None:
     root, proc = _mount("/"), _mount("/proc")
-    group, gate, out = ScanGroup(), _Gated(), {}
+    group, gate = ScanGroup(), _Gated()
+    out: dict[str, HolderScan] = {}
     first = _ask(group, gate, root, out)
     gate.started.acquire()  # the first scan runs (for "/" alone) ...
     second = _ask(group, gate, proc, out)  # ... when "/proc" is asked about
@@ -66,7 +67,8 @@ def test_callers_share_the_next_scan_never_a_running_one() -> None:
 
 def test_callers_waiting_together_share_one_scan_each_gets_its_own_holders() -> None:
     root, proc = _mount("/"), _mount("/proc")
-    group, gate, out = ScanGroup(), _Gated(), {}
+    group, gate = ScanGroup(), _Gated()
+    out: dict[str, HolderScan] = {}
     blocker = _ask(group, gate, root, {})
     gate.started.acquire()  # a scan runs; two callers arrive meanwhile
     waiting = [_ask(group, gate, root, out), _ask(group, gate, proc, out)]
