@@ -47,12 +47,17 @@ def _pod() -> dict[str, Any]:
     }
 
 
-def _diagnose(probe: dict[str, Any]) -> Any:
+def _diagnose(probe: dict[str, Any], pod: dict[str, Any] | None = None) -> Any:
     node = {
         "metadata": {"name": "node-1"},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
-    bundle = {"capturedAt": "2026-01-01T00:00:40Z", "pod": _pod(), "node": node, "probe": probe}
+    bundle = {
+        "capturedAt": "2026-01-01T00:00:40Z",
+        "pod": pod or _pod(),
+        "node": node,
+        "probe": probe,
+    }
     return diagnose(parse_bundle(bundle))
 
 
@@ -216,10 +221,10 @@ def cri(request: pytest.FixtureRequest) -> Iterator[str]:
         path.unlink(missing_ok=True)
 
 
-def _container(cid: str, state: int) -> Any:
+def _container(cid: str, state: int, name: str = "app") -> Any:
     return cri_pb2.Container(
         id=cid,
-        metadata=cri_pb2.ContainerMetadata(name="app"),
+        metadata=cri_pb2.ContainerMetadata(name=name),
         state=state,
         labels={"io.kubernetes.pod.uid": UID},
     )
@@ -250,6 +255,52 @@ def test_a_container_the_cri_calls_exited_but_whose_cgroup_has_processes_runs(
         {"podUID": UID, "name": "app", "id": "abc123", "state": "running", "runtimeState": "exited"}
     ]
     assert _diagnose(probe).cause is Cause.ContainersStillRunning
+
+
+DEBUG = "debugger-x7k2p"  # a `kubectl debug` (ephemeral) container of the pod
+
+
+@pytest.mark.mountns
+@pytest.mark.skipif(not os.access(PIDS_CGROUP, os.W_OK), reason="needs a writable pids cgroup")
+@pytest.mark.parametrize(
+    "cri",
+    [
+        [
+            _container("abc123", cri_pb2.CONTAINER_EXITED),
+            _container("dbg456", cri_pb2.CONTAINER_RUNNING, name=DEBUG),
+        ]
+    ],
+    indirect=True,
+)
+def test_a_running_debug_container_is_containers_still_running(tmp_path: Path, cri: str) -> None:
+    """Issue #22 finding 8: the app container exited, a `kubectl debug` container still runs
+    (a real process in its container cgroup, and the runtime lists it): the probe shows it
+    running and the diagnosis is ContainersStillRunning — also when pod.status lags."""
+    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
+    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-dbg456.scope"
+    cgroup.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+        probe = probe_pod(_node(tmp_path, cri_socket=cri), UID, now=NOW, plugins={})
+    finally:
+        proc.kill()
+        proc.wait()
+        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+            if path.is_dir():
+                path.rmdir()
+        top.rmdir()
+    assert probe["runtime"] == "cri+cgroup"
+    assert [(c["name"], c["state"]) for c in probe["containers"]] == [
+        ("app", "exited"),
+        (DEBUG, "running"),
+    ]
+    for debug_status in ("running", "waiting"):  # "waiting": a status the kubelet has not updated
+        pod = _pod()
+        pod["status"]["ephemeralContainerStatuses"] = [{"name": DEBUG, "state": {debug_status: {}}}]
+        d = _diagnose(probe, pod)
+        assert d.cause is Cause.ContainersStillRunning, d.evidence
+        assert d.running_containers == (f"container {DEBUG}",)
 
 
 @pytest.mark.parametrize("cri", [[_container("abc123", cri_pb2.CONTAINER_EXITED)]], indirect=True)

@@ -141,8 +141,11 @@ def _node_lost_at(facts: Facts, settings: DiagnosisSettings) -> datetime | None:
 
 
 def _api_running(facts: Facts) -> tuple[str, ...]:
+    """The running containers per pod.status: init, regular and ephemeral (`kubectl
+    debug`) ones alike — a debug container still running keeps the pod's volumes in use."""
     return tuple(
-        ("init container " if c.init else "container ") + c.name
+        ("init container " if c.init else "ephemeral container " if c.ephemeral else "container ")
+        + c.name
         for c in facts.pod.container_statuses
         if c.state == RUNNING
     )
@@ -296,7 +299,8 @@ def _running(
                     )
                 )
         else:
-            running = seen + tuple(c for c in api_running if c not in seen)
+            names = {n for n, state in on_node if state == RUNNING}
+            running = seen + tuple(c for c in api_running if c.rsplit(" ", 1)[-1] not in names)
             source = "the node and pod.status (the probe does not show that its runtime answered)"
     if running:
         ev.append(Evidence("container", f"{', '.join(running)} still running per {source}"))

@@ -25,11 +25,13 @@ class PodVolume:
 
 @dataclass(frozen=True, slots=True)
 class ContainerStatus:
-    """One entry of pod.status.containerStatuses / initContainerStatuses."""
+    """One entry of pod.status.containerStatuses / initContainerStatuses /
+    ephemeralContainerStatuses (`kubectl debug` containers are containers of the pod)."""
 
     name: str
     state: str  # running | waiting | terminated | unknown (the key of `state`)
     init: bool = False
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True, slots=True)

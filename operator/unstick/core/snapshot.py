@@ -56,7 +56,7 @@ def _volumes(spec: Mapping[str, object]) -> tuple[PodVolume, ...]:
 
 def _statuses(status: Mapping[str, object]) -> tuple[ContainerStatus, ...]:
     out = []
-    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
         for i, raw in enumerate(f.opt_list(status, key, "pod.status")):
             where = f"pod.status.{key}[{i}]"
             cs = f.as_object(raw, where)
@@ -66,7 +66,8 @@ def _statuses(status: Mapping[str, object]) -> tuple[ContainerStatus, ...]:
                 ContainerStatus(
                     name=f.string(cs, "name", where),
                     state=known[0] if known else "unknown",
-                    init=init,
+                    init=key == "initContainerStatuses",
+                    ephemeral=key == "ephemeralContainerStatuses",
                 )
             )
     return tuple(out)

@@ -52,6 +52,7 @@ class TerminatingPod:
     annotations: tuple[tuple[str, str], ...] = ()
     volumes: tuple[tuple[str, str | None, str | None], ...] = ()  # name, claim, CSI driver
     containers: tuple[tuple[str, str, bool], ...] = ()  # name, state, init
+    ephemeral: tuple[tuple[str, str], ...] = ()  # name, state of `kubectl debug` containers
     # The version this record was made from: a DELETE carries it as a precondition, so an
     # act decided from this record fails (409) if the pod changed since. Not compared: a
     # new version with the same facts is not a change worth a look.
@@ -84,7 +85,11 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         )
         return None
     status = pod.get("status") or {}
-    statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
+    statuses = [
+        *(status.get("containerStatuses") or []),
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("ephemeralContainerStatuses") or []),
+    ]
     running = any("running" in ((cs or {}).get("state") or {}) for cs in statuses)
     grace = meta.get("deletionGracePeriodSeconds")
     annotations = meta.get("annotations") or {}
@@ -107,6 +112,7 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         ),
         volumes=_volumes(pod),
         containers=_containers(status),
+        ephemeral=tuple((n, s) for n, s, _ in _containers(status, EPHEMERAL)),
         resource_version=str(meta.get("resourceVersion") or ""),
     )
 
@@ -122,9 +128,15 @@ def _volumes(pod: JSON) -> tuple[tuple[str, str | None, str | None], ...]:
     return tuple(out)
 
 
-def _containers(status: JSON) -> tuple[tuple[str, str, bool], ...]:
+REGULAR = (("initContainerStatuses", True), ("containerStatuses", False))  # key, init
+EPHEMERAL = (("ephemeralContainerStatuses", False),)
+
+
+def _containers(
+    status: JSON, keys: tuple[tuple[str, bool], ...] = REGULAR
+) -> tuple[tuple[str, str, bool], ...]:
     out = []
-    for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
+    for key, init in keys:
         for cs in status.get(key) or []:
             if not isinstance(cs, dict) or not isinstance(cs.get("name"), str):
                 continue
@@ -148,6 +160,9 @@ def pod_json(record: TerminatingPod) -> JSON:
     for name, state, init in record.containers:
         key = "initContainerStatuses" if init else "containerStatuses"
         statuses[key].append({"name": name, "state": {state: {}} if state else {}})
+    statuses["ephemeralContainerStatuses"] = [
+        {"name": name, "state": {state: {}} if state else {}} for name, state in record.ephemeral
+    ]
     meta: JSON = {
         "namespace": record.namespace,
         "name": record.name,
