@@ -33,6 +33,7 @@ venv: $(STAMP)
 
 tools:
 	bash hack/build-tools.sh
+	bash hack/build-thirdparty.sh
 
 # The real-node suite (tests/node): Debian's containerd, runc and CNI plugins, and the
 # images built here. Both are no-ops (with a message) when not root.

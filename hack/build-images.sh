@@ -42,6 +42,8 @@ mkdir -p "$cache" "$root/bin"
 exec 9>"$cache/.lock"
 flock 9
 
+# runc, not crun (podman pulls crun in; it fails here): buildah's RUN steps use this
+export BUILDAH_RUNTIME=${BUILDAH_RUNTIME:-runc}
 bah() { buildah --root "$cache/storage" --runroot "$cache/storage-run" --storage-driver overlay "$@"; }
 key() { sha256sum | cut -c1-16; }
 say() { echo "images: $*" >&2; }
@@ -103,6 +105,16 @@ build_busybox() { # REF
   bah commit --quiet --rm "$c" "$1" >/dev/null
 }
 
+# The upstream CSI programs hack/build-thirdparty.sh built (docs/csi.md), on the base:
+# the hostpath plugin needs its mount/findmnt (util-linux).
+build_csi() { # REF BASE BINARY...
+  local ref=$1 c
+  c=$(bah from --pull=never "$2")
+  shift 2
+  for b in "$@"; do bah copy --quiet "$c" "$b" /usr/local/bin/ >/dev/null; done
+  bah commit --quiet --rm "$c" "$ref" >/dev/null
+}
+
 # archive NAME KEY BUILD-FUNCTION [ARGS...]: the cached archive of an image, built and
 # pushed only when missing; of older archives of the same name the newest 3 stay.
 declare -A refs archives
@@ -152,6 +164,20 @@ archive unstick "$unstick_key" build_unstick "$base_ref"
 archive pause "$( { declare -f build_pause; cat "$root/hack/images/pause.go"; go version; } | key)" build_pause
 archive busybox "$( { declare -f build_busybox; sha256sum /bin/busybox; } | key)" build_busybox
 
+# csi-hostpath-<version> (one per built version) and csi-sidecars (node-driver-registrar,
+# external-provisioner, external-attacher), when hack/build-thirdparty.sh built them.
+csi_built() { python3 -c 'import json,sys; [print(n, v, b) for n, vs in json.load(open(sys.argv[1])).items() for v, b in vs.items()]' "$root/bin/thirdparty.json" 2>/dev/null || true; }
+sidecars=()
+while read -r name version binary <&3; do
+  case $name in
+    csi-driver-host-path) archive "csi-hostpath-$version" "$( { declare -f build_csi; echo "$base_key"; sha256sum "$binary"; } | key)" build_csi "$base_ref" "$binary" ;;
+    *) sidecars+=("$binary") ;;
+  esac
+done 3< <(csi_built)
+if [ ${#sidecars[@]} = 3 ]; then
+  archive csi-sidecars "$( { declare -f build_csi; echo "$base_key"; sha256sum "${sidecars[@]}"; } | key)" build_csi "$base_ref" "${sidecars[@]}"
+fi
+
 # Other bases left in the storage by earlier versions of this script.
 for old in $(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null); do
   case $old in
@@ -160,16 +186,15 @@ for old in $(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null); do
   esac
 done
 
-python3 - "$index" <<EOF
+for name in "${!refs[@]}"; do echo "$name ${refs[$name]} ${archives[$name]}"; done | python3 -c '
 import json, sys
-images = {
-    "unstick": {"ref": "${refs[unstick]}", "archive": "${archives[unstick]}"},
-    "pause": {"ref": "${refs[pause]}", "archive": "${archives[pause]}"},
-    "busybox": {"ref": "${refs[busybox]}", "archive": "${archives[busybox]}"},
-}
+images = {}
+for line in sorted(sys.stdin):
+    name, ref, archive = line.split()
+    images[name] = {"ref": ref, "archive": archive}
 with open(sys.argv[1] + ".tmp", "w") as f:
     json.dump(images, f, indent=2)
     f.write("\n")
-EOF
+' "$index"
 mv "$index.tmp" "$index"
 say "ready: $index"
