@@ -1,8 +1,9 @@
 """One opt-in rule (DESIGN §4, issue #22 finding 7): every caller that decides whether a pod
 opted in — the core's `mandate` (the agent's `read_mandate` before every probe and node
-step), the controller's `opt_in` and policy book, and `core.safety.opted_in` (`unstick
-diagnose`) — agrees with the rule as written in the docs, for any annotation and any
-namespace label. An explicit pod "false" opts out even in a labelled namespace."""
+step), the controller's `opt_in`, policy book and scheduler timing, and
+`core.safety.opted_in` (`unstick diagnose`) — agrees with the rule as written in the docs,
+for any annotation and any namespace label. An explicit pod "false" opts out even in a
+labelled namespace."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from unstick.agent.authority import PolicySources, read_mandate
 from unstick.controller.policies import PolicyBook, opt_in
+from unstick.controller.runtime import _policy_name as timing_policy
 from unstick.core.mandate import PolicyLookup, mandate, policy_name
 from unstick.core.policy import parse_policy
 from unstick.core.safety import opted_in
@@ -78,6 +80,8 @@ def test_every_caller_agrees_with_the_rule(annotation: str | None, label: str | 
     assert book.update(asked, policy_object(asked)) is None
     found, _ = book.lookup(choice.policy_name)
     assert found is not None and found.serves(NAMESPACE, labels)
+    # the controller's scheduler: whose timing (slack) decides when the pod is due
+    assert timing_policy(annotation) == asked
     # the safety predicate `unstick diagnose` uses, under the policy the pod asks for
     assert bool(opted_in(annotations, labels, asked)) == (want is not None)
 

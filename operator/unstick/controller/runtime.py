@@ -40,7 +40,7 @@ from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs, fetch_pod
 from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.nodeside import ReconcileSettings
-from unstick.controller.policies import NamespaceLabels, PolicyBook
+from unstick.controller.policies import NamespaceLabels, PolicyBook, opt_in
 from unstick.controller.reconciler import ActionInputs, Reconciler
 from unstick.controller.records import EventQueue
 from unstick.controller.scheduler import Scheduler
@@ -435,5 +435,6 @@ def _mark(obj: JSON | None) -> tuple[Any, ...]:
 
 
 def _policy_name(annotation: str | None) -> str:
-    value = (annotation or "").strip()
-    return value if value and value.lower() not in ("true", "false") else "default"
+    """The policy whose timing applies: the one opt-in rule's (`core.mandate.opt_in`, as the
+    detector reads it); a namespace label only ever names `default`."""
+    return opt_in(annotation, {}).policy_name

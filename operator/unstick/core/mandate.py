@@ -21,12 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from unstick.core.remediation import REMEDIATE
 from unstick.core.vocabulary import Action, Refusal
 
 if TYPE_CHECKING:  # core.policy imports core.diagnosis, which imports core.safety → here
     from unstick.core.policy import RemediationPolicy
 
-OPT_IN = "unstick.dev/remediate"
+OPT_IN = REMEDIATE  # the pod annotation and namespace label
 DEFAULT_POLICY = "default"
 
 
