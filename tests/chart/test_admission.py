@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
-from .render import by_kind, one, template
+from .render import CHART, by_kind, one, run_helm, template
 
 POLICY = "unstick-remediation-writers"
 CONTROLLER = "system:serviceaccount:unstick:unstick-controller"
@@ -31,7 +32,7 @@ def test_policy_guards_creates_and_updates_of_remediations_and_status(
     assert spec["failurePolicy"] == "Fail"
     (rule,) = spec["matchConstraints"]["resourceRules"]
     assert rule["apiGroups"] == ["unstick.dev"]
-    assert rule["operations"] == ["CREATE", "UPDATE"]
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
     assert rule["resources"] == ["remediations", "remediations/status"]
     binding = one(defaults, "ValidatingAdmissionPolicyBinding", POLICY)["spec"]
     assert binding["policyName"] == POLICY
@@ -81,12 +82,100 @@ def test_nobody_exempt_when_asked(helm: str) -> None:
     assert [c["name"] for c in spec["matchConditions"]] == ["not-the-controller"]
 
 
-def test_binding_follows_the_controller_namespace_scope(helm: str) -> None:
+def test_binding_covers_every_namespace_whatever_the_scope(helm: str) -> None:
+    """#22 finding 1: the agent listens in every namespace, so the policy is bound in every
+    namespace too; the agent learns the scope and refuses requests outside it."""
     objects = template(helm, "--set", "controller.namespaceScope={a,b}")
     binding = one(objects, "ValidatingAdmissionPolicyBinding", POLICY)["spec"]
-    assert binding["matchResources"]["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}
+    assert "matchResources" not in binding
+    args, _ = _agent(objects)
+    assert [a for a in args if a.startswith("--namespace-scope")] == [
+        "--namespace-scope=a",
+        "--namespace-scope=b",
     ]
+    assert not any(a.startswith("--namespace-scope") for a in _agent(template(helm))[0])
+
+
+def test_agent_may_change_only_its_own_status_keys(defaults: list[dict[str, Any]]) -> None:
+    """#22 finding 6: every status key of the CRD that the agent does not write is named in
+    the policy's check, so a key the controller adds later is the controller's by default."""
+    crd = yaml.safe_load((CHART / "crds" / "remediations.yaml").read_text())
+    keys = set(
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
+            "properties"
+        ]
+    )
+    agent_keys = {"nodeActions", "nodeRefusals", "nodeStepsDoneAt", "probe"}
+    assert agent_keys < keys
+    variables = {v["name"]: v["expression"] for v in _policy(defaults)["variables"]}
+    checked = variables["controllerKeysChanged"]
+    for key in keys - agent_keys:
+        assert f"object.status.{key} == oldObject.status.{key}" in checked, key
+    for key in agent_keys:
+        assert f"status.{key}" not in checked, key
+
+
+def test_deletes_are_for_nobody_but_the_exempt_and_a_dying_namespace(
+    defaults: list[dict[str, Any]],
+) -> None:
+    """#22 finding 5."""
+    spec = _policy(defaults)
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "namespaceObject.metadata.deletionTimestamp" in variables["namespaceDeleting"]
+    (first, *_) = spec["validations"]
+    assert first["expression"] == "!variables.deleting || variables.namespaceDeleting"
+    assert "may delete a Remediation" in first["messageExpression"]
+
+
+# -- the controller kept off the agents' nodes (#22 finding 6) ------------------------------
+
+
+def _affinity(objects: list[dict[str, Any]], kind: str, name: str) -> Any:
+    return one(objects, kind, name)["spec"]["template"]["spec"].get("affinity")
+
+
+def test_controller_and_agents_share_nodes_unless_asked(defaults: list[dict[str, Any]]) -> None:
+    assert _affinity(defaults, "Deployment", "unstick-controller") is None
+    assert _affinity(defaults, "DaemonSet", "unstick-agent") is None
+
+
+def test_separate_from_agents_puts_them_on_disjoint_nodes(helm: str) -> None:
+    objects = template(
+        helm,
+        "--set", "controller.separateFromAgents.enabled=true",
+        "--set", "controller.separateFromAgents.nodeLabel=example.com/unstick-controller",
+    )  # fmt: skip
+
+    def term(kind: str, name: str) -> Any:
+        node = _affinity(objects, kind, name)["nodeAffinity"]
+        (t,) = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        return t["matchExpressions"]
+
+    key = "example.com/unstick-controller"
+    assert term("Deployment", "unstick-controller") == [{"key": key, "operator": "Exists"}]
+    assert term("DaemonSet", "unstick-agent") == [{"key": key, "operator": "DoesNotExist"}]
+
+
+def test_separate_from_agents_keeps_other_affinity_and_refuses_a_node_affinity(
+    helm: str,
+) -> None:
+    anti = "controller.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+    objects = template(
+        helm,
+        "--set", "controller.separateFromAgents.enabled=true",
+        "--set", f"{anti}[0].weight=1",
+        "--set", f"{anti}[0].podAffinityTerm.topologyKey=kubernetes.io/hostname",
+    )  # fmt: skip
+    affinity = _affinity(objects, "Deployment", "unstick-controller")
+    assert set(affinity) == {"nodeAffinity", "podAntiAffinity"}
+    proc = run_helm(
+        helm, "template", "unstick", str(CHART),
+        "--set", "controller.separateFromAgents.enabled=true",
+        "--set", "agent.affinity.nodeAffinity.x=1",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "agent.affinity.nodeAffinity cannot be combined" in proc.stderr
 
 
 # -- the agent's metrics address ------------------------------------------------------------

@@ -148,7 +148,8 @@ CONTROLLER = "unstick-chart-test-controller"
         (AGENT, "list", "pods", ("-A",), True),
         (AGENT, "get", "secrets", ("-n", NAMESPACE), False),
         (AGENT, "list", "secrets", ("-A",), False),
-        (AGENT, "get", "nodes", (), True),
+        (AGENT, "get", "nodes", (), False),  # it never reads Nodes (#22 finding 6)
+        (AGENT, "watch", "pods", ("-A",), False),  # it lists its node's pods, never watches
         (AGENT, "patch", "nodes", (), False),
         (AGENT, "watch", "remediations.unstick.dev", ("-A",), True),
         (AGENT, "patch", "remediations.unstick.dev", ("--subresource=status", "-n", "x"), True),
@@ -162,6 +163,7 @@ CONTROLLER = "unstick-chart-test-controller"
         (AGENT, "patch", "namespaces", (), False),
         # the OrphanedPodDirs Event on its Node (docs/aftermath.md), nothing else of Events
         (AGENT, "create", "events", ("-n", "default"), True),
+        (AGENT, "create", "events", ("-n", NAMESPACE), False),  # only its Node's, in default
         (AGENT, "patch", "events", ("-n", "default"), False),
         (AGENT, "delete", "events", ("-n", "default"), False),
         # the controller: force-delete and remove-finalizer on pods, its own resources

@@ -57,6 +57,8 @@ def test_default_render_has_every_part(defaults: list[dict[str, Any]]) -> None:
         ("ClusterRole", "unstick-agent"),
         ("ClusterRoleBinding", "unstick-controller"),
         ("ClusterRoleBinding", "unstick-agent"),
+        ("Role", "unstick-agent-events"),
+        ("RoleBinding", "unstick-agent-events"),
         ("Deployment", "unstick-controller"),
         ("DaemonSet", "unstick-agent"),
         ("Service", "unstick-controller-metrics"),
@@ -280,8 +282,27 @@ def test_agent_cannot_change_pods_or_nodes(defaults: list[dict[str, Any]]) -> No
     assert rule_allows(rules, "", "namespaces", "get")
     assert rule_allows(rules, "unstick.dev", "remediations", "watch")
     assert rule_allows(rules, "unstick.dev", "remediations/status", "patch")
-    assert rule_allows(rules, "", "nodes", "get")
-    assert rule_allows(rules, "", "pods", "watch")
+    assert rule_allows(rules, "", "pods", "get")
+    assert rule_allows(rules, "", "pods", "list")  # its node's, by field selector (docs)
+
+
+def test_agent_rbac_is_what_it_uses(defaults: list[dict[str, Any]]) -> None:
+    """#22 finding 6: no pod watch, no Nodes, Events only in `default` (its Node's)."""
+    rules = one(defaults, "ClusterRole", "unstick-agent")["rules"]
+    assert not rule_allows(rules, "", "pods", "watch")
+    assert not rule_allows(rules, "", "nodes", "get")
+    for verb in ("create", "patch", "update", "delete"):
+        assert not rule_allows(rules, "", "events", verb), verb
+        assert not rule_allows(rules, "events.k8s.io", "events", verb), verb
+    role = one(defaults, "Role", "unstick-agent-events")
+    assert role["metadata"]["namespace"] == "default"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = one(defaults, "RoleBinding", "unstick-agent-events")
+    assert binding["metadata"]["namespace"] == "default"
+    assert binding["roleRef"]["name"] == "unstick-agent-events"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "unstick-agent", "namespace": "unstick"}
+    ]
 
 
 def test_controller_rbac_covers_its_actions(defaults: list[dict[str, Any]]) -> None:

@@ -81,3 +81,26 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The pod's affinity, and with controller.separateFromAgents.enabled a required node affinity
+on its label: the controller only on nodes with it (operator Exists), the agent only on
+nodes without it (DoesNotExist), so the controller never shares a node — and its kubelet
+root, where its token lies — with an agent (docs/install.md). Call with (dict "affinity"
+.. "separate" .. "operator" "Exists|DoesNotExist" "what" "controller|agent").
+*/}}
+{{- define "unstick.separatedAffinity" -}}
+{{- $affinity := deepCopy (.affinity | default dict) -}}
+{{- if .separate.enabled -}}
+{{- if hasKey $affinity "nodeAffinity" -}}
+{{- fail (printf "%s.affinity.nodeAffinity cannot be combined with controller.separateFromAgents.enabled: put the node rule in controller.separateFromAgents.nodeLabel's nodes, or turn it off" .what) -}}
+{{- end -}}
+{{- $expr := dict "key" .separate.nodeLabel "operator" .operator -}}
+{{- $terms := list (dict "matchExpressions" (list $expr)) -}}
+{{- $_ := set $affinity "nodeAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms)) -}}
+{{- end -}}
+{{- with $affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+{{- end }}
+{{- end -}}

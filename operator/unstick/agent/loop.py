@@ -32,6 +32,7 @@ from unstick.agent.mounts import read_mount_table
 from unstick.agent.orphan_events import OrphanReporter
 from unstick.agent.orphans import OrphanPass
 from unstick.agent.probe import orphaned_mounts
+from unstick.agent.scope import ScopeGate
 from unstick.agent.settings import AgentSettings
 from unstick.core.aftermath import ORPHAN_MIN_AGE_S
 from unstick.kube.client import ClientSettings, Kube, remediation_path
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
 POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 NODE_LABEL = "unstick.dev/node"
+BUDGET_FILE = "node-budget"  # in the state dir: authority.NodeBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,11 @@ class Agent:
         )
         self.metrics = AgentMetrics(settings.node_name)
         executor = Executor(settings)
-        budget = NodeBudget(cap=loop.node_actions_per_minute)
+        # on the host (the state dir): the window survives an agent restart, even mid-batch
+        budget = NodeBudget(
+            cap=loop.node_actions_per_minute,
+            path=os.path.join(settings.state_dir, BUDGET_FILE),
+        )
         on_refusal = lambda reason: self.metrics.refusals.labels(str(reason)).inc()  # noqa: E731
         self.handler = Handler(
             settings,
@@ -172,6 +178,9 @@ class Agent:
             budget,
             on_refusal,
             min_age_s=loop.orphan_min_age_s,
+        )
+        self.scope = ScopeGate(
+            settings.namespace_scope, self.patch_status, on_refusal, self.handler.clock
         )
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
@@ -229,6 +238,9 @@ class Agent:
             self.stuck_uids.pop(key, None)
             self.workers().submit(key, lambda: self._forget(key))
             return
+        if not self.scope.allows(meta.get("namespace")):
+            self.workers().submit(key, lambda: self.scope.refuse(obj))
+            return
         pod_uid = (obj.get("spec") or {}).get("podUID")
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
@@ -237,6 +249,7 @@ class Agent:
     def _forget(self, key: str) -> None:
         self.handler.served_probes.pop(key, None)
         self.handler.served_steps.pop(key, None)
+        self.scope.forget(key)
 
     def _handle(self, obj: JSON) -> None:
         try:

@@ -36,6 +36,9 @@ class AgentSettings:
     max_request_age_s: float = 120.0
     # a request time further than this in the future is refused too (clock skew)
     max_request_skew_s: float = 10.0
+    # the controller's namespace scope (empty: all namespaces): Remediations elsewhere are
+    # refused on record (agent/scope.py)
+    namespace_scope: tuple[str, ...] = ()
 
     @property
     def mountinfo(self) -> str:

@@ -109,6 +109,15 @@ def add_parser(sub: Any) -> None:
         help="cap on this node's batches of node steps per minute, which no policy can raise; "
         "set it as the controller's --max-node-actions-per-minute (default: %(default)s)",
     )
+    p.add_argument(
+        "--namespace-scope",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="the controller's namespace scope (repeat; the chart passes "
+        "controller.namespaceScope): a Remediation in any other namespace is not the "
+        "controller's request and is refused on record (default: all namespaces)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
@@ -147,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         restart_kubelet_command=command,
         state_dir=args.state_dir,
         max_request_age_s=args.max_request_age,
+        namespace_scope=tuple(dict.fromkeys(args.namespace_scope)),
     )
     if not os.access(settings.mountinfo, os.R_OK):
         print(
