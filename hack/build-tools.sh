@@ -91,4 +91,7 @@ build csi-test "$cache/csi-test-$csitest" csi-sanity=github.com/kubernetes-csi/c
 # into its node image (hack/build-kind-node-image.sh)
 kind=$(pinned kind sigs.k8s.io/kind)
 build kind "$cache/kind-$kind" kind=sigs.k8s.io/kind
+# CoreDNS, at the version kubeadm deploys, for the same node image
+coredns=$(pinned coredns github.com/coredns/coredns)
+build coredns "$cache/coredns-$coredns" coredns=github.com/coredns/coredns
 echo "tools ready in $bin" >&2
