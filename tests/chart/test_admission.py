@@ -96,6 +96,24 @@ def test_binding_covers_every_namespace_whatever_the_scope(helm: str) -> None:
     assert not any(a.startswith("--namespace-scope") for a in _agent(template(helm))[0])
 
 
+def test_the_agent_checks_the_policy_is_in_force(defaults: list[dict[str, Any]], helm: str) -> None:
+    """The agent is told the policy's name and may read it and its binding, nothing else."""
+    args, _ = _agent(defaults)
+    assert f"--admission-policy={POLICY}" in args
+    rules = one(defaults, "ClusterRole", "unstick-agent")["rules"]
+    (rule,) = [r for r in rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert rule == {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        "resourceNames": [POLICY],
+        "verbs": ["get"],
+    }
+    off = template(helm, "--set", "admission.enabled=false")
+    assert not any(a.startswith("--admission-policy") for a in _agent(off)[0])
+    off_rules = one(off, "ClusterRole", "unstick-agent")["rules"]
+    assert not [r for r in off_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+
+
 def test_agent_may_change_only_its_own_status_keys(defaults: list[dict[str, Any]]) -> None:
     """#22 finding 6: every status key of the CRD that the agent does not write is named in
     the policy's check, so a key the controller adds later is the controller's by default."""

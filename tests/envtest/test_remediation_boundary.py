@@ -49,6 +49,7 @@ CONTROLLER_SA, AGENT_SA = f"{RELEASE}-unstick-controller", f"{RELEASE}-unstick-a
 POLICY = "boundary-clean"  # a RemediationPolicy that would run rmdir-stale for the tenant
 HOLD = "tenant.example/hold"
 TENANT_ROLE = "boundary-tenant-editor"
+ADMISSION = f"{RELEASE}-unstick-remediation-writers"  # the policy and its binding
 KINDS = (
     "ServiceAccount",
     "ClusterRole",
@@ -251,6 +252,38 @@ def test_forged_rmdir_stale_requests_outside_the_scope_are_refused_by_the_api_se
     assert world.cp.request("GET", rems(TENANT_NS))["items"] == []
 
 
+def _agent_answer(world: World, tmp_path: Path, path: str, done: str, **settings: Any) -> JSON:
+    """Run the agent of NODE_A (in this process, as the admin) until the Remediation at
+    `path` has `status.<done>`; its status then."""
+    (tmp_path / "kubelet" / "pods").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "mountinfo").write_text("")
+    agent = Agent(
+        AgentSettings(
+            node_name=NODE_A,
+            kubelet_root=str(tmp_path / "kubelet"),
+            host_proc="/proc",
+            mountinfo_path=str(tmp_path / "mountinfo"),
+            kubelet_healthz="http://127.0.0.1:9/healthz",
+            state_dir=str(tmp_path / "state"),
+            **settings,
+        ),
+        LoopSettings(kubeconfig=str(world.cp.kubeconfig), metrics_port=0,
+                     metrics_host="127.0.0.1", watch_timeout_s=5, summary_interval_s=3600),
+    )  # fmt: skip
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    try:
+        status: JSON = wait_until(
+            lambda: (s := world.cp.request("GET", path).get("status") or {}).get(done) and s,
+            timeout=60,
+            what="the agent's answer",
+        )
+    finally:
+        agent.shutdown()
+        thread.join(timeout=30)
+    return status
+
+
 def test_the_agent_refuses_on_record_a_request_outside_the_scope(
     world: World, tmp_path: Path
 ) -> None:
@@ -259,21 +292,6 @@ def test_the_agent_refuses_on_record_a_request_outside_the_scope(
     uid = world.pod["metadata"]["uid"]
     stale = tmp_path / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "c"
     stale.mkdir(parents=True)
-    (tmp_path / "mountinfo").write_text("")
-    settings = AgentSettings(
-        node_name=NODE_A,
-        kubelet_root=str(tmp_path / "kubelet"),
-        host_proc="/proc",
-        mountinfo_path=str(tmp_path / "mountinfo"),
-        kubelet_healthz="http://127.0.0.1:9/healthz",
-        state_dir=str(tmp_path / "state"),
-        namespace_scope=(SCOPED_NS,),
-    )
-    agent = Agent(
-        settings,
-        LoopSettings(kubeconfig=str(world.cp.kubeconfig), metrics_port=0,
-                     metrics_host="127.0.0.1", watch_timeout_s=5, summary_interval_s=3600),
-    )  # fmt: skip
     admin = world.cp.request(
         "POST",
         rems(TENANT_NS),
@@ -284,18 +302,13 @@ def test_the_agent_refuses_on_record_a_request_outside_the_scope(
                   "nodeStepsRequestedAt": now(), "probeRequestedAt": now()}},
     )  # fmt: skip
     path = f"{rems(TENANT_NS)}/{admin['metadata']['name']}"
-    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
-    thread.start()
     try:
-        wait_until(
-            lambda: (world.cp.request("GET", path).get("status") or {}).get("nodeStepsDoneAt"),
-            timeout=60,
-            what="the agent's answer",
-        )
-        status = world.cp.request("GET", path)["status"]
+        status = _agent_answer(
+            world, tmp_path, path, "nodeStepsDoneAt",
+            namespace_scope=(SCOPED_NS,), admission_policy=ADMISSION,
+        )  # fmt: skip
     finally:
-        agent.shutdown()
-        thread.join(timeout=30)
+        world.cp.request("DELETE", path)
     (action,) = status["nodeActions"]
     assert action["action"] == "rmdir-stale" and action["result"] == "refused"
     assert f"'{TENANT_NS}' is outside the controller's namespace scope" in action["message"]
@@ -303,7 +316,32 @@ def test_the_agent_refuses_on_record_a_request_outside_the_scope(
     assert probe["action"] == "probe" and probe["reason"] == "forged"
     assert "probe" not in status
     assert stale.is_dir()  # nothing ran
-    world.cp.request("DELETE", path)
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [
+        # in force: the request reaches the agent's own checks (its pod does not exist)
+        (ADMISSION, "does not exist in this namespace"),
+        # not in force (here: another name, as if the policy had been deleted)
+        ("boundary-deleted", "ValidatingAdmissionPolicy 'boundary-deleted' does not exist: "
+         "without it a request cannot be told from one the controller made"),
+    ],
+)  # fmt: skip
+def test_the_agent_acts_only_while_the_admission_policy_is_in_force(
+    world: World, tmp_path: Path, policy: str, words: str
+) -> None:
+    rem = world.by_controller()
+    path = f"{rems(SCOPED_NS)}/{rem['metadata']['name']}"
+    answer = world.controller.patch(path, {"spec": {"probeRequestedAt": now()}})
+    assert answer.status == 200, answer
+    status = _agent_answer(
+        world, tmp_path, path, "nodeRefusals",
+        namespace_scope=(SCOPED_NS,), admission_policy=policy,
+    )  # fmt: skip
+    (refusal,) = status["nodeRefusals"]
+    assert words in refusal["message"], refusal
+    assert "probe" not in status
 
 
 # -- finding 5: records stay -----------------------------------------------------------------
@@ -417,6 +455,10 @@ def test_the_agent_writes_its_own_status_keys(world: World) -> None:
         ("get", "pods", TENANT_NS, "yes"),
         # what RBAC cannot narrow: the agent lists with spec.nodeName=<node> (docs/install.md)
         ("list", "pods", TENANT_NS, "yes"),
+        # is the admission policy in force? (agent/admission_check.py): that one, no other
+        ("get", f"validatingadmissionpolicies.admissionregistration.k8s.io/{ADMISSION}", "", "yes"),
+        ("get", "validatingadmissionpolicybindings.admissionregistration.k8s.io/x", "", "no"),
+        ("list", "validatingadmissionpolicies.admissionregistration.k8s.io", "", "no"),
     ],
 )
 def test_the_agents_rbac(

@@ -49,6 +49,11 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The ValidatingAdmissionPolicy and its binding (docs/admission.md). */}}
+{{- define "unstick.admission.name" -}}
+{{- printf "%s-remediation-writers" (include "unstick.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "unstick.controller.fullname" -}}
 {{- printf "%s-controller" (include "unstick.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

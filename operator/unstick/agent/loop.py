@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from unstick import __version__
+from unstick.agent.admission_check import admission_problem, refusal_message
 from unstick.agent.authority import NodeBudget, PolicySources
 from unstick.agent.executor import Executor
 from unstick.agent.handler import JSON, Handler
@@ -35,6 +36,7 @@ from unstick.agent.probe import orphaned_mounts
 from unstick.agent.scope import ScopeGate
 from unstick.agent.settings import AgentSettings
 from unstick.core.aftermath import ORPHAN_MIN_AGE_S
+from unstick.core.vocabulary import Refusal
 from unstick.kube.client import ClientSettings, Kube, remediation_path
 from unstick.kube.listwatch import WatchStream, list_watch
 
@@ -182,6 +184,8 @@ class Agent:
         self.scope = ScopeGate(
             settings.namespace_scope, self.patch_status, on_refusal, self.handler.clock
         )
+        # why requests are refused now (the admission policy not in force), None: they are not
+        self.admission_problem: str | None = None
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
@@ -241,6 +245,11 @@ class Agent:
         if not self.scope.allows(meta.get("namespace")):
             self.workers().submit(key, lambda: self.scope.refuse(obj))
             return
+        problem = self.admission_problem
+        if problem is not None:
+            why = refusal_message(problem)
+            self.workers().submit(key, lambda: self.scope.refuse(obj, why, Refusal.UNSAFE))
+            return
         pod_uid = (obj.get("spec") or {}).get("podUID")
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
@@ -258,7 +267,22 @@ class Agent:
             meta = obj.get("metadata") or {}
             log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
 
+    def check_admission(self) -> None:
+        """Is the admission policy (`--admission-policy`) in force? At start-up, on every
+        relist and every watch cycle (agent/admission_check.py)."""
+        name = self.settings.admission_policy
+        if not name:
+            return
+        problem = admission_problem(name, self.kube.get)
+        if problem != self.admission_problem:
+            if problem:
+                log.error("refusing every request: %s", problem)
+            else:
+                log.info("admission policy %s in force", name)
+        self.admission_problem = problem
+
     def _relist(self) -> str:
+        self.check_admission()
         version = ""
         seen = set()
         for page in self.kube.list_pages(REMEDIATIONS, self._query()):
@@ -272,6 +296,7 @@ class Agent:
         return version
 
     def _watch(self, version: str) -> str:
+        self.check_admission()
         query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
         version = self._stream.follow(
             self.kube,

@@ -9,7 +9,8 @@ refusal is on record in that Remediation (`status.nodeActions` for node steps, w
 `unstick_refusals_total`. Each request is refused once (the agent's own status patch comes
 back as a MODIFIED event). The admission policy already refuses such a Remediation when it
 is written (docs/admission.md); this is the agent's own check, for a cluster where the
-policy is off or was removed.
+policy is off or was removed. The same gate records the refusals while that policy is
+not in force (`agent/admission_check.py`).
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ class ScopeGate:
         with self._lock:
             self._refused.pop(uid, None)
 
-    def refuse(self, obj: JSON) -> None:
-        """Record the refusal of the requests this Remediation carries (each once)."""
+    def refuse(self, obj: JSON, why: str | None = None, reason: Refusal = Refusal.FORGED) -> None:
+        """Record the refusal of the requests this Remediation carries (each once), for
+        `why`, by default: outside the scope."""
         meta, spec, status = (
             _obj(obj.get("metadata")),
             _obj(obj.get("spec")),
@@ -82,20 +84,20 @@ class ScopeGate:
             if self._refused.get(uid) == requests:
                 return
             self._refused[uid] = requests
+        message = why or self.message(ns)
         try:
-            patch = self._patch(ns, spec, status)
+            patch = self._patch(spec, status, message, reason)
         except BadRemediation as exc:
-            log.warning("remediation %s/%s outside the scope: %s", ns, name, exc)
+            log.warning("remediation %s/%s: refused (%s): %s", ns, name, message, exc)
             return
         if not patch:
             return
-        log.warning("remediation %s/%s: refused: %s", ns, name, self.message(ns))
-        self.on_refusal(Refusal.FORGED)
+        log.warning("remediation %s/%s: refused: %s", ns, name, message)
+        self.on_refusal(reason)
         self.patch_status(ns, name, patch)
 
-    def _patch(self, ns: str, spec: JSON, status: JSON) -> JSON:
+    def _patch(self, spec: JSON, status: JSON, message: str, reason: Refusal) -> JSON:
         now = self.clock()
-        message = self.message(ns)
         patch: JSON = {}
         steps_at = parse_time(spec.get("nodeStepsRequestedAt"), "spec.nodeStepsRequestedAt")
         done_at = parse_time(status.get("nodeStepsDoneAt"), "status.nodeStepsDoneAt")
@@ -114,7 +116,7 @@ class ScopeGate:
         if probe_at is not None and (probed_at is None or probe_at > probed_at):
             entry = {
                 "action": "probe",
-                "reason": str(Refusal.FORGED),
+                "reason": str(reason),
                 "message": message[:1000],
                 "time": rfc3339(now),
                 "by": "agent",

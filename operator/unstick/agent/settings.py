@@ -39,6 +39,9 @@ class AgentSettings:
     # the controller's namespace scope (empty: all namespaces): Remediations elsewhere are
     # refused on record (agent/scope.py)
     namespace_scope: tuple[str, ...] = ()
+    # the ValidatingAdmissionPolicy (and binding) that ties requests to the controller;
+    # every request is refused while it is not in force (agent/admission_check.py)
+    admission_policy: str = ""
 
     @property
     def mountinfo(self) -> str:

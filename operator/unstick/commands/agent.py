@@ -118,6 +118,15 @@ def add_parser(sub: Any) -> None:
         "controller.namespaceScope): a Remediation in any other namespace is not the "
         "controller's request and is refused on record (default: all namespaces)",
     )
+    p.add_argument(
+        "--admission-policy",
+        default="",
+        metavar="NAME",
+        help="the ValidatingAdmissionPolicy (and its binding of the same name) that lets only "
+        "the controller write a Remediation's spec (the chart passes it when "
+        "admission.enabled); while it is missing or narrowed every request is refused on "
+        "record (default: none, nothing checked; docs/admission.md)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(command="agent")
 
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         max_request_age_s=args.max_request_age,
         namespace_scope=tuple(dict.fromkeys(args.namespace_scope)),
+        admission_policy=args.admission_policy,
     )
     if not os.access(settings.mountinfo, os.R_OK):
         print(

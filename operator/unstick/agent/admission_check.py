@@ -1,0 +1,91 @@
+"""Is the admission policy that ties a request to the controller in force? (`--admission-policy`)
+
+What the agent cannot re-derive from the API is who asked for node steps: that tie is the
+API server's, through the chart's ValidatingAdmissionPolicy (only the controller's
+ServiceAccount writes a Remediation's spec; docs/admission.md). Told the policy's name (the
+chart passes it when `admission.enabled`), the agent reads the policy and its binding (same
+name) at start-up and on every relist and watch cycle, and refuses every request on record
+while they are not in force everywhere it listens: the policy missing, not failing closed,
+not guarding Remediations, or the binding missing, not denying, or narrowed to some
+namespaces or objects. A policy it cannot read counts as not in force (never act on a fact
+that could not be read). Without the flag (admission disabled) nothing is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+JSON = dict[str, Any]
+Getter = Callable[[str], JSON | None]  # API path -> the object, None when it does not exist
+
+API = "/apis/admissionregistration.k8s.io/v1"
+GUARDED = {"CREATE", "UPDATE", "DELETE"}
+
+
+def _obj(value: object) -> JSON:
+    return value if isinstance(value, dict) else {}
+
+
+def _policy_problem(policy: JSON | None) -> str | None:
+    if policy is None:
+        return "does not exist"
+    spec = _obj(policy.get("spec"))
+    if spec.get("failurePolicy", "Fail") != "Fail":
+        return f"has failurePolicy {spec.get('failurePolicy')!r}, not 'Fail'"
+    rules = _obj(spec.get("matchConstraints")).get("resourceRules") or []
+    covered: set[str] = set()
+    for raw in rules if isinstance(rules, list) else []:
+        rule = _obj(raw)
+        if "unstick.dev" in (rule.get("apiGroups") or []) and "remediations" in (
+            rule.get("resources") or []
+        ):
+            covered |= {str(op) for op in rule.get("operations") or []}
+    if "*" not in covered and not covered >= GUARDED:
+        missing = ", ".join(sorted(GUARDED - covered))
+        return f"does not guard {missing} of remediations.unstick.dev"
+    return None
+
+
+def _binding_problem(binding: JSON | None, name: str) -> str | None:
+    if binding is None:
+        return "does not exist"
+    spec = _obj(binding.get("spec"))
+    if spec.get("policyName") != name:
+        return f"binds policy {spec.get('policyName')!r}, not {name!r}"
+    if "Deny" not in (spec.get("validationActions") or []):
+        return f"has validationActions {spec.get('validationActions')!r}, without Deny"
+    match = _obj(spec.get("matchResources"))
+    for selector in ("namespaceSelector", "objectSelector"):
+        if _obj(match.get(selector)):
+            return f"is narrowed by matchResources.{selector}: not every namespace is guarded"
+    if match.get("excludeResourceRules"):
+        return "excludes resources (matchResources.excludeResourceRules)"
+    return None
+
+
+def admission_problem(name: str, get: Getter) -> str | None:
+    """Why the policy `name` and its binding are not in force everywhere (None: they are)."""
+    path = quote(name, safe="")
+    try:
+        policy = get(f"{API}/validatingadmissionpolicies/{path}")
+        binding = get(f"{API}/validatingadmissionpolicybindings/{path}")
+    except Exception as exc:  # unread is not in force
+        status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+        why = f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
+        return f"cannot read ValidatingAdmissionPolicy {name!r} or its binding: {why}"
+    problem = _policy_problem(policy)
+    if problem:
+        return f"ValidatingAdmissionPolicy {name!r} {problem}"
+    problem = _binding_problem(binding, name)
+    if problem:
+        return f"ValidatingAdmissionPolicyBinding {name!r} {problem}"
+    return None
+
+
+def refusal_message(problem: str) -> str:
+    return (
+        f"{problem}: without it a request cannot be told from one the controller made, so "
+        "the agent runs none (--admission-policy; docs/admission.md)"
+    )
