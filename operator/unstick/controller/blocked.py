@@ -1,4 +1,4 @@
-"""Blocked replacements and blocked namespaces (DESIGN §9), the controller's side.
+"""Blocked replacements and blocked namespaces (docs/design.md §9), the controller's side.
 
 What is watched (lean, no cluster-wide LIST per decision):
 - Events with `fieldSelector=reason=FailedAttachVolume` and `reason=FailedMount` (one
@@ -48,9 +48,8 @@ from unstick.core.aftermath import (
 )
 from unstick.core.remediation import parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
-from unstick.kube.events import post_event
-from unstick.kube.listwatch import WatchStream, list_watch
-from unstick.kube.objectwatch import ObjectWatcher
+from unstick.kube.events import EventFeed, post_event
+from unstick.kube.objectwatch import DictStore, ObjectWatcher
 from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger(__name__)
@@ -59,76 +58,6 @@ EVENT_MAX_AGE_S = 900.0  # older attach/mount failures are history, not a waitin
 MAX_WAITERS = 20
 PENDING_RECHECK_S = 2.0
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
-
-
-class DictStore:
-    """The `Store` of an ObjectWatcher, as a plain dict (thread-safe enough: the GIL)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, JSON] = {}
-
-    def peek(self, name: str) -> JSON | None:
-        return self.objects.get(name)
-
-    def put(self, name: str, obj: JSON) -> None:
-        self.objects[name] = obj
-
-    def delete(self, name: str) -> None:
-        self.objects.pop(name, None)
-
-    def replace(self, objects: dict[str, JSON]) -> dict[str, JSON | None]:
-        old: dict[str, JSON | None] = dict(self.objects)
-        self.objects = dict(objects)
-        return old
-
-
-class EventFeed:
-    """list+watch of Events with one `reason` (a field selector), in a thread of its own."""
-
-    def __init__(self, kube: Kube, reason: str, on_event: Callable[[JSON], None]) -> None:
-        self.kube, self.reason, self.on_event = kube, reason, on_event
-        self._stop = threading.Event()
-        self._stream = WatchStream()
-        self._thread = threading.Thread(target=self._run, name=f"events-{reason}", daemon=True)
-        self.synced = threading.Event()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._stream.shutdown()
-        self._thread.join(timeout=5)
-
-    def _query(self) -> dict[str, str]:
-        return {"fieldSelector": f"reason={self.reason}"}
-
-    def _run(self) -> None:
-        list_watch(self._stop, self._relist, self._watch, log=log, what=f"{self.reason} events")
-
-    def _relist(self) -> str:
-        version = ""
-        for page in self.kube.list_pages("/api/v1/events", self._query()):
-            version = (page.get("metadata") or {}).get("resourceVersion") or version
-            for ev in page.get("items") or []:
-                self.on_event(ev)
-        self.synced.set()
-        return version
-
-    def _watch(self, version: str) -> str:
-        query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
-        return self._stream.follow(
-            self.kube, "/api/v1/events", query, timeout_s=300, stop=self._stop, apply=self._apply
-        )
-
-    def _apply(self, event: JSON) -> str | None:
-        obj = event.get("object") or {}
-        if event.get("type") == "ERROR":
-            raise ApiException(status=obj.get("code"), reason=obj.get("message") or "watch error")
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            self.on_event(obj)
-        version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
-        return version
 
 
 def event_time(ev: JSON) -> float | None:

@@ -1,4 +1,5 @@
-"""Posting a core/v1 Event: the one `post_event` of the controller (records and blocked).
+"""Events: the one `post_event` of the controller (records and blocked), and `EventFeed`,
+the Events of one reason followed by the one watch loop.
 
 - The message is trimmed to `MESSAGE_LIMIT` characters (an Event is read by people in
   `kubectl describe`; a long evidence list ends in "…").
@@ -27,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.core.remediation import rfc3339
 from unstick.kube.client import JSON, Kube
+from unstick.kube.listwatch import ListWatch, WatchSpec
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +178,35 @@ def post_event(
     """A core/v1 Event about the object `ref` (an object reference): trimmed,
     deduplicated, best effort (see the module docstring)."""
     recorder(kube).post(ref, reason, message, event_type=event_type, stamp=stamp)
+
+
+class EventFeed:
+    """Events with one `reason` (a field selector), from the one watch loop, in a thread of
+    its own; each listed, added or changed Event goes to `on_event`."""
+
+    def __init__(self, kube: Kube, reason: str, on_event: Callable[[JSON], None]) -> None:
+        self.reason, self.on_event = reason, on_event
+        spec = WatchSpec(
+            "/api/v1/events", f"{reason} events", {"fieldSelector": f"reason={reason}"}
+        )
+        self.loop = ListWatch(kube, spec, self)
+        self.synced = self.loop.synced
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def relist_begin(self) -> None:
+        pass
+
+    def listed(self, obj: JSON) -> None:
+        self.on_event(obj)
+
+    def relist_end(self) -> None:
+        pass
+
+    def changed(self, kind: str, obj: JSON) -> None:
+        if kind != "DELETED":
+            self.on_event(obj)

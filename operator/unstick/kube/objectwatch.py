@@ -1,8 +1,8 @@
 """A lean LIST+WATCH of one cluster-scoped kind (Nodes, CSINodes) into an in-memory store.
 
-Same loop as the pod watcher (`listwatch.list_watch`): LIST in pages, WATCH from the
-list's resourceVersion with bookmarks, relist on 410 Gone, reconnect with backoff. A
-relist replaces the whole store, so an object deleted while the watch was down is known
+The one watch loop (`listwatch.ListWatch`): LIST in pages, WATCH from the list's
+resourceVersion with bookmarks, relist on 410 Gone, reconnect with backoff. A relist
+replaces the whole store, so an object deleted while the watch was down is known
 absent afterwards (Kopf's watch does not report such deletions). Objects are trimmed to
 what the diagnosis reads (no managedFields, no node image list).
 
@@ -12,17 +12,11 @@ object whose stored value changed (None: absent).
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
-
 from unstick.kube.client import JSON, Kube
-from unstick.kube.listwatch import WatchStream, list_watch
-
-log = logging.getLogger(__name__)
+from unstick.kube.listwatch import ListWatch, WatchSpec
 
 OnObjectChange = Callable[[str, "JSON | None", "JSON | None"], None]
 
@@ -46,7 +40,30 @@ def trimmed(body: Any) -> JSON:
     return obj
 
 
+class DictStore:
+    """A `Store` as a plain dict (thread-safe enough: the GIL)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, JSON] = {}
+
+    def peek(self, name: str) -> JSON | None:
+        return self.objects.get(name)
+
+    def put(self, name: str, obj: JSON) -> None:
+        self.objects[name] = obj
+
+    def delete(self, name: str) -> None:
+        self.objects.pop(name, None)
+
+    def replace(self, objects: dict[str, JSON]) -> dict[str, JSON | None]:
+        old: dict[str, JSON | None] = dict(self.objects)
+        self.objects = dict(objects)
+        return old
+
+
 class ObjectWatcher:
+    """A `Store` kept up to date by the one watch loop (`listwatch.ListWatch`)."""
+
     def __init__(
         self,
         kube: Kube,
@@ -57,70 +74,43 @@ class ObjectWatcher:
         what: str,
         watch_timeout_s: int = 300,
     ) -> None:
-        self.kube = kube
-        self.path = path
         self.store = store
         self.on_change = on_change
-        self.what = what
-        self.watch_timeout_s = watch_timeout_s
-        self.synced = threading.Event()
-        self._stop = threading.Event()
-        self._stream = WatchStream()
-        self._thread = threading.Thread(target=self._run, name=what, daemon=True)
+        self._fresh: dict[str, JSON] = {}
+        self.loop = ListWatch(kube, WatchSpec(path, what, watch_timeout_s=watch_timeout_s), self)
+        self.synced = self.loop.synced
 
     def start(self) -> None:
-        self._thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._stream.shutdown()
-        self._thread.join(timeout=5)
+        self.loop.stop()
 
-    def _run(self) -> None:
-        list_watch(self._stop, self._relist, self._watch, log=log, what=self.what)
+    # -- the Sink ---------------------------------------------------------------------
 
-    def _relist(self) -> str:
-        fresh: dict[str, JSON] = {}
-        version = ""
-        for page in self.kube.list_pages(self.path):
-            version = (page.get("metadata") or {}).get("resourceVersion") or version
-            for item in page.get("items") or []:
-                name = (item.get("metadata") or {}).get("name")
-                if name:
-                    fresh[name] = trimmed(item)
+    def relist_begin(self) -> None:
+        self._fresh = {}
+
+    def listed(self, obj: JSON) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name:
+            self._fresh[name] = trimmed(obj)
+
+    def relist_end(self) -> None:
+        fresh, self._fresh = self._fresh, {}
         old = self.store.replace(fresh)
         for name in set(old) | set(fresh):
             if old.get(name) != fresh.get(name):
                 self.on_change(name, old.get(name), fresh.get(name))
-        self.synced.set()
-        return version
 
-    def _watch(self, version: str) -> str:
-        query = {"resourceVersion": version, "allowWatchBookmarks": "true"}
-        return self._stream.follow(
-            self.kube,
-            self.path,
-            query,
-            timeout_s=self.watch_timeout_s,
-            stop=self._stop,
-            apply=self._apply,
-        )
-
-    def _apply(self, event: JSON) -> str | None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            raise ApiException(status=obj.get("code"), reason=obj.get("message") or "watch error")
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if kind != "BOOKMARK" and name:
-            old = self.store.peek(name)
-            if kind == "DELETED":
-                self.store.delete(name)
-                new = None
-            else:
-                new = trimmed(obj)
-                self.store.put(name, new)
-            self.on_change(name, old, new)
-        version: str | None = meta.get("resourceVersion")
-        return version
+    def changed(self, kind: str, obj: JSON) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        old = self.store.peek(name)
+        new = None if kind == "DELETED" else trimmed(obj)
+        if new is None:
+            self.store.delete(name)
+        else:
+            self.store.put(name, new)
+        self.on_change(name, old, new)
