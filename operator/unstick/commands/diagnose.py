@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
         "--output",
         choices=("json", "text"),
         default="text",
-        help="json: the DESIGN §6 report; text: for people (default)",
+        help="json: the docs/design.md §6 report; text: for people (default)",
     )
     p.set_defaults(command="diagnose")
 

@@ -134,8 +134,8 @@ def policy_in_force(api: Kube, pod: JSON) -> JSON | None:
 
 
 def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
-    """The bundle of DESIGN §6 for one pod: the controller's bundle (one code path for both)
-    plus the pod's Events."""
+    """The bundle of docs/design.md §6 for one pod: the controller's bundle (one code path
+    for both) plus the pod's Events."""
     from unstick.controller.inputs import build_bundle, fetch_pod
 
     pod = fetch_pod(api, namespace, name)

@@ -6,7 +6,7 @@
   (yet) is fetched once with a GET and remembered, absence included; a watch event always
   wins over such a GET (a GET answered after an event is dropped). Only what the
   diagnosis can use is kept (no managedFields, no node image list).
-- `FreshNodes`: the Node read right before an action (DESIGN §3: every action re-checks
+- `FreshNodes`: the Node read right before an action (docs/design.md §3: every action re-checks
   its preconditions right before acting). One GET serves every pod of the same node for
   `max_age_s` (1 s): concurrent callers for one node wait for the GET in flight instead
   of making their own.

@@ -68,7 +68,7 @@ class Detector:
             policy, opted_in = BUILTIN, False
             why = f"{why}; observe only: {problem}" if choice.opted_in else why
         elif opted_in and not policy.serves(namespace, labels):
-            # A tenant naming a permissive policy its namespace may not use (DESIGN §4):
+            # A tenant naming a permissive policy its namespace may not use (docs/design.md §4):
             # none of its settings is honoured, not even its timing.
             why = f"{why}; observe only: {policy.refusal(namespace)}"
             policy, opted_in, refused = BUILTIN, False, True

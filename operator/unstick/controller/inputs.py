@@ -1,6 +1,6 @@
 """Diagnosis inputs for ONE stuck pod, fetched on demand and shaped as a snapshot bundle.
 
-The controller builds exactly the bundle of DESIGN §6 (objects as the API returns them)
+The controller builds exactly the bundle of docs/design.md §6 (objects as the API returns them)
 and hands it to the core's bundle parser — one code path for `unstick diagnose` and the
 controller. Nothing here is fetched for pods that are not stuck.
 """

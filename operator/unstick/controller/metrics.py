@@ -1,4 +1,4 @@
-"""Prometheus metrics of the controller, names and labels exactly as DESIGN §7.
+"""Prometheus metrics of the controller, names and labels exactly as docs/design.md §7.
 
 No pod names in labels. Served with prometheus-client's own HTTP server on /metrics,
 together with the default process/platform collectors.
