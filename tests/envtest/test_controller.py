@@ -22,7 +22,7 @@ from controller_support import (
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.nodeside import RATE_LIMITED
-from unstick.controller.records import pod_label
+from unstick.core.remediation import pod_label
 from unstick.devcluster import ControlPlane
 from unstick.kube import actions
 from unstick.kube.client import ClientSettings, Kube

@@ -229,7 +229,7 @@ def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
     a probe of that UID that shows nothing left. Before, the controller read the record by
     name, took the probe's empty container list over the API's running container →
     KubeletNotProgressing → force-delete of a running pod (split-brain)."""
-    from unstick.controller.records import alternate_name, remediation_name
+    from unstick.core.remediation import alternate_name, remediation_name
 
     controller, objects = setup
     node = make_node(kubelet=False)
@@ -280,7 +280,7 @@ def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
     """A record with the pod's identity, written ahead with a probe that says nothing is
     left (a replayed or planted answer): the controller never asked for it, so it is not
     used."""
-    from unstick.controller.records import remediation_name
+    from unstick.core.remediation import remediation_name
 
     _controller, objects = setup
     node = make_node(kubelet=False)
@@ -346,7 +346,7 @@ def test_a_second_record_of_a_stuck_pod_is_refused(
     """A record with a stuck pod's identity under another name, dressed up as "NodeGone
     Remediating" with a probe showing nothing left: not the pod's record (the controller
     keeps that one), marked Refused; its probe is never used."""
-    from unstick.controller.records import remediation_name
+    from unstick.core.remediation import remediation_name
 
     controller, objects = setup
     node = make_node(kubelet=False)
