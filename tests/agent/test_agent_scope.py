@@ -1,14 +1,22 @@
 """The agent's namespace scope (`agent/scope.py`): a Remediation outside the controller's
-scope gets its requests refused on record, each request once, and nothing else; the real
-agent against the real API server is tests/envtest/test_remediation_boundary.py."""
+scope gets its requests refused on record, each request once, and nothing else; and its
+check that the admission policy is in force (`Agent.check_admission`). The real agent
+against the real API server: tests/envtest/test_remediation_boundary.py."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from unstick.agent import loop
+from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.scope import ScopeGate
+from unstick.agent.settings import AgentSettings
 from unstick.core.vocabulary import Refusal
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -86,3 +94,104 @@ def test_another_reason_is_recorded_as_given() -> None:
     assert patch["nodeRefusals"][0]["message"] == "policy gone"
     assert patch["nodeRefusals"][0]["reason"] == "unsafe"
     assert r.refusals == Counter({"unsafe": 1})
+
+
+# -- the admission policy check of the agent (agent/admission_check.py, Agent.check_admission)
+
+API = "/apis/admissionregistration.k8s.io/v1"
+IN_FORCE = {
+    f"{API}/validatingadmissionpolicies/p": {
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": ["unstick.dev"], "resources": ["remediations"],
+                     "operations": ["CREATE", "UPDATE", "DELETE"]}
+                ]
+            },
+        }
+    },
+    f"{API}/validatingadmissionpolicybindings/p": {
+        "spec": {"policyName": "p", "validationActions": ["Deny"]}
+    },
+}  # fmt: skip
+
+
+class FakeKube:
+    """What the API answers: `objects`, or an error while `down`."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = dict(IN_FORCE)
+        self.down = False
+
+    def get(self, path: str) -> Any:
+        if self.down:
+            raise ConnectionError("API server restarting")
+        return self.objects.get(path)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[Agent, FakeKube]]:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    a = Agent(
+        AgentSettings(node_name="node-1", state_dir=str(tmp_path / "s"), admission_policy="p"),
+        LoopSettings(kubeconfig=str(kubeconfig)),
+    )
+    a.kube.close()
+    fake = FakeKube()
+    a.kube = fake  # type: ignore[assignment]
+    yield a, fake
+
+
+def test_an_agent_that_never_read_the_policy_refuses(agent: tuple[Agent, FakeKube]) -> None:
+    a, kube = agent
+    kube.down = True
+    a.check_admission()
+    assert a.admission_problem is not None
+    assert a.admission_problem.startswith("cannot read ValidatingAdmissionPolicy 'p'")
+    kube.down = False
+    a.check_admission()
+    assert a.admission_problem is None
+
+
+def test_a_read_error_keeps_the_verdict_in_force_for_a_while(
+    agent: tuple[Agent, FakeKube], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, kube = agent
+    a.check_admission()
+    assert a.admission_problem is None
+    kube.down = True
+    a.check_admission()  # an API server restart does not refuse the node's requests
+    assert a.admission_problem is None
+    monkeypatch.setattr(loop, "READ_GRACE_S", 0.0)  # ... for READ_GRACE_S only
+    a.check_admission()
+    assert a.admission_problem is not None and "cannot read" in a.admission_problem
+
+
+def test_a_policy_removed_or_narrowed_is_not_in_force_at_once(
+    agent: tuple[Agent, FakeKube],
+) -> None:
+    a, kube = agent
+    a.check_admission()
+    binding = f"{API}/validatingadmissionpolicybindings/p"
+    kube.objects[binding] = {
+        "spec": {"policyName": "p", "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"a": "b"}}}}
+    }  # fmt: skip
+    a.check_admission()
+    assert a.admission_problem is not None and "narrowed" in a.admission_problem
+    del kube.objects[binding]
+    a.check_admission()
+    assert a.admission_problem is not None and "does not exist" in a.admission_problem
+    kube.down = True  # while not in force, a read error changes nothing
+    a.check_admission()
+    assert a.admission_problem is not None

@@ -8,7 +8,10 @@ name) at start-up and on every relist and watch cycle, and refuses every request
 while they are not in force everywhere it listens: the policy missing, not failing closed,
 not guarding Remediations, or the binding missing, not denying, or narrowed to some
 namespaces or objects. A policy it cannot read counts as not in force (never act on a fact
-that could not be read). Without the flag (admission disabled) nothing is checked.
+that could not be read) — except that the agent keeps a verdict "in force" through read
+errors for up to `READ_GRACE_S` (an API server restart must not refuse every request of a
+node; removing or narrowing the policy is a successful read). Without the flag (admission
+disabled) nothing is checked.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ Getter = Callable[[str], JSON | None]  # API path -> the object, None when it do
 
 API = "/apis/admissionregistration.k8s.io/v1"
 GUARDED = {"CREATE", "UPDATE", "DELETE"}
+READ_GRACE_S = 600.0  # a verdict "in force" outlives read errors this long
 
 
 def _obj(value: object) -> JSON:
@@ -65,16 +69,32 @@ def _binding_problem(binding: JSON | None, name: str) -> str | None:
     return None
 
 
+class Unreadable(Exception):
+    """The policy or its binding could not be read; the message says why."""
+
+
 def admission_problem(name: str, get: Getter) -> str | None:
-    """Why the policy `name` and its binding are not in force everywhere (None: they are)."""
+    """Why the policy `name` and its binding are not in force everywhere (None: they are);
+    one that cannot be read is not in force."""
+    try:
+        return judge(name, get)
+    except Unreadable as exc:
+        return str(exc)
+
+
+def judge(name: str, get: Getter) -> str | None:
+    """As `admission_problem`, but `Unreadable` when they cannot be read (the caller may
+    keep an earlier verdict through a passing API error)."""
     path = quote(name, safe="")
     try:
         policy = get(f"{API}/validatingadmissionpolicies/{path}")
         binding = get(f"{API}/validatingadmissionpolicybindings/{path}")
-    except Exception as exc:  # unread is not in force
+    except Exception as exc:
         status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
         why = f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
-        return f"cannot read ValidatingAdmissionPolicy {name!r} or its binding: {why}"
+        raise Unreadable(
+            f"cannot read ValidatingAdmissionPolicy {name!r} or its binding: {why}"
+        ) from None
     problem = _policy_problem(policy)
     if problem:
         return f"ValidatingAdmissionPolicy {name!r} {problem}"

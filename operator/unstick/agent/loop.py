@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from unstick import __version__
-from unstick.agent.admission_check import admission_problem, refusal_message
+from unstick.agent.admission_check import READ_GRACE_S, Unreadable, judge, refusal_message
 from unstick.agent.authority import NodeBudget, PolicySources
 from unstick.agent.executor import Executor
 from unstick.agent.handler import JSON, Handler
@@ -186,6 +186,7 @@ class Agent:
         )
         # why requests are refused now (the admission policy not in force), None: they are not
         self.admission_problem: str | None = None
+        self.admission_verified: float | None = None  # monotonic time of the last "in force"
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
@@ -273,7 +274,17 @@ class Agent:
         name = self.settings.admission_policy
         if not name:
             return
-        problem = admission_problem(name, self.kube.get)
+        now = time.monotonic()
+        try:
+            problem = judge(name, self.kube.get)
+        except Unreadable as exc:
+            age = now - (self.admission_verified or -float("inf"))
+            if self.admission_problem is None and age < READ_GRACE_S:
+                log.warning("%s; in force when last read %.0fs ago", exc, age)
+                return
+            problem = str(exc)
+        if problem is None:
+            self.admission_verified = now
         if problem != self.admission_problem:
             if problem:
                 log.error("refusing every request: %s", problem)
