@@ -3,6 +3,7 @@ policies, pods, waiting with deadlines, metrics and audit-log counting."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.request
@@ -44,10 +45,12 @@ class Controller:
         log_path: Path,
         peering: str | None = None,
         extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.cp = cp
         self.peering = peering
         self.extra_args = extra_args
+        self.env = env  # added to the environment (e.g. fail points: controller/failpoints.py)
         self.log_path = log_path
         self.metrics_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,7 +72,8 @@ class Controller:
             *self.extra_args,
         ]
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        env = {**os.environ, **self.env} if self.env else None
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         await_(lambda: "pod list:" in self.log() or not self.alive(), 60, "the pod watcher")
         assert self.alive(), self.log()[-3000:]

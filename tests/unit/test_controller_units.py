@@ -257,7 +257,8 @@ def test_recent_grants_are_the_actions_of_the_last_minute_that_changed_something
                 act("remove-finalizer", "failed", "2026-11-20T09:59:50Z"),
                 act("force-delete", "refused", "2026-11-20T09:59:50Z"),  # changed nothing
                 act("observe", "succeeded", "2026-11-20T09:59:50Z"),
-                act("force-delete", "succeeded", "2026-11-20T09:58:59Z"),  # > 60 s ago
+                act("force-delete", "succeeded", "2026-11-20T09:58:54Z"),  # > 65 s ago
+                act("force-delete", "succeeded", "2026-11-20T09:58:57Z"),  # < 60 s + 5 s
                 act("unmount", "succeeded", "2026-11-20T09:59:55Z", by="agent"),  # in batch
                 act("force-delete", "succeeded", "not a time"),
             ],
@@ -267,4 +268,43 @@ def test_recent_grants_are_the_actions_of_the_last_minute_that_changed_something
         {"spec": None, "status": {"actions": "garbage"}},
     ]
     got = sorted((g.node, now - g.at, g.policy) for g in recent_grants(items, now))
-    assert got == [("n1", 10.0, "fast"), ("n1", 20.0, "fast"), ("n1", 30.0, "fast")]
+    # each counted as made ACT_WITHIN_S (5 s) after its recorded time: the act follows
+    # its grant within that long (a DELETE whose intent took longer is not sent)
+    assert got == [
+        ("n1", 5.0, "fast"),
+        ("n1", 15.0, "fast"),
+        ("n1", 25.0, "fast"),
+        ("n1", 58.0, "fast"),
+    ]
+
+
+def test_recent_grants_count_incident_intents_and_their_settled_results() -> None:
+    from unstick.controller.budget import recent_grants
+
+    now = 1795168800.0  # 2026-11-20T10:00:00Z
+
+    def pod(result: str) -> dict[str, str]:
+        return {
+            "name": "p",
+            "uid": "u",
+            "action": "force-delete",
+            "result": result,
+            "time": "2026-11-20T09:59:50Z",
+        }
+
+    incident = {
+        "spec": {"nodeName": "n1", "incident": "NodeGone"},
+        "status": {
+            "policy": "default",
+            "pods": [
+                pod("deleting"),
+                pod("gone"),
+                pod("succeeded"),
+                pod("failed"),
+                pod("refused"),
+                {"name": "q", "uid": "v"},  # joined, nothing decided yet
+            ],
+        },
+    }
+    got = [(g.node, now - g.at) for g in recent_grants([incident], now)]
+    assert got == [("n1", 5.0)] * 4

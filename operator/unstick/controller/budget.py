@@ -1,13 +1,19 @@
 """The action budget survives a restart or failover (DESIGN §3 invariant 6): on start-up
 the controller puts back the grants of the last minute, read from the Remediations.
 
-A grant is what took a slot of the budget and is on record:
+A grant is what took a slot of the budget and is on record, in keys only the controller
+writes (the admission policy keeps the agent and everyone else out of them, docs/admission.md):
 - an API action of the controller in `status.actions` (`force-delete`,
-  `remove-finalizer`), or in `status.pods` of a node incident, with result `succeeded`
-  or `failed` — it was carried out; and
+  `remove-finalizer`, `by: controller`), or in `status.pods` of a node incident, with
+  result `succeeded` or `failed` — it was carried out — or, in a node incident, `deleting`
+  (an intent: the DELETE may have been sent by a controller killed before its answer was
+  recorded) or `gone` (such an intent settled later); and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
-each on the pod's node (`spec.nodeName`), at its recorded time, if within the last 60 s.
+each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S
+(a DELETE whose intent took longer to be put on record is not sent), so a grant recorded
+at T counts as made at T + ACT_WITHIN_S, until T + ACT_WITHIN_S + 60 s: no 60 s window
+holds more acts than the limit, across any number of restarts.
 Grants keep the limits of the policy named in `status.policy` when the controller knows
 it already, else the built-in defaults (30 per minute, 5 per node per minute): the
 stricter guess, and it lasts one minute at most.
@@ -32,7 +38,8 @@ REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
 RETRY_S = 5.0
 GATE_POLL_S = 0.5
 _API_ACTIONS = frozenset(str(a) for a in API_ACTIONS)
-_CARRIED_OUT = frozenset({"succeeded", "failed"})
+_CARRIED_OUT = frozenset({"succeeded", "failed", "deleting", "gone"})
+ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this long, or never
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +76,8 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
             ):
                 times.append(_time(entry.get("time")))
         for at in times:
-            if at is not None and now - WINDOW_S < at <= now:
-                yield RecordedGrant(node, at, policy)
+            if at is not None and now - WINDOW_S < at + ACT_WITHIN_S and at <= now:
+                yield RecordedGrant(node, at + ACT_WITHIN_S, policy)
 
 
 class Rebuildable(Protocol):
@@ -92,11 +99,12 @@ async def rebuild_from_remediations(
     namespaces: tuple[str, ...],
     clock: Callable[[], float],
     gate: Callable[[], bool] = lambda: True,
-) -> None:
+) -> list[JSON]:
     """Once this replica is the active one (peering: a standby that takes over must see
     what the previous one did), LIST the Remediations and rebuild the budget; retried
     until the LIST answers. The caller takes no action before this returns: acting on an
-    empty budget could exceed the limits."""
+    empty budget could exceed the limits. Returns the Remediations read (the node
+    incidents among them are adopted: controller/adoption.py)."""
     while not gate():  # noqa: ASYNC110 (a plain callable: peering.PeeringGate)
         await asyncio.sleep(GATE_POLL_S)
     while True:
@@ -112,4 +120,4 @@ async def rebuild_from_remediations(
             count,
             len(items),
         )
-        return
+        return items

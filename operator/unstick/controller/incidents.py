@@ -22,9 +22,13 @@ exactly `force-delete`); a pod that stays (observed, dry run, refused) keeps its
 Remediation and its own Event, where its owner looks. Each pod's action is still decided
 and re-checked on its own (controller/reconciler.py), against a fresh read of its Node.
 
-The record is written off the action path by one thread, at most every `FLUSH_S` per
-incident; what it holds is in memory until written. A restarted controller starts new
-incidents for the pods still stuck; the older record stays as written.
+Record before act (DESIGN §3 invariant 10): a pod's force-delete is first put on record
+as an intent (`result: deleting`, at the time its budget slot was taken) and the DELETE
+is sent only once the record holding it is written — by one thread that writes every
+intent pending at that moment in one status patch, so a burst costs about one write per
+batch, not per pod. The DELETE's result follows off the action path, at most every
+`FLUSH_S` per incident. A restarted controller adopts the records it finds unresolved
+(controller/adoption.py): an intent without a result is settled by looking at the pod.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller import records
+from unstick.controller import failpoints, records
 from unstick.controller.inputs import rfc3339
 from unstick.controller.nodeside import Decision, status_summary
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue, pod_label
@@ -56,6 +60,8 @@ JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after 
 MAX_MESSAGE = 512
 MAX_BACKOFF_S = 60.0
 GIVE_UP_AFTER = 6  # failed writes in a row after which a record whose pods are gone is let go
+DELETING = "deleting"  # an intent on record: the DELETE may have been sent, its answer not yet
+GONE = "gone"  # an intent settled by a restarted controller: the pod was gone when it looked
 
 
 def takes_incident_path(dec: Decision) -> bool:
@@ -109,6 +115,10 @@ class Incident:
     written_at: float = 0.0
     announced_resolved: int = -1  # pod count when "all gone" was last announced
     failures: int = 0  # writes failed in a row (each waits longer before the next)
+    seq: int = 0  # changes made so far (each bumps it)
+    written_seq: int = 0  # changes on record (the last successful write)
+    failed_seq: int = 0  # changes whose write failed
+    urgent: bool = False  # an intent waits for this record to be written
 
     def snapshot(self) -> Incident:
         """A copy whose pods and waits later changes do not touch (taken under the lock)."""
@@ -147,9 +157,13 @@ class Incidents:
         self.clock = clock
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        self._written = threading.Condition(self._lock)  # a write finished (or failed)
         self._current: dict[tuple[str, str, str, str], Incident] = {}  # taking pods
         self._live: list[Incident] = []  # every incident not forgotten yet
         self._by_uid: dict[str, Incident] = {}
+        # pods also listed by a second record of a dead controller (adoption.py): that
+        # record notes when they go too, but never carries their action
+        self._others: dict[str, list[Incident]] = {}
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -169,20 +183,22 @@ class Incidents:
             stuck_since = record.deletion_timestamp + dec.policy.slack_s
             inc.pods[record.uid] = IncidentPod(record.name, record.uid, stuck_since)
             inc.last_join = now
-            inc.dirty = True
             self._by_uid[record.uid] = inc
-            self._wake.notify()
+            self._touch(inc)
             return inc
+
+    def _touch(self, inc: Incident, *, urgent: bool = False) -> None:
+        """A change to write (under the lock); `urgent`: an intent waits for it."""
+        inc.seq += 1
+        inc.dirty = True
+        inc.urgent = inc.urgent or urgent
+        self._wake.notify()
 
     def _new(
         self, key: tuple[str, str, str, str], record: TerminatingPod, dec: Decision, now: float
     ) -> Incident:
         namespace, node, cause, policy = key
-        summary = status_summary(record, dec)
-        summary.pop("stuckSince", None)
-        summary["plan"] = [  # the same step for each pod, whose target is the pod
-            {**step, "target": "each pod in status.pods"} for step in summary["plan"]
-        ]
+        summary = _summary(record, dec)
         name = f"{(node or 'none')[:200].rstrip('.-')}-{cause.lower()}-{uuid.uuid4().hex[:8]}"
         log.info(
             "incident=%s/%s node=%s cause=%s action=diagnose result=remediating plan=force-delete",
@@ -205,8 +221,47 @@ class Incidents:
             pod = inc.pods.get(uid) if inc is not None else None
             return pod is not None and (pod.action, pod.result) == (action, "succeeded")
 
-    def outcome(self, uid: str, action: str, result: str, message: str, now: float) -> bool:
-        """Record what was done to the pod; False when the same result was on record."""
+    def intend(self, uid: str, action: str, at: float) -> tuple[Incident, int] | None:
+        """Put the intent to act on the pod on record (`result: deleting`, at `at`: when its
+        budget slot was taken); returns what `durable` waits for (None: no incident)."""
+        with self._lock:
+            inc = self._by_uid.get(uid)
+            if inc is None:
+                return None
+            pod = inc.pods[uid]
+            pod.action, pod.result, pod.at = action, DELETING, at
+            pod.message = "decided; the DELETE is sent once this entry is on record"
+            inc.waiting.pop(uid, None)
+            self._touch(inc, urgent=True)
+            return inc, inc.seq
+
+    def durable(self, token: tuple[Incident, int], deadline: float) -> bool:
+        """Wait until the record holding the intent is written: True once it is, False
+        when that write failed or `deadline` (clock) passed first."""
+        inc, seq = token
+        with self._lock:
+            while inc.written_seq < seq:
+                left = deadline - self.clock()
+                if inc.failed_seq >= seq or left <= 0 or self._stopping:
+                    return False
+                self._written.wait(timeout=left)
+            return True
+
+    def retract(self, uid: str) -> None:
+        """The intent was not carried out (the API server refused the DELETE): no action on
+        record for the pod until it is decided again."""
+        with self._lock:
+            inc = self._by_uid.get(uid)
+            if inc is not None and inc.pods[uid].result == DELETING:
+                pod = inc.pods[uid]
+                pod.action = pod.result = pod.message = ""
+                pod.at = None
+                self._touch(inc)
+
+    def outcome(self, uid: str, action: str, result: str, message: str, at: float) -> bool:
+        """Record what was done to the pod (`at`: when its budget slot was taken, the time a
+        restarted controller counts the grant at); False when the same result was on
+        record."""
         with self._lock:
             inc = self._by_uid.get(uid)
             if inc is None:
@@ -215,10 +270,9 @@ class Incidents:
             if (pod.action, pod.result) == (action, result):
                 return False
             pod.action, pod.result, pod.message = action, result, message[:MAX_MESSAGE]
-            pod.at = now
+            pod.at = at
             inc.waiting.pop(uid, None)
-            inc.dirty = True
-            self._wake.notify()
+            self._touch(inc)
             return True
 
     def waiting(self, uid: str, why: str) -> None:
@@ -227,21 +281,79 @@ class Incidents:
             inc = self._by_uid.get(uid)
             if inc is not None and inc.waiting.get(uid) != why:
                 inc.waiting[uid] = why
-                inc.dirty = True
-                self._wake.notify()
+                self._touch(inc)
 
     def gone(self, uid: str, now: float) -> IncidentPod | None:
         """The pod left the API: noted in its incident (None: no incident holds it)."""
         with self._lock:
             inc = self._by_uid.pop(uid, None)
+            for other in self._others.pop(uid, []):
+                self._mark_gone(other, uid, now)
             if inc is None:
                 return None
-            pod = inc.pods[uid]
+            return self._mark_gone(inc, uid, now)
+
+    def _mark_gone(self, inc: Incident, uid: str, now: float) -> IncidentPod:
+        pod = inc.pods[uid]
+        if pod.gone_at is None:
             pod.gone_at = now
-            inc.waiting.pop(uid, None)
-            inc.dirty = True
-            self._wake.notify()
-            return pod
+        if pod.result == DELETING:  # the DELETE's answer never made it to the record
+            pod.result = GONE
+            pod.message = (
+                "gone when unstick looked again; its force-delete was on record as being "
+                "sent (the answer was not): most likely that DELETE removed it"
+            )
+        inc.waiting.pop(uid, None)
+        self._touch(inc)
+        return pod
+
+    # -- a restarted controller (adoption.py) -------------------------------------------
+
+    def adopt(self, found: list[Incident]) -> None:
+        """Carry on the unresolved records of a dead controller (before any pass runs): a
+        pod they list stays in its record, and pods of the same node join them. A pod two
+        records list is carried by one, the one that has its action (else the newer)."""
+        with self._lock:
+            for inc in sorted(found, key=lambda i: i.opened):
+                self._live.append(inc)
+                if len(inc.pods) < MAX_PODS:
+                    self._current[(inc.namespace, inc.node, inc.cause, inc.policy)] = inc
+                for uid, pod in inc.pods.items():
+                    if pod.gone_at is not None:
+                        continue
+                    held = self._by_uid.get(uid)
+                    if held is not None and held.pods[uid].action and not pod.action:
+                        self._others.setdefault(uid, []).append(inc)
+                        continue
+                    if held is not None:
+                        self._others.setdefault(uid, []).append(held)
+                    self._by_uid[uid] = inc
+                if inc.all_gone:
+                    self._touch(inc)
+
+    def settle(
+        self, present: Callable[[str], bool], force_deleted: Callable[[str], bool], now: float
+    ) -> tuple[int, list[tuple[str, float]]]:
+        """Look at the pods of adopted records: a pod gone is noted (an intent without its
+        answer becomes `gone`); a pod still there is decided again by its next pass. An
+        intent whose pod is still there and was never force-deleted (its
+        deletionGracePeriodSeconds is not 0) was not carried out: it is withdrawn, and
+        returned as (node, time) so its budget grant is given back. Returns (how many
+        pods were gone, those intents)."""
+        with self._lock:
+            absent = [uid for uid in self._by_uid if not present(uid)]
+            unacted = []
+            for uid, inc in self._by_uid.items():
+                pod = inc.pods[uid]
+                if present(uid) and pod.result == DELETING and not force_deleted(uid):
+                    if pod.at is not None:
+                        unacted.append((inc.node, pod.at))
+                    pod.action = pod.result = pod.message = ""
+                    pod.at = None
+                    self._touch(inc)
+        for uid in absent:
+            self.gone(uid, now)
+        return len(absent), unacted
 
     # -- the writer thread ---------------------------------------------------------------
 
@@ -269,12 +381,15 @@ class Incidents:
                     due = [i for i in self._live if i.dirty]
                 # copies taken under the lock, the record built outside it: the workers
                 # adding outcomes never wait for the formatting of 100s of entries
-                batch = [(inc, inc.snapshot()) for inc in due]
+                batch = [(inc, inc.snapshot(), inc.urgent) for inc in due]
                 for inc in due:
-                    inc.dirty = False
+                    inc.dirty = inc.urgent = False
                     inc.written_at = self.clock()
-            for inc, copy in batch:
-                self._write(inc, copy.status(), self._new_labels(inc, copy))
+            for inc, copy, urgent in batch:
+                # an intent's write carries only the status: new pods' labels follow
+                # with the next regular write (at most FLUSH_S later)
+                labels = self._new_labels(inc, copy)
+                self._write(inc, copy, {} if urgent and inc.ref is not None else labels)
             if stopping:
                 return
             self._forget_closed()
@@ -286,7 +401,8 @@ class Incidents:
         for inc in self._live:
             if not inc.dirty:
                 continue
-            left = inc.written_at + min(MAX_BACKOFF_S, FLUSH_S * 2**inc.failures) - now
+            pause = min(MAX_BACKOFF_S, FLUSH_S * 2**inc.failures)
+            left = inc.written_at + (0.0 if inc.urgent and not inc.failures else pause) - now
             if left <= 0:
                 due.append(inc)
             else:
@@ -313,8 +429,10 @@ class Incidents:
                 if self._current.get(key) is inc:
                     del self._current[key]
 
-    def _write(self, inc: Incident, status: dict[str, Any], labels: dict[str, str]) -> None:
+    def _write(self, inc: Incident, copy: Incident, labels: dict[str, str]) -> None:
+        status = copy.status()
         try:
+            failpoints.reached("incident-write")
             if inc.ref is None:
                 self._create(inc, labels)
             elif labels:
@@ -325,20 +443,29 @@ class Incidents:
                     content_type="application/merge-patch+json",
                 )
             inc.labelled.update(labels)
-            rem = {"metadata": {"namespace": inc.namespace, "name": inc.name}}
-            records.patch_status(self.kube, rem, status)
+            if copy.seq > inc.written_seq:
+                rem = {"metadata": {"namespace": inc.namespace, "name": inc.name}}
+                records.patch_status(self.kube, rem, status)
         except Exception as exc:  # written again later, with all it holds by then
-            self._failed(inc, exc)
+            self._failed(inc, copy.seq, exc)
             return
-        inc.failures = 0
+        with self._lock:
+            inc.failures = 0
+            inc.written_seq = max(inc.written_seq, copy.seq)
+            if self._new_labels(inc, inc):  # labels left for the next regular write
+                inc.dirty = True
+            self._written.notify_all()
+        failpoints.reached("incident-written")
         self._announce(inc, status)
 
-    def _failed(self, inc: Incident, exc: Exception) -> None:
+    def _failed(self, inc: Incident, seq: int, exc: Exception) -> None:
         if isinstance(exc, ApiException) and exc.status == 404:  # deleted: made again
             inc.ref, inc.labelled = None, set()
         with self._lock:
             inc.failures += 1
+            inc.failed_seq = max(inc.failed_seq, seq)
             inc.dirty = not (inc.all_gone and inc.failures >= GIVE_UP_AFTER)
+            self._written.notify_all()
         reason = f"({exc.status}) {exc.reason}" if isinstance(exc, ApiException) else str(exc)
         log.warning(
             "incident=%s/%s could not be written (%s)%s",
@@ -347,6 +474,7 @@ class Incidents:
             reason,
             "" if inc.dirty else ": its pods are gone, giving up",
         )
+        failpoints.reached("incident-backoff")
 
     def _create(self, inc: Incident, labels: dict[str, str]) -> None:
         body = {
@@ -395,17 +523,30 @@ class Incidents:
         if status["phase"] != "Resolved" or inc.announced_resolved == status["podCount"]:
             return
         inc.announced_resolved = status["podCount"]
-        done = sum(
-            1
-            for p in status["pods"]
-            if p.get("action") == "force-delete" and p.get("result") == "succeeded"
+        results = [p.get("result") for p in status["pods"] if p.get("action") == "force-delete"]
+        done, unanswered = results.count("succeeded"), results.count(GONE)
+        also = (
+            f" ({unanswered} more went after a force-delete whose answer a stopped "
+            "controller did not record)"
+            if unanswered
+            else ""
         )
         self.events.post(
             {},
             "IncidentResolved",
             f"all {status['podCount']} pods of node {inc.node} ({inc.cause}) are gone; "
-            f"unstick force-deleted {done} of them.",
+            f"unstick force-deleted {done} of them{also}.",
             rfc3339(self.clock()),
             involved=inc.ref,
             event_type="Normal",
         )
+
+
+def _summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
+    """cause, evidence, plan, policy of the first pod's decision, for the whole record."""
+    summary = status_summary(record, dec)
+    summary.pop("stuckSince", None)
+    summary["plan"] = [  # the same step for each pod, whose target is the pod
+        {**step, "target": "each pod in status.pods"} for step in summary["plan"]
+    ]
+    return summary

@@ -22,7 +22,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller import budget, metrics, records, trust
+from unstick.controller import budget, failpoints, metrics, records, trust
 from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents, takes_incident_path
 from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
@@ -43,7 +43,7 @@ from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import TerminatingPod, parse_time, pod_json
+from unstick.kube.podwatch import TerminatingPod, parse_time, pod_json, terminating_record
 
 log = logging.getLogger("unstick.decisions")
 
@@ -335,10 +335,11 @@ class Reconciler(NodeSide):
             verdict = safety.force_delete_safe(fd.cause, fd.fenced, fd.nothing_left, fd.probe_fresh)
         else:
             verdict = safety.finalizer_allowed(step.target, _allowlist(fresh))
+        slot = self.clock()
         if verdict:
             # A slot of the budget only for an action carried out: a step skipped at the
             # re-check above or refused here costs nothing.
-            wait = self._take_budget(fresh.policy, record.node, p.now)
+            wait = self._take_budget(fresh.policy, record.node, slot)
             if wait > 0:
                 self._write(p, "Remediating", waitingFor=RATE_LIMITED)
                 return self.clock() + wait
@@ -346,7 +347,11 @@ class Reconciler(NodeSide):
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
             outcome = actions.Outcome("refused", verdict.reason)
         elif step.action == Action.FORCE_DELETE:
-            outcome = actions.force_delete(self.kube, record.namespace, record.name, record.uid)
+            # The version just read as a precondition too: an opt-out or a finalizer added
+            # while the Node, claims and volumes were read makes the API server refuse it.
+            outcome = actions.force_delete(
+                self.kube, record.namespace, record.name, record.uid, version
+            )
         else:
             finalizers = tuple(meta.get("finalizers") or ())
             outcome = actions.remove_finalizer(
@@ -362,7 +367,8 @@ class Reconciler(NodeSide):
             outcome.result,
             outcome.message,
         )
-        if outcome.result == "conflict":
+        if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
+            self._give_back(record.node, slot)
             return self.clock() + RECHECK_AFTER_CONFLICT_S
         if outcome.result == "rejected":  # recorded once as failed, in the server's words
             self.rejected[record.uid] = version
@@ -386,13 +392,28 @@ class Reconciler(NodeSide):
         any action, but with no per-pod read: the pod as the watch last delivered it (the
         DELETE carries its UID and resourceVersion as preconditions, so the API server
         refuses if the pod changed since) and the Node read fresh (one GET shared by the
-        pods of that node, <= 1 s old)."""
+        pods of that node, <= 1 s old). A refusal (409) reads the pod once and decides
+        again from what it is now."""
         incidents = self.inputs.incidents
         incidents.join(record, dec, now)
-        if incidents.succeeded(record.uid, str(Action.FORCE_DELETE)):
-            return now + self.settings.recheck_s  # done: the watch reports it gone
+        for _ in range(2):
+            if incidents.succeeded(record.uid, str(Action.FORCE_DELETE)):
+                return now + self.settings.recheck_s  # done: the watch reports it gone
+            result = self._incident_attempt(record, dec)
+            if not isinstance(result, TerminatingPod):
+                return result
+            record = result  # refused (409): the pod as it is now
+        return self.clock() + RECHECK_AFTER_CONFLICT_S
+
+    def _incident_attempt(
+        self, record: TerminatingPod, dec: Decision
+    ) -> float | TerminatingPod | None:
+        """Decide, take the budget, put the intent on record, DELETE, record its result.
+        Returns the next due time, or the pod as read again after a 409."""
+        incidents = self.inputs.incidents
         fresh = self.detector.decide(pod_json(record), None, self.clock(), self.inputs.fresh)
         fd = fresh.diagnosis
+        action = str(Action.FORCE_DELETE)
         if fd.cause != dec.diagnosis.cause or not takes_incident_path(fresh):
             log.info(
                 "pod=%s uid=%s cause=%s action=force-delete result=skipped: changed before acting",
@@ -404,15 +425,48 @@ class Reconciler(NodeSide):
         verdict = safety.force_delete_safe(fd.cause, fd.fenced, fd.nothing_left, fd.probe_fresh)
         if not verdict:
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
-            outcome = actions.Outcome("refused", verdict.reason)
-        else:
-            wait = self._take_budget(fresh.policy, record.node, now)
-            if wait > 0:
-                incidents.waiting(record.uid, RATE_LIMITED)
-                return self.clock() + wait
-            outcome = actions.force_delete(
-                self.kube, record.namespace, record.name, record.uid, record.resource_version
+            self._incident_outcome(record, fd, actions.Outcome("refused", verdict.reason), 0.0)
+            return self.clock() + 30
+        slot = self.clock()
+        wait = self._take_budget(fresh.policy, record.node, slot)
+        if wait > 0:
+            incidents.waiting(record.uid, RATE_LIMITED)
+            failpoints.reached("incident-rate-limited")
+            return self.clock() + wait
+        # Record before act: the DELETE only once its intent is on record, and within
+        # ACT_WITHIN_S of the slot (a restart counts the grant until then + 60 s).
+        failpoints.reached("incident-before-intent")
+        token = incidents.intend(record.uid, action, slot)
+        if token is None or not incidents.durable(token, slot + budget.ACT_WITHIN_S):
+            log.warning(
+                "pod=%s uid=%s action=force-delete result=postponed: its intent could not be "
+                "put on record in time",
+                record.key,
+                record.uid,
             )
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        failpoints.reached("incident-intent-durable")
+        outcome = actions.force_delete(
+            self.kube, record.namespace, record.name, record.uid, record.resource_version
+        )
+        failpoints.reached("incident-deleted")
+        if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
+            self._give_back(record.node, slot)
+            incidents.retract(record.uid)
+            log.info(
+                "pod=%s uid=%s cause=%s action=force-delete result=conflict %s",
+                record.key,
+                record.uid,
+                fd.cause,
+                outcome.message,
+            )
+            return self._refresh(record)
+        self._incident_outcome(record, fd, outcome, slot)
+        return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
+
+    def _incident_outcome(
+        self, record: TerminatingPod, fd: Any, outcome: actions.Outcome, slot: float
+    ) -> None:
         log.info(
             "pod=%s uid=%s cause=%s action=force-delete result=%s %s",
             record.key,
@@ -421,20 +475,42 @@ class Reconciler(NodeSide):
             outcome.result,
             outcome.message,
         )
-        if outcome.result == "conflict":  # the watch brings the pod as it is now
-            return self.clock() + RECHECK_AFTER_CONFLICT_S
         action = str(Action.FORCE_DELETE)
-        if incidents.outcome(record.uid, action, outcome.result, outcome.message, self.clock()):
+        at = slot or self.clock()
+        if self.inputs.incidents.outcome(record.uid, action, outcome.result, outcome.message, at):
             metrics.REMEDIATIONS.labels(action, str(fd.cause), outcome.result).inc()
-        return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
+
+    def _refresh(self, record: TerminatingPod) -> float | TerminatingPod | None:
+        """The pod read again after a refused DELETE; None when it is gone (or another pod
+        has its name): the watch reports that."""
+        pod = fetch_pod(self.kube, record.namespace, record.name)
+        fresh = terminating_record(pod) if pod is not None else None
+        if fresh is None or fresh.uid != record.uid:
+            return self.clock() + RECHECK_AFTER_CONFLICT_S
+        return fresh
 
     # -- helpers ----------------------------------------------------------------------
 
     def _take_budget(self, policy: Policy, node: str, now: float) -> float:
+        """One slot (0.0) or the seconds to wait. The slot counts from `now` +
+        ACT_WITHIN_S: the act follows within that long, and a restarted controller counts
+        the grant recorded at `now` as made then too (budget.py)."""
+        limits = (policy.cluster_per_minute, policy.node_per_minute)
         with self.budget_lock:
-            return self.budget.try_acquire(
-                node or "(none)", now, policy.cluster_per_minute, policy.node_per_minute
-            )
+            wait = self.budget.peek(node or "(none)", now, *limits)
+            if wait <= 0:
+                self.budget.record(node or "(none)", now + budget.ACT_WITHIN_S, *limits)
+            return wait
+
+    def release_recorded(self, node: str, at: float) -> None:
+        """A grant put back by `rebuild_budget` from a record of time `at` whose act did
+        not take effect after all (adoption.py: the pod is there, never force-deleted)."""
+        self._give_back(node, at)
+
+    def _give_back(self, node: str, slot: float) -> None:
+        """The act taken at `slot` was not carried out (the API server refused it)."""
+        with self.budget_lock:
+            self.budget.release(node or "(none)", slot + budget.ACT_WITHIN_S)
 
     def _budget_wait(self, policy: Policy, node: str, now: float) -> float:
         with self.budget_lock:

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from unstick.controller import records
+from unstick.controller import adoption, failpoints, records
 from unstick.controller.blocked import Aftermath, Sources
 from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.caches import (
@@ -51,6 +51,7 @@ from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 log = logging.getLogger(__name__)
 
+POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
 DEFAULT_WORKERS = 32
 RECORD_CHECK_DELAY_S = 10.0  # longer than the pod watch lags behind the API
@@ -183,6 +184,8 @@ class Runtime:
             # time-to-resolution and stuckSince are measured from.
             record = replace(record, deletion_timestamp=known.deletion_timestamp)
         self.pods[uid] = record
+        if known == record:  # only a newer resourceVersion (kept for the preconditions)
+            return
         slack = self.policies.timing(_policy_name(record.remediate)).slack_s
         due = record.deletion_timestamp + slack
         if known is not None:
@@ -321,10 +324,12 @@ class Runtime:
             "controller running: watching pods in %s",
             ", ".join(self.settings.namespaces) or "all namespaces",
         )
+        await asyncio.to_thread(self._load_policies)
         # Invariant 6: the action budget survives a restart or failover (budget.py).
-        await rebuild_from_remediations(
+        found = await rebuild_from_remediations(
             self.kube, self.reconciler, self.settings.namespaces, self.clock, self.gate
         )
+        await self._adopt(found)
         try:
             while True:
                 now = self.clock()
@@ -348,6 +353,49 @@ class Runtime:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._detect_pool.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self.events.close)
+
+    def _load_policies(self) -> None:
+        """The RemediationPolicies as they are, before the first pass: a restarted
+        controller must not take an overdue pod for one whose policy does not exist
+        (Kopf's watch delivers them too, a moment later, and keeps them current)."""
+        try:
+            items = self.kube.list_all(POLICIES)
+        except Exception as exc:
+            log.warning("cannot list RemediationPolicies before the first pass (%s)", exc)
+            return
+        for item in items:
+            name = str((item.get("metadata") or {}).get("name") or "")
+            if name and self.policies.lookup(name)[0] is None:
+                spec = dict(item.get("spec") or {})
+                self.policies.update(name, {"metadata": {"name": name}, "spec": spec})
+
+    async def _adopt(self, items: list[JSON]) -> None:
+        """Carry on the node incidents a dead controller left unresolved (adoption.py),
+        settled against the pod list: before any pass, so no pod gets a second record."""
+        adopted, empty = adoption.unresolved(items)
+        self.incidents.adopt(adopted)
+        for rem in empty:
+            await asyncio.to_thread(adoption.resolve_empty, self.kube, rem, self.clock())
+        while not all(w.synced.is_set() for w in self.watchers):  # noqa: ASYNC110 (threads)
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # the pods the list reported (queued before) are in
+        gone, unacted = self.incidents.settle(
+            self.pods.__contains__,
+            lambda uid: self.pods[uid].deletion_grace_period_s == 0,
+            self.clock(),
+        )
+        for node, at in unacted:  # intents whose DELETE never took effect: no act
+            self.reconciler.release_recorded(node, at)
+        if adopted or empty:
+            log.info(
+                "adopted %d unresolved node incidents (%d of their pods gone, %d intents not "
+                "carried out), resolved %d with no pod on record",
+                len(adopted),
+                gone,
+                len(unacted),
+                len(empty),
+            )
+        failpoints.reached("incidents-adopted")
 
     def _from_thread(self, uid: str, record: TerminatingPod | None) -> None:
         assert self._loop is not None

@@ -58,6 +58,13 @@ class SlidingWindow:
             return 0.0
         return max(self.granted[len(self.granted) - limit].at + WINDOW_S - now, 1e-3)
 
+    def remove(self, at: float) -> None:
+        """Drop one grant made at `at` (none: nothing happens)."""
+        for grant in self.granted:
+            if grant.at == at:
+                self.granted.remove(grant)
+                return
+
     def add(self, grant: Grant) -> None:
         if not self.granted or self.granted[-1].at <= grant.at:
             self.granted.append(grant)
@@ -102,6 +109,14 @@ class ActionBudget:
             Grant(at, min(cluster_per_minute, self.cluster_cap)),
             Grant(at, min(node_per_minute, self.node_cap)),
         )
+
+    def release(self, node: str, at: float) -> None:
+        """Give back a grant made at `at` whose action was not carried out (the API server
+        refused it: the object had changed since it was read)."""
+        self.cluster.remove(at)
+        window = self.nodes.get(node)
+        if window is not None:
+            window.remove(at)
 
     def _add(self, node: str, in_cluster: Grant, on_node: Grant) -> None:
         self.cluster.add(in_cluster)

@@ -55,7 +55,8 @@ class TerminatingPod:
     ephemeral: tuple[tuple[str, str], ...] = ()  # name, state of `kubectl debug` containers
     # The version this record was made from: a DELETE carries it as a precondition, so an
     # act decided from this record fails (409) if the pod changed since. Not compared: a
-    # new version with the same facts is not a change worth a look.
+    # new version with the same facts is not a change worth a look (it is still kept:
+    # the watcher reports it, and the controller stores it without looking again).
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -247,7 +248,7 @@ class PodWatcher:
             del self.pods[uid]
             self.on_change(uid, None)
         for uid, record in seen.items():
-            if self.pods.get(uid) != record:
+            if _changed(self.pods.get(uid), record):
                 self.pods[uid] = record
                 self.on_change(uid, record)
         self.lists += 1
@@ -283,7 +284,14 @@ class PodWatcher:
         if record is None:
             if self.pods.pop(uid, None) is not None:
                 self.on_change(uid, None)
-        elif self.pods.get(uid) != record:
+        elif _changed(self.pods.get(uid), record):
             self.pods[uid] = record
             self.on_change(uid, record)
         return version
+
+
+def _changed(old: TerminatingPod | None, new: TerminatingPod) -> bool:
+    """A new record to report: different facts, or only a newer resourceVersion (a label,
+    a condition, status.phase changed): a DELETE decided from the record carries its
+    version as a precondition, and a stale one would be refused (409) every time."""
+    return old != new or (old is not None and old.resource_version != new.resource_version)

@@ -1,0 +1,236 @@
+"""A pod that changed between the decision and the DELETE, on the real API server.
+
+- The pod watch keeps the newest resourceVersion it is given, also when only fields it
+  does not compare changed (a label, a condition): a DELETE decided from its record is
+  not refused for a version the watch already delivered.
+- The incident path: a DELETE decided from an older version (the watch not caught up
+  yet) is refused (409), the pod is read again, decided again and deleted — after one
+  refresh, and the refusal takes no slot of the budget (one force-delete per node per
+  minute, and the pod still goes at once).
+- The per-pod path (issue #22 finding 3): the DELETE carries the resourceVersion of its
+  fresh read, so an opt-out written while the Node is read stops it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from controller_support import (
+    USER_AGENT_PREFIX,
+    Objects,
+    await_,
+    crds_installed,
+    policy_spec,
+)
+
+from unstick.controller import records
+from unstick.controller.caches import ObjectCache, csi_node_path, node_path
+from unstick.controller.detector import Detector
+from unstick.controller.incidents import Incidents
+from unstick.controller.inputs import NodeInputs
+from unstick.controller.nodeside import ReconcileSettings
+from unstick.controller.policies import NamespaceLabels, PolicyBook
+from unstick.controller.reconciler import ActionInputs, Reconciler
+from unstick.controller.records import EventQueue
+from unstick.devcluster import ControlPlane
+from unstick.kube.client import JSON, ClientSettings, Kube
+from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings, terminating_record
+
+pytestmark = pytest.mark.envtest
+
+OPT_OUT = {"metadata": {"annotations": {"unstick.dev/remediate": "false"}}}
+
+
+@pytest.fixture(scope="module")
+def objects(control_plane: ControlPlane) -> Iterator[Objects]:
+    with crds_installed(control_plane):
+        objs = Objects(control_plane)
+        try:
+            yield objs
+        finally:
+            objs.api_client.close()
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+class InProcess:
+    """The controller's reconciler in this process (its incident writer running), with
+    one force-delete per node per minute; `on_node_read` runs when the Node is read fresh
+    right before an action."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.on_node_read: Callable[[], None] = lambda: None
+        self.events = EventQueue(kube)
+        self.incidents = Incidents(kube, self.events, time.time)
+        book = PolicyBook()
+        spec = policy_spec(slackSeconds=0, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 1})
+        assert book.update("default", {"metadata": {"name": "default"}, "spec": spec}) is None
+        nodes = ObjectCache(lambda n: kube.get(node_path(n)))
+        csi_nodes = ObjectCache(lambda n: kube.get(csi_node_path(n)))
+        self.has_remediation: set[str] = set()
+        detector = Detector(
+            kube,
+            book,
+            NamespaceLabels(self._labels),
+            nodes=nodes,
+            csi_nodes=csi_nodes,
+            has_remediation=self.has_remediation.__contains__,
+        )
+        inputs = ActionInputs(
+            has_remediation=self.has_remediation.__contains__,
+            events=self.events,
+            fresh=NodeInputs(node=self._fresh_node, csi_node=csi_nodes.get),
+            incidents=self.incidents,
+        )
+        self.reconciler = Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
+        self.incidents.start()
+
+    def _labels(self, ns: str) -> dict[str, str]:
+        found = self.kube.get(f"/api/v1/namespaces/{ns}") or {}
+        return dict((found.get("metadata") or {}).get("labels") or {})
+
+    def _fresh_node(self, name: str) -> JSON | None:
+        self.on_node_read()
+        return self.kube.get(node_path(name))
+
+    def close(self) -> None:
+        self.incidents.stop()
+        self.events.close()
+
+
+@pytest.fixture
+def in_process(kube: Kube) -> Iterator[InProcess]:
+    ctl = InProcess(kube)
+    try:
+        yield ctl
+    finally:
+        ctl.close()
+
+
+def _record(kube: Kube, namespace: str, name: str) -> TerminatingPod:
+    record = terminating_record(kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {})
+    assert record is not None
+    return record
+
+
+def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
+    """The pod's record once it is past its deletionTimestamp (grace 1 s, slack 0: stuck)."""
+    record = _record(kube, namespace, name)
+    await_(lambda: time.time() > record.deletion_timestamp, 10, "the pod to be overdue")
+    return record
+
+
+def _deletes(cp: ControlPlane, namespace: str, pod: str) -> list[int]:
+    """Response codes of the controller's DELETEs of this pod, oldest first."""
+    return [
+        int((e.get("responseStatus") or {}).get("code") or 0)
+        for e in cp.audit_events()
+        if e.get("verb") == "delete"
+        and str(e.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
+        and (e.get("objectRef") or {}).get("resource") == "pods"
+        and (e.get("objectRef") or {}).get("namespace") == namespace
+        and (e.get("objectRef") or {}).get("name") == pod
+    ]
+
+
+def test_the_pod_watch_keeps_the_newest_resource_version(
+    kube: Kube, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    pod = objects.pod(namespace, make_node(kubelet=False), remediate="true")
+    objects.core.delete_namespaced_pod(pod["name"], namespace)  # no kubelet: it stays
+    changes: list[TerminatingPod | None] = []
+    seen = threading.Event()
+
+    def on_change(uid: str, record: TerminatingPod | None) -> None:
+        changes.append(record)
+        seen.set()
+
+    watcher = PodWatcher(kube, WatchSettings(namespace=namespace), on_change)
+    watcher.start()
+    try:
+        await_(lambda: pod["uid"] in watcher.pods, 30, "the terminating pod listed")
+        labelled = objects.core.patch_namespaced_pod(
+            pod["name"], namespace, {"metadata": {"labels": {"team": "b"}}}
+        )
+        version = labelled.metadata.resource_version
+        await_(
+            lambda: watcher.pods[pod["uid"]].resource_version == version,
+            30,
+            "the watch to keep the relabelled pod's resourceVersion",
+        )
+        assert changes[-1] is not None and changes[-1].resource_version == version
+    finally:
+        watcher.stop()
+
+
+def test_a_relabelled_pod_is_deleted_after_one_refresh_and_its_conflict_takes_no_budget(
+    control_plane: ControlPlane,
+    kube: Kube,
+    objects: Objects,
+    in_process: InProcess,
+    namespace: str,
+    make_node: Any,
+) -> None:
+    node = make_node(kubelet=False)
+    pod = objects.pod(namespace, node, remediate="true")
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    stale = _overdue(kube, namespace, pod["name"])  # what the watch delivered ...
+    objects.core.patch_namespaced_pod(  # ... before someone relabelled the pod
+        pod["name"], namespace, {"metadata": {"labels": {"team": "b"}}}
+    )
+    in_process.reconciler.reconcile(stale)
+
+    assert objects.read_pod(namespace, pod["name"]) is None
+    assert _deletes(control_plane, namespace, pod["name"]) == [409, 200]
+    in_process.incidents.stop()  # writes what it holds
+    entry = objects.incident_entry(namespace, pod)
+    assert (entry.get("action"), entry.get("result")) == ("force-delete", "succeeded"), entry
+
+
+def test_a_per_pod_force_delete_is_stopped_by_an_opt_out_written_while_it_reads_the_node(
+    control_plane: ControlPlane,
+    kube: Kube,
+    objects: Objects,
+    in_process: InProcess,
+    namespace: str,
+    make_node: Any,
+) -> None:
+    node = make_node(kubelet=False)
+    pod = objects.pod(namespace, node, remediate="true")
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    # the pod has its own record already: the per-pod path (a fresh read before acting)
+    records.create_remediation(kube, namespace, pod["name"], pod["uid"], node=node, dry_run=False)
+    in_process.has_remediation.add(pod["uid"])
+    opted_out = threading.Event()
+
+    def opt_out() -> None:  # the owner opts out between the pod's read and the DELETE
+        if not opted_out.is_set():
+            opted_out.set()
+            objects.core.patch_namespaced_pod(pod["name"], namespace, OPT_OUT)
+
+    in_process.on_node_read = opt_out
+    in_process.reconciler.reconcile(_overdue(kube, namespace, pod["name"]))
+
+    assert opted_out.is_set()
+    assert objects.read_pod(namespace, pod["name"]) is not None
+    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    # decided again from the pod as it is now: not opted in, observed only
+    in_process.reconciler.reconcile(_record(kube, namespace, pod["name"]))
+    assert objects.read_pod(namespace, pod["name"]) is not None
+    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    status = objects.status(namespace, pod)
+    assert not [a for a in status.get("actions") or [] if a.get("action") == "force-delete"]

@@ -1,0 +1,263 @@
+"""Crash safety of node incidents (issue #21, DESIGN §3 invariants 6 and 10), on the real
+API server with the real controller process, SIGKILLed again and again.
+
+Two deleted nodes hold 7 opted-in pods each; the policy allows 5 force-deletes per node
+and 9 in the cluster per minute, so the pods need two windows of the budget. The
+controller is started over and over, and each incarnation is SIGKILLed — by itself, at a
+named fail point (controller/failpoints.py) the Nth time it gets there, or by the test
+when it does not get there in time — before the intent is on record, between the intent
+and the DELETE, between the DELETE and its result, before and after a record's write,
+while the writer backs off from a failed write, and right after adopting the dead
+incarnation's records. After every kill, from the audit log and the records:
+
+- no pod is deleted twice;
+- no 60 s window holds more successful DELETEs than the node or cluster limit;
+- every pod deleted has exactly one entry with a result (an intent counts) in one record;
+
+and at the end, after a last incarnation that is not killed: every pod is gone, every
+entry has its final result and no record stays `Remediating`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controller_support import (
+    USER_AGENT_PREFIX,
+    Controller,
+    Objects,
+    await_,
+    crds_installed,
+    policy_spec,
+)
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+NODE_LIMIT, CLUSTER_LIMIT, PER_NODE = 5, 9, 7
+ENV = "UNSTICK_TEST_FAILPOINTS"
+# The incarnations, in order: the first one acts until its first DELETE is answered
+# (others may be in flight); then fail points hit while the budget may still have room ...
+FIRST_WAVE = [
+    "incident-deleted=kill@1",
+    "incidents-adopted=kill@1",
+    "incident-written=kill@2",
+    "incident-intent-durable=kill@1",
+    "incident-rate-limited=kill@1",  # the budget's window is full, DELETEs may be in flight
+]
+# ... while the pods left wait for the budget (each reached right after a start); the
+# last one lives through the wait and dies at the first intent once the budget has room ...
+WAITING = [
+    "incidents-adopted=kill@1",
+    "incident-write=kill@1",
+    "incident-written=kill@1",
+    "incident-write=fail@1,incident-backoff=kill@1",
+    "incident-rate-limited=kill@2",
+    "incidents-adopted=kill@1",
+    "incident-write=kill@2",
+    "incident-written=kill@2",
+    "incident-write=fail@2,incident-backoff=kill@1",
+    "incident-before-intent=kill@1",
+]
+# ... and once it has room again.
+SECOND_WAVE = [
+    "incident-intent-durable=kill@1",
+    "incident-write=fail@1,incident-backoff=kill@1",
+    "incident-deleted=kill@1",
+    "incident-written=kill@2",
+    "incident-deleted=kill@2",
+    "incident-rate-limited=kill@1",
+]
+PHASES = {
+    "incident-before-intent",
+    "incident-intent-durable",
+    "incident-deleted",
+    "incident-backoff",
+    "incident-write",
+    "incident-written",
+    "incident-rate-limited",
+    "incidents-adopted",
+}
+WINDOW_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def objects(control_plane: ControlPlane) -> Iterator[Objects]:
+    with crds_installed(control_plane):
+        objs = Objects(control_plane)
+        limits = {"clusterPerMinute": CLUSTER_LIMIT, "nodePerMinute": NODE_LIMIT}
+        before = objs.replace_policy("default", policy_spec(rateLimits=limits))
+        try:
+            yield objs
+        finally:
+            objs.replace_policy("default", before)
+            objs.api_client.close()
+
+
+@dataclass
+class Audit:
+    """The controller's pod DELETEs in one namespace, read from the audit log as it grows."""
+
+    path: Path
+    namespace: str
+    offset: int = 0
+    deletes: list[tuple[float, str, int]] = field(default_factory=list)  # time, pod, code
+
+    def read(self) -> list[tuple[float, str, int]]:
+        if self.path.exists():
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break  # still being written
+                    self.offset += len(line)
+                    self._take(json.loads(line))
+        return self.deletes
+
+    def _take(self, event: dict[str, Any]) -> None:
+        ref = event.get("objectRef") or {}
+        if (
+            event.get("verb") == "delete"
+            and ref.get("resource") == "pods"
+            and ref.get("namespace") == self.namespace
+            and str(event.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
+        ):
+            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            self.deletes.append((at.timestamp(), str(ref.get("name")), code))
+
+
+def _most_in_a_window(times: list[float]) -> int:
+    times = sorted(times)
+    return max((sum(1 for u in times if t <= u < t + WINDOW_S) for t in times), default=0)
+
+
+def _incidents(objects: Objects, namespace: str) -> list[dict[str, Any]]:
+    found = objects.custom.list_namespaced_custom_object(
+        "unstick.dev", "v1alpha1", namespace, "remediations"
+    )
+    return [r for r in found.get("items") or [] if (r.get("spec") or {}).get("incident")]
+
+
+def _entries(objects: Objects, namespace: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(record, entry) of every pod listed in a node incident of the namespace."""
+    return [
+        (rem, entry)
+        for rem in _incidents(objects, namespace)
+        for entry in (rem.get("status") or {}).get("pods") or []
+    ]
+
+
+def _check(objects: Objects, namespace: str, audit: Audit, node_of: dict[str, str]) -> int:
+    """The invariants that hold after any kill; returns how many pods were deleted."""
+    done = [(at, pod) for at, pod, code in audit.read() if code == 200]
+    deleted = [pod for _, pod in done]
+    assert len(deleted) == len(set(deleted)), f"a pod deleted twice: {sorted(deleted)}"
+    assert _most_in_a_window([at for at, _ in done]) <= CLUSTER_LIMIT, done
+    for node in set(node_of.values()):
+        on_node = [at for at, pod in done if node_of[pod] == node]
+        assert _most_in_a_window(on_node) <= NODE_LIMIT, (node, done)
+    entries = _entries(objects, namespace)
+    for pod in deleted:
+        with_result = [e for _, e in entries if e.get("name") == pod and e.get("result")]
+        assert len(with_result) == 1, (pod, with_result)
+    return len(deleted)
+
+
+class Incarnation(Controller):
+    """One run of the controller, that may be killed at a fail point while it starts."""
+
+    def start(self) -> Incarnation:
+        try:
+            super().start()
+        except AssertionError:
+            if "fail point" not in self.log():
+                raise
+        return self
+
+    def end(self, timeout: float) -> str:
+        """Wait for its fail point; SIGKILL it when not reached in time. What killed it."""
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            self.proc = None
+            return "test"
+        code, self.proc = self.proc.returncode, None
+        assert code == -signal.SIGKILL, (code, self.log()[-3000:])
+        line = next(x for x in self.log().splitlines() if x.startswith("fail point "))
+        return line.split()[2]
+
+
+def test_a_controller_killed_at_any_point_loses_no_record_and_breaks_no_budget(
+    control_plane: ControlPlane,
+    objects: Objects,
+    namespace: str,
+    make_node: Any,
+    tmp_path: Path,
+) -> None:
+    audit = Audit(control_plane.audit_log, namespace)
+    audit.read()  # from here on
+    node_of: dict[str, str] = {}
+    for _ in range(2):
+        node = make_node(kubelet=False)
+        for _ in range(PER_NODE):
+            node_of[objects.pod(namespace, node, remediate="true")["name"]] = node
+        objects.core.delete_node(node)
+    for pod in node_of:
+        objects.core.delete_namespaced_pod(pod, namespace)
+
+    killed: list[str] = []
+    running: Incarnation | None = None
+
+    def run(rule: str, timeout: float) -> None:
+        nonlocal running
+        n = len(killed)
+        running = Incarnation(control_plane, tmp_path / f"ctl-{n}.log", env={ENV: rule})
+        running.start()
+        killed.append(running.end(timeout))
+        running = None
+        deleted = _check(objects, namespace, audit, node_of)
+        print(f"incarnation {n}: {rule} → killed at {killed[-1]}; {deleted} pods deleted")
+
+    try:
+        for rule in FIRST_WAVE + WAITING + SECOND_WAVE:
+            run(rule, timeout=90 if rule == WAITING[-1] else 20)
+        assert len(killed) >= 20 and set(killed) >= PHASES, killed
+
+        last = Incarnation(control_plane, tmp_path / "last.log")
+        running = last.start()
+
+        def settled() -> bool:
+            entries = _entries(objects, namespace)
+            return (
+                all(objects.read_pod(namespace, p) is None for p in node_of)
+                and {e.get("name") for _, e in entries} >= set(node_of)
+                and all(e.get("goneAt") for _, e in entries)
+                and all(
+                    (r.get("status") or {}).get("phase") == "Resolved"
+                    for r in _incidents(objects, namespace)
+                )
+            )
+
+        await_(settled, 120, "every pod gone and every record Resolved")
+        assert _check(objects, namespace, audit, node_of) == len(node_of)
+        for _, entry in _entries(objects, namespace):
+            assert entry.get("action") == "force-delete", entry
+            assert entry.get("result") in ("succeeded", "gone"), entry
+    finally:
+        if running is not None:
+            running.stop()
+            print(running.log()[-3000:])
+        print("kills:", killed)
