@@ -1,14 +1,14 @@
-"""Node steps on the agent's worker threads: one batch per pod at a time, one step that
-calls out (a CSI driver, the kubelet restart) at a time on the node, and other pods'
-unmounts and rmdirs meanwhile (each step re-checks its own preconditions right before it
-acts)."""
+"""Node steps on the agent's worker threads: one batch per pod at a time, one kubelet
+restart at a time on the node, CSI calls one at a time per volume (the executor's
+`volume_lock`), and other pods' steps meanwhile (each step re-checks its own
+preconditions right before it acts)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from unstick.agent.executor import SUCCEEDED, StepResult
+from unstick.agent.executor import SUCCEEDED, Executor, StepResult
 from unstick.agent.handler import Handler, KeyLocks
 from unstick.agent.settings import AgentSettings
 from unstick.devcluster.process import wait_until
@@ -61,21 +61,57 @@ def test_another_pods_unmount_runs_while_a_csi_call_waits() -> None:
     assert ex.started[-1] == ("a", "unmount")
 
 
-def test_two_csi_calls_or_two_batches_of_one_pod_never_overlap() -> None:
+def test_two_batches_of_one_pod_or_two_restarts_never_overlap() -> None:
     ex = GatedExecutor()
     h = handler(ex)
     ex.gated = {"a"}
-    a = run(h, "a", [("replay-unpublish", "")])
+    a = run(h, "a", [("replay-unpublish", ""), ("restart-kubelet", "")])
     wait_until(lambda: ("a", "replay-unpublish") in ex.running, timeout=10, what="a's replay")
-    b = run(h, "b", [("replay-unpublish", "")])  # another pod's CSI call: waits
+    b = run(h, "b", [("replay-unpublish", "")])  # another pod's (volume's) CSI call: runs
+    wait_until(lambda: ("b", "replay-unpublish") in ex.started, timeout=10, what="b's replay")
+    b.join(10)
     a2 = run(h, "a", [("rmdir-stale", "")])  # a second batch of the same pod: waits
-    b.join(0.5)  # (what must not happen cannot be awaited: a short look)
-    assert ex.started == [("a", "replay-unpublish")]
+    a2.join(0.5)  # (what must not happen cannot be awaited: a short look)
+    assert ("a", "rmdir-stale") not in ex.started
     ex.gate.set()
-    for t in (a, b, a2):
+    for t in (a, a2):
         t.join(10)
-    assert sorted(ex.started[1:]) == [("a", "rmdir-stale"), ("b", "replay-unpublish")]
+    assert ex.started[2:] == [("a", "restart-kubelet"), ("a", "rmdir-stale")]
     assert len(h.pod_locks) == 0  # no lock kept for a pod nobody acts on
+
+
+def test_a_restart_waits_for_another_restart() -> None:
+    ex = GatedExecutor()
+    h = handler(ex)
+    ex.gated = {"a"}
+    a = run(h, "a", [("restart-kubelet", "")])
+    wait_until(lambda: ("a", "restart-kubelet") in ex.running, timeout=10, what="a's restart")
+    b = run(h, "b", [("restart-kubelet", "")])
+    b.join(0.5)  # (what must not happen cannot be awaited: a short look)
+    assert ex.started == [("a", "restart-kubelet")]
+    ex.gate.set()
+    for t in (a, b):
+        t.join(10)
+    assert ex.started == [("a", "restart-kubelet"), ("b", "restart-kubelet")]
+
+
+def test_csi_calls_are_one_at_a_time_per_volume() -> None:
+    ex = Executor(AgentSettings(node_name="n", kubelet_root="/nonexistent/kubelet"))
+    order: list[str] = []
+
+    def other(handle: str) -> None:
+        with ex.volume_lock("drv", handle):
+            order.append(handle)
+
+    with ex.volume_lock("drv", "vol-1"):
+        same, different = (threading.Thread(target=other, args=(h,)) for h in ("vol-1", "vol-2"))
+        same.start()
+        different.start()
+        different.join(10)  # another volume's call is not held up
+        same.join(0.5)  # the same volume's waits (a short look)
+        assert order == ["vol-2"]
+    same.join(10)
+    assert order == ["vol-2", "vol-1"] and len(ex.volume_locks) == 0
 
 
 def test_key_locks_are_per_key() -> None:

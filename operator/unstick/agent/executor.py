@@ -18,6 +18,7 @@ its act.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 
 from unstick.agent.containers import still_running
 from unstick.agent.holders import scan_holders
+from unstick.agent.keylocks import KeyLocks
 from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable
 from unstick.agent.mounttable import MountWatch, lines_under, watch_for
@@ -137,6 +139,9 @@ class Executor:
     plugins: Callable[[], dict[str, Plugin]] | None = None
     mounts: MountWatch | None = None  # default: the process's watch of settings.mountinfo
     _local: threading.local = field(default_factory=threading.local, repr=False)
+    # at most one CSI call in flight per volume (the CSI spec's rule; the kubelet keeps it
+    # too): replays of different volumes may run at once on the worker threads
+    volume_locks: KeyLocks = field(default_factory=KeyLocks, repr=False)
 
     # --- shared checks -------------------------------------------------------------
 
@@ -456,16 +461,24 @@ class Executor:
         messages = []
         for path in selected:
             planned = next(m for m in csi if m.mount_point == path)
-            mount = self._recheck(uid, planned)  # each volume: the table as of now
-            if mount is None:
-                messages.append(f"{path}: not mounted any more (nothing to do)")
-                continue
-            self._check_pod(uid)
-            self._check_mount(uid, mount)
-            if not dry_run:
-                self.acts.act(needs_holders=True)  # NodeUnpublishVolume, right after these
-            messages.append(replay_volume(self, uid, mount, plugins, dry_run))
+            data = self.read_vol_data(os.path.dirname(path))
+            # at most one CSI call in flight per volume (the CSI spec's rule): the lock is
+            # taken before the checks, so they stay right before the call
+            with self.volume_lock(data["driverName"], data["volumeHandle"]):
+                mount = self._recheck(uid, planned)  # each volume: the table as of now
+                if mount is None:
+                    messages.append(f"{path}: not mounted any more (nothing to do)")
+                    continue
+                self._check_pod(uid)
+                self._check_mount(uid, mount)
+                if not dry_run:
+                    self.acts.act(needs_holders=True)  # NodeUnpublishVolume, right after
+                messages.append(replay_volume(self, uid, mount, plugins, dry_run))
         return "; ".join(messages)
+
+    def volume_lock(self, driver: str, handle: str) -> contextlib.AbstractContextManager[None]:
+        """Held around a volume's CSI calls (NodeUnpublishVolume, NodeUnstageVolume)."""
+        return self.volume_locks.held(f"{driver}\0{handle}")
 
     def _registered(self) -> dict[str, Plugin]:
         return registered_plugins(self.settings.registry_dir, self.settings.grpc_timeout_s)

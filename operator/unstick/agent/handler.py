@@ -30,13 +30,16 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from unstick.agent.authority import NodeBudget, PolicySources, read_mandate
 from unstick.agent.executor import DRY_RUN, REFUSED, Executor, StepResult
+from unstick.agent.keylocks import KeyLocks
+
+__all__ = ["CALLS_OUT", "BadRemediation", "Handler", "KeyLocks", "check_pod", "parse_steps"]
 from unstick.agent.probe import probe_pod, rfc3339
 from unstick.agent.scangroup import ScanGroup, shared_scans
 from unstick.agent.settings import AgentSettings
@@ -149,34 +152,9 @@ def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
         )
 
 
-CALLS_OUT = frozenset({"replay-unpublish", "restart-kubelet"})
-
-
-class KeyLocks:
-    """One lock per key, kept only while someone holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
-
-    @contextlib.contextmanager
-    def held(self, key: str) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                lock, users = self._locks[key]
-                if users == 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        return len(self._locks)
+# steps run one at a time on the node: the restart's once-an-hour check is not raced (CSI
+# calls are serialised per volume by the executor, as the CSI spec asks)
+CALLS_OUT = frozenset({"restart-kubelet"})
 
 
 @dataclass
@@ -196,10 +174,10 @@ class Handler:
     served_probes: dict[str, str] = field(default_factory=dict)
     served_steps: dict[str, str] = field(default_factory=dict)
     # one batch of node steps per pod at a time (other pods' steps may run meanwhile: each
-    # step re-checks its own preconditions right before it acts); steps that call out (a CSI
-    # driver, the kubelet restart) one at a time on the node: at most one CSI call in flight
-    # (the CSI spec asks for at most one per volume) and the restart's once-an-hour check
-    # is not raced
+    # step re-checks its own preconditions right before it acts); the kubelet restart one
+    # at a time on the node (its once-an-hour check is not raced); CSI calls one at a time
+    # per volume (the CSI spec's rule), in the executor — no longer one at a time per node,
+    # which made the replays of a burst wait for each other
     pod_locks: KeyLocks = field(default_factory=KeyLocks)
     call_lock: threading.Lock = field(default_factory=threading.Lock)
     # the probes of pods handled at the same time share one holder scan, one started after
