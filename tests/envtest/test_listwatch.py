@@ -199,3 +199,19 @@ def test_object_watcher_and_event_feed_on_the_loop(
     finally:
         feed.stop()
         watcher.stop()
+
+
+def test_errors_back_off_and_stop_ends_the_loop(control_plane: ControlPlane) -> None:
+    """A collection the server does not have (404): the loop retries with a backoff, counts
+    the errors, never says it is synced, and stops when asked."""
+    sink = Recorder()
+    spec = WatchSpec("/apis/nothing.example/v1/things", "missing", backoff_s=0.05)
+    loop = ListWatch(Kube(_settings(control_plane)), spec, sink)
+    loop.start()
+    try:
+        wait_until(lambda: loop.stats.errors >= 3, timeout=30, what="three retries")
+        assert not loop.synced.is_set() and loop.stats.lists == 0
+        assert sink.seen == [("BEGIN", "")] * len(sink.seen)  # nothing listed
+    finally:
+        loop.stop()
+    assert not loop._thread.is_alive()
