@@ -40,6 +40,7 @@ from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
 from unstick.agent.replay import replay_volume
 from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd, rmdir_at
+from unstick.agent.scangroup import ScanGroup, shared_scans
 from unstick.agent.settings import AgentSettings
 from unstick.agent.umount import MNT_DETACH, umount2
 from unstick.agent.volumedirs import volume_dirs
@@ -142,6 +143,9 @@ class Executor:
     # at most one CSI call in flight per volume (the CSI spec's rule; the kubelet keeps it
     # too): replays of different volumes may run at once on the worker threads
     volume_locks: KeyLocks = field(default_factory=KeyLocks, repr=False)
+    # holder scans shared by the checks (acts' and probes') asked at the same moment, each
+    # a scan that started after its caller asked (agent/scangroup.py)
+    holder_scans: ScanGroup = field(default_factory=ScanGroup, repr=False)
 
     # --- shared checks -------------------------------------------------------------
 
@@ -256,7 +260,8 @@ class Executor:
     def _check_no_holders(self, *mounts: Mount, after: str = "") -> None:
         """Refused unless a complete holder scan, started now, finds nobody holding any of
         the mounts."""
-        scan = scan_holders(self.settings.host_proc, mounts, kubelet_root=self.root)
+        with shared_scans(self.holder_scans):  # a scan started after this call (scangroup)
+            scan = scan_holders(self.settings.host_proc, mounts, kubelet_root=self.root)
         if scan.holders:
             point = scan.holders[0].mount_point
             names = ", ".join(
@@ -317,10 +322,10 @@ class Executor:
         todo = [m for p in selected for m in reversed(mounts) if m.mount_point == p]
         if not todo:
             return "not mounted (nothing to do)"
-        self._check_pod(uid)
         if dry_run or len(todo) > 1:  # all or none: every mount checked before the first act
+            self._check_pod(uid)
             self._check_mounts(uid, todo)
-        else:  # one mount: the check right before its act (below) is this one
+        else:  # one mount: the checks right before its act (below) are these
             self._check_path(uid, todo[0])
         if dry_run:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
@@ -393,7 +398,8 @@ class Executor:
         selected.sort(key=lambda p: -depth(p))
         if not selected:
             return "no volume directories left (nothing to do)"
-        self._check_pod(uid)
+        if dry_run or len(selected) > 1:  # else: the check right before its one rmdir
+            self._check_pod(uid)
         if dry_run:
             return "would remove the empty ones of " + ", ".join(selected)
         removed, kept = [], []
@@ -456,7 +462,8 @@ class Executor:
         )
         if not selected:
             return "no CSI volume of this pod is mounted"
-        self._check_pod(uid)
+        if dry_run or len(selected) > 1:  # else: the check right before its one call
+            self._check_pod(uid)
         plugins = (self.plugins or self._registered)()
         messages = []
         for path in selected:

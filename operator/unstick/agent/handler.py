@@ -41,7 +41,7 @@ from unstick.agent.keylocks import KeyLocks
 
 __all__ = ["CALLS_OUT", "BadRemediation", "Handler", "KeyLocks", "check_pod", "parse_steps"]
 from unstick.agent.probe import probe_pod, rfc3339
-from unstick.agent.scangroup import ScanGroup, shared_scans
+from unstick.agent.scangroup import shared_scans
 from unstick.agent.settings import AgentSettings
 from unstick.core.mandate import Mandate, permit
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
@@ -180,18 +180,15 @@ class Handler:
     # which made the replays of a burst wait for each other
     pod_locks: KeyLocks = field(default_factory=KeyLocks)
     call_lock: threading.Lock = field(default_factory=threading.Lock)
-    # the probes of pods handled at the same time share one holder scan, one started after
-    # each of them asked (agent/scangroup.py); node steps scan alone right before acting
-    probe_scans: ScanGroup = field(default_factory=ScanGroup)
 
     def probe(self, uid: str) -> JSON:
         """Probe the pod: the mount table from the executor's view (re-read only when the
         kernel says it changed, agent/mounttable.py), the holder scan shared with the
-        probes of other pods asked at the same time."""
+        checks of other pods asked at the same time (one started after each asked)."""
         started = time.monotonic()
         try:
             table = self.executor.pod_table(uid)
-            with shared_scans(self.probe_scans):
+            with shared_scans(self.executor.holder_scans):
                 return probe_pod(self.settings, uid, now=self.clock(), table=table)
         finally:
             self.on_probe_duration(time.monotonic() - started)

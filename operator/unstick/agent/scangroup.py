@@ -1,4 +1,4 @@
-"""One holder scan for several pods at once: the probes of a burst (group commit).
+"""One holder scan for several pods at once: the checks of a burst (group commit).
 
 A holder scan reads every process's fds, cwd, root, maps and every mount namespace's
 table; its cost grows with processes times open files, not with the number of mounts asked
@@ -7,14 +7,21 @@ all of its pods at once), one scan can answer all of them.
 
 What may be shared, and why it is safe: a caller joins the **next** scan to start, never
 one already running. The scan it gets started after it asked, so it is exactly as fresh as
-a scan of its own would have been (which would have started at about the same moment).
-A scan is never reused: once it ended, it answers no new caller.
+a scan of its own would have been (which would have started at about the same moment, and
+read each process at about the same time). A scan is never reused: once it ended, it
+answers no new caller, so no scan is ever used after an act it did not see coming.
 
-Only the probes share (the handler's `shared_scans()`): a probe is a report, and the node
-steps that follow re-check everything themselves. A node step's own holder check, right
-before its unmount or unpublish, always scans alone: a scan started for a batch could
-span another pod's act, and an act's check is kept to "started by this act, right before
-it" — the simplest rule to check by reading the code.
+What a shared scan answers a caller is never less than its own scan would: the targets of
+one scan all come from the same host table (one home namespace); with more targets, more
+namespaces "could hold" and are searched in full; holders are matched per target and each
+caller gets those of its own mounts; an incomplete scan is incomplete for every caller.
+Another pod's act during the shared scan is no different from another worker thread's
+act during a scan of one's own. A pod's own acts never run during its check: one batch of
+node steps per pod at a time (`Handler.pod_locks`), each check right before its act.
+
+Used by the probes and by the executor's checks right before each unmount or unpublish
+(`Executor.holder_scans`): in a burst, the checks that four worker threads ask for at the
+same moment cost one scan.
 """
 
 from __future__ import annotations
