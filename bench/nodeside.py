@@ -8,10 +8,14 @@ control plane (etcd + kube-apiserver, audit log on). The node is the demo's
 (`unstick.demo.node`, here `bench/nodeside_node.py`): real mounts in a private mount
 namespace under a temporary kubelet root, the project's CSI plugin registered through
 `plugins_registry/`, and a kubelet stand-in that finalises a pod once nothing of it is
-left on the node. Two runs, each on a fresh control plane and node:
+left on the node. Two points, each run on a fresh control plane and node:
 
 - `stuck_pods`: the stuck pods alone;
 - `many_mounts`: the same with `extra_mounts` tmpfs mounts of no pod on the host.
+
+Each point is run for unstick and (`peers`, issue 23) for its peers in the same
+invocation (bench/nodeside_peers.py, under `peers.<name>.<point>`): `naive`, the on-call
+script's unmount loop, and `kubelet`, the kubelet's own healthy teardown (the floor).
 
 Prints the result as JSON. Every process, mount and directory it makes is gone when it
 ends, also on failure or Ctrl-C (the node's mounts live only in its mount namespace).
@@ -23,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -64,6 +69,9 @@ class NodeSideSettings:
     setup_timeout_s: float = 600.0  # mounts, CSI publishes, the agent up
     standin_interval_s: float = 0.5  # the kubelet stand-in's re-sync period
     logs_dir: Path | None = None  # keep the logs there (default: a temporary dir, removed)
+    peers: tuple[str, ...] = ("naive", "kubelet")  # bench/nodeside_peers.py, same points
+    points: tuple[str, ...] = ("stuck_pods", "many_mounts")
+    naive_interval_s: float = 1.0  # the naive script's loop period
 
 
 PRESETS = {
@@ -71,6 +79,15 @@ PRESETS = {
     "quick": NodeSideSettings(pods=20, extra_mounts=1000),
     # more than 10 pods: beyond the agent's default cap on node-step batches per minute
     "tiny": NodeSideSettings(pods=12, extra_mounts=50, resolve_timeout_s=90.0),
+    # 1,000 stuck pods on one node (more than a kubelet runs): unstick and the naive loop
+    "thousand": NodeSideSettings(
+        pods=1000,
+        extra_mounts=0,
+        resolve_timeout_s=900.0,
+        setup_timeout_s=1800.0,
+        peers=("naive",),
+        points=("stuck_pods",),
+    ),
 }
 
 
@@ -283,6 +300,8 @@ class Measured:
     agent_metrics: dict[str, float]
     ready: dict[str, Any]
     final: dict[str, Any] | None = None
+    slack_s: float = 0.0
+    load_at_strike: list[float] | None = None
 
 
 def _requests(cp: ControlPlane, m: Measured, agents: tuple[str, ...], pods: int) -> dict[str, Any]:
@@ -293,6 +312,29 @@ def _requests(cp: ControlPlane, m: Measured, agents: tuple[str, ...], pods: int)
         "requests_after_strike_per_pod": round(req.after_strike / max(pods, 1), 2),
         "requests_after_strike_by_kind": dict(req.after_strike_by_kind.most_common()),
     }
+
+
+_ACTS = re.compile(r"\[acts (\d+), (?:each right after|only (\d+) right after)[^:]*: ([^\]]*)\]")
+
+
+def act_checks(remediations: list[dict[str, Any]]) -> dict[str, int]:
+    """The agent's own tally of its acts (umount2, NodeUnpublishVolume, rmdir) and the
+    checks right before each, from the node steps' messages (executor.ActLog)."""
+    out = {"acts": 0, "after_fresh_checks": 0, "table_re_read": 0, "table_unchanged": 0}
+    for r in remediations:
+        for a in (r.get("status") or {}).get("nodeActions") or []:
+            found = _ACTS.search(str(a.get("message") or ""))
+            if not found:
+                continue
+            acts, fresh_only, tables = found.groups()
+            out["acts"] += int(acts)
+            out["after_fresh_checks"] += int(fresh_only) if fresh_only else int(acts)
+            for part in tables.split(", "):
+                kind, _, count = part.removeprefix("table ").rpartition(" ")
+                key = {"re-read": "table_re_read", "unchanged": "table_unchanged"}.get(kind)
+                if key and count.isdigit():
+                    out[key] += int(count)
+    return out
 
 
 def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
@@ -323,6 +365,14 @@ def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
         "node_actions_done_s": _stats(node_done),
         "pod_gone_s": _stats(gone_s),
         "all_resolved_s": round(max(gone_s), 3) if gone_s and len(gone_s) == n else None,
+        "pod_gone_after_deletion_s": _stats([g + m.slack_s for g in gone_s]),
+        "all_gone_after_deletion_s": round(max(gone_s) + m.slack_s, 3)
+        if gone_s and len(gone_s) == n
+        else None,
+        "acts_and_checks": act_checks(m.remediations),
+        "load_avg_at_strike": m.load_at_strike,
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "staging_mounts_left": final.get("staging_mounts_left"),
         "node_actions": dict(sorted(actions.items())),
         "remediation_phases": dict(
             Counter((r.get("status") or {}).get("phase") for r in m.remediations)
@@ -351,7 +401,13 @@ def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
 
 
 def _start_node(
-    cp: ControlPlane, settings: NodeSideSettings, pods: list[PodSpec], extra: int, logs: Path
+    cp: ControlPlane,
+    settings: NodeSideSettings,
+    pods: list[PodSpec],
+    extra: int,
+    logs: Path,
+    *,
+    mode: str = "unstick",
 ) -> BenchNodeProcess:
     # the kubelet root: a short path (a unix socket path has at most 107 bytes), a mount
     # point in the node's namespace only, empty on the host
@@ -364,12 +420,15 @@ def _start_node(
         "extra_mounts": extra,
         "agent_metrics_port": free_port(),
         "standin_interval_s": settings.standin_interval_s,
+        "mode": mode,
+        "slack_s": settings.slack_s,
+        "naive_interval_s": settings.naive_interval_s,
     }
     return BenchNodeProcess(cfg, logs)
 
 
 def _wait_resolved(
-    api: Api, node: BenchNodeProcess, controller: Process, n: int, timeout_s: float
+    api: Api, node: BenchNodeProcess, controller: Process | None, n: int, timeout_s: float
 ) -> int:
     """Until the stand-in finalised every pod (or the timeout); the pods still there."""
     with contextlib.suppress(TimeoutError):
@@ -390,6 +449,19 @@ def _all_resolved(api: Api, n: int) -> bool:
     return len(rems) >= n and all((r.get("status") or {}).get("phase") == "Resolved" for r in rems)
 
 
+def _profile_agent(pid: int, logs: Path) -> Process | None:
+    """With $BENCH_PYSPY_DIR: py-spy attached to the agent (`agent-<run>.txt` there,
+    collapsed stacks with idle samples and threads), as bench.contenders does for the
+    controllers. Profiling runs only: sampling costs the agent some CPU."""
+    out_dir = os.environ.get("BENCH_PYSPY_DIR")
+    if not out_dir:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = Path(out_dir) / f"agent-{logs.name}.txt"
+    argv = [spy, "record", "--idle", "--threads", "--format", "raw", "-o", str(out)]
+    return Process("py-spy agent", [*argv, "--pid", str(pid)], logs / "py-spy-agent.log").start()
+
+
 def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> dict[str, Any]:
     """One run on a fresh control plane and node: set up, strike, measure, stop everything."""
     logs.mkdir(parents=True)
@@ -408,6 +480,9 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         ready = node.wait_ready(settings.setup_timeout_s)
         agent = measure.Sampler(int(ready["agent_pid"])).start()
         stack.callback(agent.stop)
+        spy = _profile_agent(int(ready["agent_pid"]), logs)
+        if spy is not None:
+            stack.callback(contenders.finish_profiler, spy)
         say(f"node ready ({ready['mounts']} mounts); starting the controller")
         controller = contenders.start(
             "unstick",
@@ -427,6 +502,7 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         )
         ready_at = time.time()
         cpu_agent, cpu_ctl = _cpu_s(agent.pid), _cpu_s(controller.pid)
+        load_at_strike = [round(x, 2) for x in os.getloadavg()]
         strike_at = time.time()
         deleted = strike(api, pods)
         say(f"deleted {len(deleted)} pods; waiting for unstick")
@@ -449,6 +525,8 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
             controller_cpu_at_strike=cpu_ctl,
             agent_metrics=metrics,
             ready=ready,
+            slack_s=settings.slack_s,
+            load_at_strike=load_at_strike,
         )
         controller.stop()
         node.stop()
@@ -471,12 +549,23 @@ def run_node_side(settings: NodeSideSettings, say: Say) -> dict[str, Any]:
                 k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
             }
         }
-        for name, extra in (("stuck_pods", 0), ("many_mounts", settings.extra_mounts)):
+        from bench.nodeside_peers import run_peer  # it imports this module
+
+        extras = {"stuck_pods": 0, "many_mounts": settings.extra_mounts}
+        peers: dict[str, dict[str, Any]] = {p: {} for p in settings.peers}
+        for name in settings.points:
+            extra = extras[name]
             say(f"node side, {name}: {settings.pods} stuck pods, {extra} extra mounts")
             result[name] = run_once(settings, extra, logs / name, say)
             r = result[name]
             say(f"  all resolved in {r['all_resolved_s']} s after eligibility; agent peak RSS "
                 f"{r['agent']['rss_peak_mib']} MiB")  # fmt: skip
+            for peer in settings.peers:
+                peers[peer][name] = run_peer(settings, extra, logs / f"{name}-{peer}", say, peer)
+                say(f"  {peer}: all gone {peers[peer][name]['all_resolved_s']} s after "
+                    "eligibility")  # fmt: skip
+        if peers:
+            result["peers"] = peers
         return result
     finally:
         if settings.logs_dir is None:

@@ -12,6 +12,13 @@ kubelet stand-in), scaled up:
   once per stuck pod, its CPU time measured (`process_time`);
 - the kubelet stand-in finalises a terminating pod once nothing of it is left on the node.
 
+`mode` (cfg) says who resolves the pods (issue 23's peers, each in its own run):
+- `unstick` (default): the real agent (and, outside, the real controller);
+- `naive`: `bench.naive_unmount`, the on-call script (`umount -l`, `rmdir`, force delete);
+- `kubelet`: the floor — the driver keeps its state (no restart) and the stand-in does the
+  kubelet's own teardown of a deleted pod: NodeUnpublishVolume and NodeUnstageVolume
+  through the healthy driver, the volume dirs removed, then the final delete.
+
 Events go to stdout as JSON lines: `ready` (the agent's pid, the direct-probe figures),
 `finalised` (one per pod), and `final` on SIGTERM (what is still left of the stuck pods).
 Everything it starts is in its process group; the mounts live only in this namespace.
@@ -19,10 +26,12 @@ Everything it starts is in its process group; the mounts live only in this names
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,10 +39,12 @@ from typing import Any
 
 from kubernetes import client, config
 
+from unstick.agent import csi_client
 from unstick.agent.probe import probe_pod
 from unstick.agent.settings import AgentSettings
 from unstick.core.kubelet_paths import pod_dir
 from unstick.demo.node import Node, _emit, _mount_points, _sh
+from unstick.demo.scenarios import CSI_DRIVER
 
 STANDIN_UA = "unstick-bench-kubelet/1"  # the stand-in's requests in the audit log
 # lifted like the controller's (bench/contenders.py): the agent's own cap on node-step
@@ -66,12 +77,17 @@ class BenchNode(Node):
             self.publish(pod["uid"], pod["pv"], pod["handle"])
             stale = Path(pod_dir(str(self.root), pod["uid"]))
             (stale / "volumes/kubernetes.io~empty-dir/cache").mkdir(parents=True)
-        # The driver restarts and comes back without its state.
-        driver.send_signal(signal.SIGTERM)
-        driver.wait(timeout=20)
-        self.children.remove(driver)
-        (self.work / "csi.json").unlink(missing_ok=True)
-        self.csi_driver()
+        if self.cfg.get("mode") != "kubelet":
+            # The driver restarts and comes back without its state.
+            driver.send_signal(signal.SIGTERM)
+            try:
+                driver.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # seen once on a loaded machine: the same loss
+                driver.kill()
+                driver.wait()
+            self.children.remove(driver)
+            (self.work / "csi.json").unlink(missing_ok=True)
+            self.csi_driver()
         extra = self.work / "host-mounts"
         for i in range(int(self.cfg["extra_mounts"])):
             target = extra / f"m{i:05d}"
@@ -108,8 +124,50 @@ class BenchNode(Node):
         return mounts + dirs
 
     def standin_pass(self, core: Any) -> None:
+        if self.cfg.get("mode") == "kubelet":
+            self.teardown_deleted_pods(core)
         self.points = frozenset(_mount_points())
         self.finalise_clean_pods(core)
+
+    def teardown_deleted_pods(self, core: Any) -> None:
+        """The kubelet's own teardown of every deleted pod whose grace period is over (its
+        containers would be stopped by then): unpublish and unstage its CSI volume through
+        the driver, which did not lose its state, then remove its volume dirs."""
+        by_uid = {p["uid"]: p for p in self.cfg["pods"]}
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.cfg['node']}")
+        now = time.time()
+        for pod in pods.items:
+            meta = pod.metadata
+            spec = by_uid.get(meta.uid)
+            dts = meta.deletion_timestamp
+            if spec is None or dts is None or dts.timestamp() > now or spec.get("torn_down"):
+                continue
+            self.teardown(spec)
+            spec["torn_down"] = True
+
+    def teardown(self, pod: dict[str, Any]) -> None:
+        base = Path(pod_dir(str(self.root), pod["uid"]))
+        volume = base / "volumes/kubernetes.io~csi" / pod["pv"]
+        endpoint = str(self.csi_socket)
+        csi_client.node_unpublish(endpoint, pod["handle"], str(volume / "mount"), 10.0)
+        for staging in csi_client.staging_paths(
+            str(self.root), CSI_DRIVER, pod["handle"], pod["pv"]
+        ):
+            if Path(staging).is_dir():
+                csi_client.node_unstage(endpoint, pod["handle"], staging, 10.0)
+                break
+        # then the kubelet removes what is left of the volume dirs (the driver may have
+        # removed the target dir itself, as csi-driver-host-path does)
+        (volume / "vol_data.json").unlink(missing_ok=True)
+        for gone in (
+            volume / "mount",
+            volume,
+            base / "volumes/kubernetes.io~empty-dir/cache",
+            base / "volumes/kubernetes.io~csi",
+            base / "volumes/kubernetes.io~empty-dir",
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                gone.rmdir()
 
     def stop(self) -> None:
         """Detach the whole tree at once (thousands of mounts: one syscall, not a `umount`
@@ -121,10 +179,12 @@ class BenchNode(Node):
         self.points = frozenset(_mount_points())
         left = [p for pod in self.cfg["pods"] for p in self.leftovers(pod["uid"])]
         data = self.work / "data"
+        staging = str(self.root / "plugins/kubernetes.io/csi") + "/"
         _emit(
             event="final",
             leftovers=left,
             data_kept=sum(1 for p in self.cfg["pods"] if (data / p["handle"]).is_dir()),
+            staging_mounts_left=sum(1 for m in self.points if m.startswith(staging)),
         )
 
 
@@ -147,14 +207,20 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_term)
     try:
         node.setup_pods()
-        direct = node.probe_directly()
-        node.run_agent(*AGENT_FLAGS)
-        _emit(
-            event="ready",
-            agent_pid=node.children[-1].pid,
-            mounts=len(_mount_points()),
-            direct_probe=direct,
-        )
+        mode = cfg.get("mode", "unstick")
+        direct = node.probe_directly() if mode == "unstick" else None
+        if mode == "unstick":
+            node.run_agent(*AGENT_FLAGS)
+        elif mode == "naive":
+            naive_cfg = node.work / "naive.json"
+            naive_cfg.write_text(json.dumps({
+                "kubeconfig": cfg["kubeconfig"], "node": cfg["node"], "root": str(node.root),
+                "slack_s": cfg["slack_s"], "interval_s": cfg["naive_interval_s"],
+            }))  # fmt: skip
+            node.start(sys.executable, "-m", "bench.naive_unmount", str(naive_cfg))
+        # who resolves the pods: the agent, the naive script, or (the floor) this process
+        worker = node.children[-1].pid if mode in ("unstick", "naive") else os.getpid()
+        _emit(event="ready", agent_pid=worker, mounts=len(_mount_points()), direct_probe=direct)
         core = _core(cfg["kubeconfig"])
         while not stopping:
             node.standin_pass(core)

@@ -2,8 +2,9 @@
 benchmark result file, written between `<!-- bench:full -->` and `<!-- /bench:full -->`
 in README.md (so the table can only show one run). `--check` only prints it.
 
-The table: the run (commit, date, machine and its load), one row per contender, and the
-targets of issue 14 with met / missed (or "not measured" when the file lacks the figure).
+The table: the run (commit, date, machine and its load), one row per contender, the node
+side's rows (bench/table_nodeside.py: unstick and its peers, per point), and the targets of
+issues 14 and 23 with met / missed (or "not measured" when the file lacks the figure).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import table_nodeside
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "bench:full"
 ALL_GONE_MAX_S = 15.0
@@ -24,7 +27,6 @@ DETECTION_P99_MAX_S = 0.2
 RSS_MAX_MIB = 120.0
 RSS_FLAT_TOP_PODS = 50_000
 RSS_FLAT_TOLERANCE = 0.10  # "flat": the largest stage's RSS within 10 % of the smallest's
-NODE_SIDE_MAX_S = 10.0
 NAMES = {
     "unstick": "**unstick**",
     "unstick_w32": "unstick `--workers 32`",
@@ -174,32 +176,6 @@ def _all_gone(u: Json, naive: Json, stuck: str) -> list[Target]:
     ]
 
 
-def _node_side(result: Json) -> list[Target]:
-    side = result.get("node_side")
-    stuck, many = _get(side, "stuck_pods") or {}, _get(side, "many_mounts") or {}
-    pods = stuck.get("pods")
-    measured, met = _gone_verdict(
-        stuck.get("all_resolved_s"), stuck.get("pods_left"), NODE_SIDE_MAX_S
-    )
-    agent = many.get("agent") or {}
-    return [
-        Target(
-            f"node side: {_num(pods) if pods else 'the'} stuck pods with orphaned CSI mounts "
-            f"resolved by the agent ≤ {NODE_SIDE_MAX_S:.0f} s after eligibility",
-            measured,
-            met,
-        ),
-        Target(
-            f"node side: agent peak RSS and CPU per probe with "
-            f"{_num(many.get('host_mounts'))} host mounts (reported)",
-            f"{_num(agent.get('rss_peak_mib'), ' MiB')}, "
-            f"{_secs(agent.get('cpu_s_per_probe_in_run'))} CPU per probe",
-            None if not agent else True,
-            reported_only=True,
-        ),
-    ]
-
-
 def targets(result: Json) -> list[Target]:
     cs = result.get("contenders") or {}
     u, naive = cs.get("unstick") or {}, cs.get("naive") or {}
@@ -228,12 +204,12 @@ def targets(result: Json) -> list[Target]:
         ),
         _rss_flat(result),
         Target("0 LIST while quiet", _num(quiet), _at_most(quiet, 0)),
-        *_node_side(result),
+        *table_nodeside.node_side_targets(result),
     ]
 
 
 def targets_table(result: Json) -> str:
-    rows = ["| target (issue 14), for unstick | measured | |", "|---|---|---|"]
+    rows = ["| target (issues 14 and 23), for unstick | measured | |", "|---|---|---|"]
     rows += [f"| {t.what} | {t.measured} | {t.verdict} |" for t in targets(result)]
     return "\n".join(rows)
 
@@ -242,7 +218,9 @@ def render(result: Json, source: str) -> str:
     """The markdown block (without the markers)."""
     if not isinstance(result.get("contenders"), dict) or not result["contenders"]:
         raise TableError("no `contenders` in the result: is this a bench.run result file?")
-    return "\n\n".join((header(result, source), contenders_table(result), targets_table(result)))
+    node_side = table_nodeside.node_side_table(result)
+    parts = (header(result, source), contenders_table(result), node_side, targets_table(result))
+    return "\n\n".join(p for p in parts if p)
 
 
 def replace_block(text: str, block: str, marker: str = MARKER) -> str:

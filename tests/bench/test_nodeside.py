@@ -14,14 +14,17 @@ from typing import Any
 import psutil
 import pytest
 
-from bench.nodeside import PRESETS, run_node_side, run_once
+from bench.nodeside import PRESETS, act_checks, run_node_side, run_once
 
 pytestmark = [pytest.mark.envtest, pytest.mark.mountns, pytest.mark.timeout(300)]
 
 
 def _mounts() -> set[str]:
+    """The bench's own mounts seen in this namespace (its nodes' kubelet roots are
+    /tmp/ubn-*; other engineers' containers may mount and unmount elsewhere meanwhile)."""
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
-        return {line.split()[4] for line in f if line.strip()}
+        points = {line.split()[4] for line in f if line.strip()}
+    return {p for p in points if p.startswith(("/tmp/ubn-", "/tmp/unstick-bench"))}
 
 
 def _check_run(run: dict[str, Any], pods: int) -> None:
@@ -68,3 +71,51 @@ def test_tiny_node_side_benchmark_removes_its_temporary_dir() -> None:
     with pytest.raises(RuntimeError, match="did not come up"):
         run_node_side(settings, print)
     assert set(Path(tempfile.gettempdir()).glob("unstick-bench-nodeside-*")) == before
+
+
+@pytest.mark.parametrize("peer", ["naive", "kubelet"])
+def test_tiny_peer_runs_resolve_every_pod_and_leave_nothing_running(
+    tmp_path: Path, peer: str
+) -> None:
+    """The peers of issue 23 at the tiny size: the naive loop force-deletes every pod after
+    its lazy unmounts (the staging mounts and the kubelet's files stay behind: it calls no
+    driver); the kubelet's own teardown with a healthy driver leaves nothing."""
+    from bench.nodeside_peers import run_peer
+
+    me = psutil.Process()
+    before_children = {p.pid for p in me.children(recursive=True)}
+    before_mounts = _mounts()
+    settings = replace(PRESETS["tiny"], logs_dir=tmp_path / "logs")
+    r = run_peer(settings, settings.extra_mounts, tmp_path / "logs" / peer, print, peer)
+
+    assert r["pods_gone"] == settings.pods and r["pods_left"] == 0, r
+    assert r["all_resolved_s"] is not None and r["all_gone_after_deletion_s"] is not None
+    assert r["volumes_data_kept"] == settings.pods
+    assert r["agent"]["rss_peak_mib"] > 0 and r["host_mounts"] >= settings.extra_mounts
+    if peer == "naive":
+        assert r["staging_mounts_left"] == settings.pods  # no NodeUnstageVolume
+        assert r["leftovers_on_node"] == settings.pods  # each CSI volume dir (vol_data.json)
+    else:
+        assert r["staging_mounts_left"] == 0 and r["leftovers_on_node"] == 0
+    left = [p for p in me.children(recursive=True) if p.pid not in before_children]
+    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left
+    assert _mounts() == before_mounts
+
+
+def test_act_checks_are_counted_from_the_node_steps_messages() -> None:
+    rems = [
+        {"status": {"nodeActions": [
+            {"message": "unmounted /a [acts 1, each right after its own checks: table "
+                        "re-read 1]"},
+            {"message": "removed 3 empty directories [acts 3, each right after its own "
+                        "checks: table re-read 1, table unchanged 2]"},
+        ]}},
+        {"status": {"nodeActions": [
+            {"message": "x [acts 2, only 1 right after their own checks: table unchanged 1]"},
+            {"message": "no volume directories left (nothing to do)"},
+        ]}},
+        {"status": {}},
+    ]  # fmt: skip
+    assert act_checks(rems) == {
+        "acts": 6, "after_fresh_checks": 5, "table_re_read": 2, "table_unchanged": 3,
+    }  # fmt: skip

@@ -42,10 +42,22 @@ def test_table_shows_the_one_run_its_contenders_and_each_target() -> None:
     assert any(r.startswith("| PodGC") and "| 400 left |" in r for r in rows)
     verdicts = list(_verdicts(result).values())
     # gone ≤ 15 s, ≤ naive, ≤ 1.5 req/pod, 0 healthy, detection 0.31 s > 0.2 s, RSS 101,
-    # flat 84 → 95 MiB (> 10 %), 0 LIST, node side 6.5 s, node side figures reported
+    # flat 84 → 95 MiB (> 10 %), 0 LIST; node side: 6.5 s > 5 s, 7.9 s ≤ 8 s with the
+    # mounts, 6.5 s > 1.5 x naive's 4.0 s, 7.9 s ≤ 1.5 x 6.0 s, RSS 61, every act after
+    # its checks, CPU per pod reported
     assert verdicts == [
-        "met", "met", "met", "met", "**missed**", "met", "**missed**", "met", "met", "reported",
+        "met", "met", "met", "met", "**missed**", "met", "**missed**", "met",
+        "**missed**", "met", "**missed**", "met", "met", "met", "reported",
     ]  # fmt: skip
+    # the node side's rows: unstick and its peers per point, the floor before eligibility
+    assert any(
+        r.startswith("| 100 pods, 221 host mounts (stuck pods only) | **unstick**")
+        and "| 6.5 s | 11.5 s | 3.2 s / 6.4 s |" in r
+        and "| 700 of 700 |" in r
+        for r in rows
+    )
+    assert any(r.startswith("| 100 pods, 5,123 host mounts (+ host mounts) | naive") for r in rows)
+    assert any("kubelet's own teardown" in r and "| -2.5 s | 2.5 s |" in r for r in rows)
 
 
 def test_targets_without_their_figures_are_not_measured() -> None:
@@ -57,7 +69,8 @@ def test_targets_without_their_figures_are_not_measured() -> None:
     verdicts = _verdicts(result)
     flat = next(v for k, v in verdicts.items() if k.startswith("unstick's RSS flat"))
     assert flat == "not measured"  # 5k-20k only: the 50,000 point is missing
-    assert [v for k, v in verdicts.items() if k.startswith("node side")] == ["not measured"] * 2
+    assert {v for k, v in verdicts.items() if k.startswith("node side")} == {"not measured"}
+    assert "| node side: 1 node" not in table.render(result, "x.json")
     assert verdicts["… and no later than the naive reaper in the same run"] == "**missed**"
     assert "no 50,000 point" in table.targets_table(result)
 
@@ -72,6 +85,8 @@ def test_pods_left_at_the_timeout_are_a_miss_not_a_gap() -> None:
     assert vs_naive.verdict == "**missed**"
     node = next(t for t in targets if t.what.startswith("node side: 100 stuck pods"))
     assert (node.measured, node.verdict) == ("3 left at the timeout", "**missed**")
+    vs = next(t for t in targets if t.what.startswith("node side (stuck pods only): within"))
+    assert (vs.measured, vs.verdict) == ("3 left at the timeout", "**missed**")
 
 
 def test_main_writes_between_the_markers_only(tmp_path: Path, capsys: Any) -> None:
