@@ -7,12 +7,13 @@ chart, with the image built here. Skipped, with the reason, where any of it is m
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from unstick.devcluster import ControlPlane, ControlPlaneSettings
+from unstick.devcluster.csi_upstream import UpstreamDriver, upstream_unavailable
 from unstick.devcluster.node import RealNode
 from unstick.devcluster.node_check import node_unavailable
 from unstick.devcluster.node_cluster import ClusterControllers
@@ -117,6 +118,37 @@ def unstick_release(
         yield release
     finally:
         release.uninstall(real_node)
+
+
+@pytest.fixture(scope="session")
+def upstream_driver(
+    real_node: RealNode, node_control_plane: ControlPlane
+) -> Iterator[Callable[[str], UpstreamDriver]]:
+    """`upstream_driver(version)`: csi-driver-host-path `version` deployed on the node, one
+    deployment per version shared by the tests that ask for it (another version replaces
+    it); skips, with the reason, where its images were not built (docs/csi.md)."""
+    current: list[UpstreamDriver] = []
+
+    def deployed(version: str) -> UpstreamDriver:
+        reason = upstream_unavailable(version)
+        if reason:
+            pytest.skip(f"node: upstream csi-driver-host-path {version}: {reason}")
+        if current and current[0].version == version:
+            if current[0].plugin_pod() is None:  # a test uninstalled it
+                current[0].start_plugin()
+            return current[0]
+        while current:
+            current.pop().uninstall()
+        driver = UpstreamDriver(node_control_plane, real_node, version)
+        current.append(driver)
+        driver.install()
+        return driver
+
+    try:
+        yield deployed
+    finally:
+        while current:
+            current.pop().uninstall()
 
 
 @pytest.fixture

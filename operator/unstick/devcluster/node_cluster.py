@@ -26,6 +26,14 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "garbage-collector-controller",
     "namespace-controller",
+    # The upstream CSI driver's volumes (csi_upstream): claims bound to the PVs its
+    # provisioner makes, VolumeAttachments (attachRequired: true), the driver's StatefulSet
+    # and the seed's, and the protection finalizers a real cluster has.
+    "persistentvolume-binder-controller",
+    "persistentvolume-attach-detach-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
+    "statefulset-controller",
 )
 
 # How long a Node may stay silent before node-lifecycle marks it NotReady (default 50 s).
