@@ -5,9 +5,9 @@ A grant is what took a slot of the budget and is on record, in keys only the con
 writes (the admission policy keeps the agent and everyone else out of them, docs/admission.md):
 - an API action of the controller in `status.actions` (`force-delete`,
   `remove-finalizer`, `by: controller`), or in `status.pods` of a node incident, with
-  result `succeeded` or `failed` — it was carried out — or, in a node incident, `deleting`
-  (an intent: the DELETE may have been sent by a controller killed before its answer was
-  recorded) or `gone` (such an intent settled later); and
+  result `succeeded` or `failed` — it was carried out — or `deleting`/`removing` (an
+  intent, written before the act: a controller killed before its answer was recorded may
+  have carried it out) or `gone` (an incident's intent settled later); and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
 each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S
@@ -38,7 +38,7 @@ REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
 RETRY_S = 5.0
 GATE_POLL_S = 0.5
 _API_ACTIONS = frozenset(str(a) for a in API_ACTIONS)
-_CARRIED_OUT = frozenset({"succeeded", "failed", "deleting", "gone"})
+_CARRIED_OUT = frozenset({"succeeded", "failed", "deleting", "removing", "gone"})
 ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this long, or never
 
 

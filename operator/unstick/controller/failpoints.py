@@ -21,6 +21,7 @@ Points (where they are reached):
 - `incident-write`: the incident writer is about to write a record;
 - `incident-backoff`: a write failed and the writer backs off;
 - `incident-written`: a record was written;
+- `pod-intent-durable`: a per-pod record holds the intent of its action, not carried out yet;
 - `incidents-adopted`: a started controller adopted and settled the records it found.
 """
 

@@ -48,6 +48,7 @@ from unstick.kube.podwatch import TerminatingPod, parse_time, pod_json, terminat
 log = logging.getLogger("unstick.decisions")
 
 RECHECK_AFTER_CONFLICT_S = 1.0
+INTENTS = ("deleting", "removing")  # an act of a per-pod record on record before it happens
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
 
 
@@ -346,6 +347,8 @@ class Reconciler(NodeSide):
         if not verdict:  # a safety invariant does not hold right before acting
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
             outcome = actions.Outcome("refused", verdict.reason)
+        elif not self._intend(p, step, slot):
+            return self.clock() + RECHECK_AFTER_CONFLICT_S  # no act without its record
         elif step.action == Action.FORCE_DELETE:
             # The version just read as a precondition too: an opt-out or a finalizer added
             # while the Node, claims and volumes were read makes the API server refuse it.
@@ -367,8 +370,10 @@ class Reconciler(NodeSide):
             outcome.result,
             outcome.message,
         )
+        p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]  # the answer now
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self._give_back(record.node, slot)
+            self._write(p, "Remediating", waitingFor=None)
             return self.clock() + RECHECK_AFTER_CONFLICT_S
         if outcome.result == "rejected":  # recorded once as failed, in the server's words
             self.rejected[record.uid] = version
@@ -464,6 +469,37 @@ class Reconciler(NodeSide):
         self._incident_outcome(record, fd, outcome, slot)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
 
+    def _intend(self, p: Pass, step: Any, slot: float) -> bool:
+        """Record before act (DESIGN §3 invariant 10): the action goes into status.actions
+        as an intent (`deleting`/`removing`, at its budget slot's time) before it is
+        carried out, so a controller killed right after the act still left its grant on
+        record; its answer replaces it. False when it could not be written."""
+        p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]
+        result = INTENTS[0] if step.action == Action.FORCE_DELETE else INTENTS[1]
+        p.done.append(
+            {
+                "action": str(step.action),
+                "target": step.target,
+                "result": result,
+                "message": "decided; being carried out",
+                "time": rfc3339(slot),
+                "by": "controller",
+            }
+        )
+        try:
+            self._write(p, "Remediating", waitingFor=None)
+        except ApiException as exc:
+            log.warning(
+                "pod=%s uid=%s action=%s result=postponed: its intent could not be recorded (%s)",
+                p.record.key,
+                p.record.uid,
+                step.action,
+                exc.status,
+            )
+            return False
+        failpoints.reached("pod-intent-durable")
+        return True
+
     def _incident_outcome(
         self, record: TerminatingPod, fd: Any, outcome: actions.Outcome, slot: float
     ) -> None:
@@ -551,7 +587,8 @@ class Reconciler(NodeSide):
         metrics.REMEDIATIONS.labels(str(action), cause, result).inc()
 
     def _write(self, p: Pass, phase: str, **extra: Any) -> None:
-        self._patch(p.rem, {**p.summary, "phase": phase, "actions": p.done, **extra})
+        # a copy: p.done changes after this write (an intent replaced by its answer)
+        self._patch(p.rem, {**p.summary, "phase": phase, "actions": list(p.done), **extra})
         meta = p.rem.get("metadata") or {}
         self.known[p.record.uid] = (p.record.namespace, meta.get("name") or "", phase)
 
