@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
-from unstick.controller.incidents import Incident, IncidentPod
+from unstick.controller.incidentrecord import Incident, IncidentPod
 from unstick.controller.inputs import rfc3339
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import parse_time

@@ -37,115 +37,34 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import failpoints, records
+from unstick.controller.incidentrecord import (
+    DELETING,
+    FLUSH_S,
+    GIVE_UP_AFTER,
+    GONE,
+    INCIDENT_LABEL,
+    JOIN_WINDOW_S,
+    MAX_BACKOFF_S,
+    MAX_MESSAGE,
+    MAX_PODS,
+    Incident,
+    IncidentPod,
+)
+from unstick.controller.incidentrecord import (
+    summary as incident_summary,
+)
 from unstick.controller.inputs import rfc3339
-from unstick.controller.nodeside import Decision, status_summary
+from unstick.controller.nodeside import Decision
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue, pod_label
-from unstick.core.vocabulary import Action, Cause
-from unstick.kube.client import JSON, Kube, remediation_path
+from unstick.kube.client import Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
-
-INCIDENT_CAUSES = frozenset({Cause.NodeGone, Cause.NodeUnreachable})
-INCIDENT_LABEL = "unstick.dev/incident"
-FLUSH_S = 1.0  # an incident's record is written at most this often
-MAX_PODS = 500  # per record (the status schema's bound); more pods open another record
-JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after its last one
-MAX_MESSAGE = 512
-MAX_BACKOFF_S = 60.0
-GIVE_UP_AFTER = 6  # failed writes in a row after which a record whose pods are gone is let go
-DELETING = "deleting"  # an intent on record: the DELETE may have been sent, its answer not yet
-GONE = "gone"  # an intent settled by a restarted controller: the pod was gone when it looked
-
-
-def takes_incident_path(dec: Decision) -> bool:
-    """The pod would be force-deleted because of its node, and nothing else is planned."""
-    d = dec.diagnosis
-    return (
-        d.cause in INCIDENT_CAUSES
-        and dec.opted_in
-        and not dec.policy.dry_run
-        and [s.action for s in dec.steps] == [Action.FORCE_DELETE]
-    )
-
-
-@dataclass
-class IncidentPod:
-    name: str
-    uid: str
-    stuck_since: float
-    action: str = ""
-    result: str = ""
-    message: str = ""
-    at: float | None = None
-    gone_at: float | None = None
-
-    def entry(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "uid": self.uid}
-        if self.action:
-            out.update(action=self.action, result=self.result, message=self.message)
-        if self.at is not None:
-            out["time"] = rfc3339(self.at)
-        if self.gone_at is not None:
-            out["goneAt"] = rfc3339(self.gone_at)
-        return out
-
-
-@dataclass
-class Incident:
-    namespace: str
-    node: str
-    cause: str
-    policy: str
-    name: str
-    summary: dict[str, Any]  # cause, evidence, plan, policy of the first pod's decision
-    opened: float
-    last_join: float
-    pods: dict[str, IncidentPod] = field(default_factory=dict)
-    ref: JSON | None = None  # the record once created (for its Events)
-    labelled: set[str] = field(default_factory=set)
-    waiting: dict[str, str] = field(default_factory=dict)  # uid → what its action waits for
-    dirty: bool = True
-    written_at: float = 0.0
-    announced_resolved: int = -1  # pod count when "all gone" was last announced
-    failures: int = 0  # writes failed in a row (each waits longer before the next)
-    seq: int = 0  # changes made so far (each bumps it)
-    written_seq: int = 0  # changes on record (the last successful write)
-    failed_seq: int = 0  # changes whose write failed
-    urgent: bool = False  # an intent waits for this record to be written
-
-    def snapshot(self) -> Incident:
-        """A copy whose pods and waits later changes do not touch (taken under the lock)."""
-        return replace(
-            self,
-            pods={uid: replace(p) for uid, p in self.pods.items()},
-            waiting=dict(self.waiting),
-        )
-
-    @property
-    def all_gone(self) -> bool:
-        return bool(self.pods) and all(p.gone_at is not None for p in self.pods.values())
-
-    def status(self) -> dict[str, Any]:
-        pods = list(self.pods.values())
-        gone = [p.gone_at for p in pods if p.gone_at is not None]
-        resolved = self.all_gone
-        return {
-            **self.summary,
-            "stuckSince": rfc3339(min(p.stuck_since for p in pods)),
-            "phase": "Resolved" if resolved else "Remediating",
-            "resolvedAt": rfc3339(max(gone)) if resolved and gone else None,
-            "waitingFor": None if resolved else next(iter(self.waiting.values()), None),
-            "podCount": len(pods),
-            "podsGone": len(gone),
-            "pods": [p.entry() for p in pods],
-        }
 
 
 class Incidents:
@@ -198,7 +117,7 @@ class Incidents:
         self, key: tuple[str, str, str, str], record: TerminatingPod, dec: Decision, now: float
     ) -> Incident:
         namespace, node, cause, policy = key
-        summary = _summary(record, dec)
+        summary = incident_summary(record, dec)
         name = f"{(node or 'none')[:200].rstrip('.-')}-{cause.lower()}-{uuid.uuid4().hex[:8]}"
         log.info(
             "incident=%s/%s node=%s cause=%s action=diagnose result=remediating plan=force-delete",
@@ -540,13 +459,3 @@ class Incidents:
             involved=inc.ref,
             event_type="Normal",
         )
-
-
-def _summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
-    """cause, evidence, plan, policy of the first pod's decision, for the whole record."""
-    summary = status_summary(record, dec)
-    summary.pop("stuckSince", None)
-    summary["plan"] = [  # the same step for each pod, whose target is the pod
-        {**step, "target": "each pod in status.pods"} for step in summary["plan"]
-    ]
-    return summary

@@ -24,7 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import budget, failpoints, metrics, records, trust
 from unstick.controller.detector import Detector
-from unstick.controller.incidents import Incidents, takes_incident_path
+from unstick.controller.incidentrecord import takes_incident_path
+from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs, fetch_pod, rfc3339
 from unstick.controller.nodeside import (
     RATE_LIMITED,
