@@ -26,12 +26,11 @@ def _unshare_works() -> str | None:
     return None
 
 
-def _docker_works() -> str | None:
-    if shutil.which("docker") is None or shutil.which("kind") is None:
-        return "needs Docker and kind (pytest-kind); no Docker engine on this machine"
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        return "needs a running Docker engine for kind; `docker info` failed"
-    return None
+def _kind_unavailable() -> str | None:
+    """The kind suite (tests/kind): podman, root, kind and the tools to build its node image."""
+    from unstick.devcluster.kind_check import kind_unavailable
+
+    return kind_unavailable()
 
 
 def _binaries_missing() -> str | None:
@@ -44,7 +43,7 @@ def _binaries_missing() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reasons: dict[str, str | None] = {}
-    checks = {"mountns": _unshare_works, "kind": _docker_works, "envtest": _binaries_missing}
+    checks = {"mountns": _unshare_works, "kind": _kind_unavailable, "envtest": _binaries_missing}
     for item in items:
         for marker, check in checks.items():
             if item.get_closest_marker(marker) is None:
