@@ -141,3 +141,26 @@ def test_steps_are_answered_once_done_is_not_before_the_request() -> None:
     assert r.steps_answered(spec, {"nodeStepsDoneAt": "2026-01-01T00:00:01.000000Z"})
     assert not r.steps_answered(spec, {"nodeStepsDoneAt": "garbage"})
     assert not r.steps_answered({}, {"nodeStepsDoneAt": "2026-01-01T00:00:01Z"})
+
+
+@pytest.mark.parametrize("value", [None, "", 7, "yesterday", "2026-13-01T00:00:00Z"])
+def test_a_bad_time_is_no_time_where_it_may_be(value: object) -> None:
+    assert r.time_or_none(value) is None
+
+
+def test_a_time_without_a_zone_is_utc_where_it_may_be() -> None:
+    assert r.time_or_none("2026-11-25T08:00:00") == datetime(2026, 11, 25, 8, tzinfo=UTC)
+    assert r.time_or_none("2026-11-25T09:00:00+01:00") == datetime(2026, 11, 25, 8, tzinfo=UTC)
+
+
+def test_the_probe_the_agent_writes_carries_the_stamp_the_controller_reads() -> None:
+    at = datetime(2026, 11, 25, 8, 0, 0, 123456, tzinfo=UTC)
+    probe = {r.NODE_NAME: "node-1", r.POD_UID: "uid-1", r.PROBED_AT: r.rfc3339(at)}
+    assert probe == {"nodeName": "node-1", "podUID": "uid-1", "probedAt": r.rfc3339(at)}
+    assert r.probe_stamp(probe) == r.ProbeStamp("uid-1", "node-1", at)
+
+
+def test_a_malformed_probe_stamp_is_empty_not_an_error() -> None:
+    forged = {"podUID": 5, "nodeName": ["node-1"], "probedAt": "soon"}
+    assert r.probe_stamp(forged) == r.ProbeStamp(None, None, None)
+    assert r.probe_stamp({}) == r.ProbeStamp(None, None, None)

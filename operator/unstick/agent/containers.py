@@ -27,12 +27,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 import grpc
 
 from unstick.agent.plugins import stub, unix_target
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
+from unstick.core.remediation import rfc3339
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 _STATES = {
@@ -54,7 +54,7 @@ class Container:
     name: str
     id: str
     state: str
-    created_at: str | None = None  # RFC3339, as the runtime (CRI) says; None from cgroups
+    created_at: str | None = None  # as the runtime (CRI) says, in rfc3339; None from cgroups
     runtime_state: str = ""  # the runtime's own word when the cgroups contradict it
 
     def to_json(self) -> dict[str, object]:
@@ -74,7 +74,7 @@ class Container:
 def _ns_time(nanoseconds: int) -> str | None:
     if nanoseconds <= 0:
         return None
-    return datetime.fromtimestamp(nanoseconds / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(nanoseconds / 1e9)
 
 
 @dataclass(frozen=True, slots=True)

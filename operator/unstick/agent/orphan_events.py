@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from unstick.core.aftermath import OrphanDir, orphan_event_message
+from unstick.core.remediation import ORPHANED_POD_DIRS_ANNOTATION, rfc3339
 
 log = logging.getLogger(__name__)
 
 REASON = "OrphanedPodDirs"
-ANNOTATION = "unstick.dev/orphaned-pod-dirs"
+ANNOTATION = ORPHANED_POD_DIRS_ANNOTATION
 EVENT_NAMESPACE = "default"
 COMPONENT = "unstick-agent"
 MAX_REPORTED = 20
@@ -30,7 +31,7 @@ Poster = Callable[[str, dict[str, object]], None]  # (path, body) -> POST
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(UTC))
 
 
 def event_body(node: str, dirs: Sequence[OrphanDir], mode: str, now: str) -> dict[str, object]:

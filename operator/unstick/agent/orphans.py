@@ -1,4 +1,4 @@
-"""Orphaned pod directories (DESIGN §9): `<kubeletRoot>/pods/<uid>` of no pod in the API.
+"""Orphaned pod directories (design.md §9): `<kubeletRoot>/pods/<uid>` of no pod in the API.
 
 One pass (`OrphanPass.run`, from the agent's summary thread):
 1. a fresh LIST of this node's pods (field selector `spec.nodeName`) — never a cache; if it

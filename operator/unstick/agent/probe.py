@@ -1,10 +1,10 @@
-"""The node probe: the facts of DESIGN §6 for one pod, and a node-wide summary for metrics.
+"""The node probe: the facts of design.md §6 for one pod, and a node-wide summary for metrics.
 
 `probe_pod` returns the `probe` object of the snapshot bundle. Its `mountinfo` holds only
 the host mountinfo lines whose mount point is under `<kubeletRoot>/pods/<uid>/` (the full
 host table would be large and would leak other pods' paths into this pod's Remediation).
 
-Besides the facts it says which pod it is of and what the agent could see (DESIGN §3
+Besides the facts it says which pod it is of and what the agent could see (design.md §3
 invariant 8: "nothing of the pod left" is only believed from a probe that could see):
 
 - `podUID`: the pod UID probed (the controller ignores a probe of another UID).
@@ -43,15 +43,12 @@ from unstick.agent.plugins import Plugin, registered_plugins
 from unstick.agent.settings import AgentSettings
 from unstick.agent.volumedirs import volume_dirs
 from unstick.core.kubelet_paths import is_pod_volume_path, normalise, pod_dir
+from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
+from unstick.core.remediation import rfc3339 as rfc3339  # noqa: PLC0414 (re-exported)
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 _MAX_BLIND_SPOTS = 6
 _MAX_BLIND_SPOT_CHARS = 300
-
-
-def rfc3339(when: datetime) -> str:
-    """`2026-11-20T10:00:00.123456Z` (UTC, microseconds, like the controller writes)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def is_real_dir(path: str) -> bool:
@@ -95,9 +92,9 @@ def probe_pod(
     seen = pod_dirs_seen(root, blind)
     containers = answer.containers if answer.answered or answer.containers else None
     return {
-        "nodeName": settings.node_name,
-        "podUID": uid,
-        "probedAt": rfc3339(now or datetime.now(UTC)),
+        NODE_NAME: settings.node_name,
+        POD_UID: uid,
+        PROBED_AT: rfc3339(now or datetime.now(UTC)),
         "kubeletRoot": root,
         "kubeletHealthy": kubelet_healthy(settings.kubelet_healthz),
         "registeredPlugins": sorted(plugins),

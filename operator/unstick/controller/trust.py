@@ -1,4 +1,4 @@
-"""The controller's side of the trust boundary (DESIGN §3 invariant 7, §5).
+"""The controller's side of the trust boundary (design.md §3 invariant 7, §5).
 
 A Remediation is a channel, not an authority: anyone with RBAC on Remediations (or a
 bug) can write one. The controller therefore
@@ -22,6 +22,7 @@ from typing import Any
 
 from unstick.controller import metrics
 from unstick.core import safety
+from unstick.core.remediation import NODE_NAME, POD_NAME, POD_UID, probe_stamp
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON
 from unstick.kube.podwatch import TerminatingPod
@@ -30,20 +31,10 @@ MAX_REFUSALS = 20  # status.refusals keeps the newest entries
 FINAL_PHASES = frozenset({"Resolved", "Refused"})
 
 
-def _when(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def identity_mismatch(rem: JSON, record: TerminatingPod) -> str | None:
     """Why this Remediation is not the record of `record`'s pod; None when it is."""
     spec = rem.get("spec") or {}
-    wanted = {"podName": record.name, "podUID": record.uid, "nodeName": record.node or ""}
+    wanted = {POD_NAME: record.name, POD_UID: record.uid, NODE_NAME: record.node or ""}
     for key, value in wanted.items():
         have = spec.get(key) or ""
         if have != value:
@@ -99,10 +90,11 @@ def usable_probe(probe: Any, record: TerminatingPod, requested_at: float | None)
         return ProbeVerdict(None)
     if not isinstance(probe, dict):
         return ProbeVerdict(None, Refusal.FORGED, "status.probe is not an object")
+    stamp = probe_stamp(probe)
     verdict = safety.bound_probe(
-        probe.get("podUID") if isinstance(probe.get("podUID"), str) else None,
-        probe.get("nodeName") if isinstance(probe.get("nodeName"), str) else None,
-        _when(probe.get("probedAt")),
+        stamp.pod_uid,
+        stamp.node_name,
+        stamp.probed_at,
         pod_uid=record.uid,
         node=record.node or None,
         requested_at=None if requested_at is None else datetime.fromtimestamp(requested_at, UTC),
@@ -147,7 +139,7 @@ def check_record(rem: JSON, pod: JSON | None) -> str | None:
 
     `pod` is a fresh GET of `spec.podName` in the Remediation's namespace."""
     spec = rem.get("spec") or {}
-    name, uid, node = spec.get("podName"), spec.get("podUID"), spec.get("nodeName") or ""
+    name, uid, node = spec.get(POD_NAME), spec.get(POD_UID), spec.get(NODE_NAME) or ""
     if pod is None:
         return (
             f"no pod {name!r} exists in this namespace: this record is not backed by a stuck "
@@ -155,9 +147,11 @@ def check_record(rem: JSON, pod: JSON | None) -> str | None:
         )
     meta, pod_spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if meta.get("uid") != uid:
-        return f"pod {name!r} has UID {meta.get('uid')!r}, not spec.podUID {uid!r}"
+        return f"pod {name!r} has UID {meta.get('uid')!r}, not spec.{POD_UID} {uid!r}"
     if (pod_spec.get("nodeName") or "") != node:
-        return f"pod {name!r} is on node {pod_spec.get('nodeName')!r}, not spec.nodeName {node!r}"
+        return (
+            f"pod {name!r} is on node {pod_spec.get('nodeName')!r}, not spec.{NODE_NAME} {node!r}"
+        )
     if not meta.get("deletionTimestamp"):
         return f"pod {name!r} is not being deleted: nothing to remediate"
     return None

@@ -1,4 +1,4 @@
-"""What a stuck pod leaves behind and what it blocks (DESIGN §9), decided without I/O.
+"""What a stuck pod leaves behind and what it blocks (design.md §9), decided without I/O.
 
 - **Orphaned pod directories**: `<kubeletRoot>/pods/<uid>` whose UID is no pod of the
   node in the API (a fresh LIST; a static pod counts by its mirror pod's
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unstick.core import fields as f
+from unstick.core.remediation import REMEDIATE
 from unstick.core.vocabulary import Action
 
 JSON = dict[str, Any]
@@ -265,7 +266,7 @@ def freed_by(block: Block, state: HolderState | None) -> str:
     if plan:
         return (
             f"it is freed when {block.holder.key} is gone: unstick would {plan} but the pod "
-            "has not opted in (unstick.dev/remediate)"
+            f"has not opted in ({REMEDIATE})"
         )
     return f"it is freed when {block.holder.key} is gone; unstick can only observe it"
 

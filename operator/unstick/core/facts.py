@@ -108,9 +108,9 @@ HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """The agent's report from the node (DESIGN §6 `probe`).
+    """The agent's report from the node (design.md §6 `probe`).
 
-    The visibility fields (DESIGN §3 invariant 8, §5) say which pod was probed and what the
+    The visibility fields (design.md §3 invariant 8, §5) say which pod was probed and what the
     agent could see; None where an older probe does not say (it then counts as blind for
     "nothing left", see `sighted`).
     """

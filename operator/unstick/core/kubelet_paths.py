@@ -132,7 +132,7 @@ def pod_mounts(mounts: Iterable[Mount], kubelet_root: str, uid: str) -> list[Mou
     return sorted(mine, key=lambda m: (-depth(m.mount_point), -m.mount_id))
 
 
-# --- the agent's start-up check of its kubelet root (DESIGN §3 invariant 8) ------------
+# --- the agent's start-up check of its kubelet root (design.md §3 invariant 8) ------------
 
 
 @dataclass(frozen=True, slots=True)

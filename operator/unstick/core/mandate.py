@@ -1,9 +1,9 @@
-"""May anything be done to this pod, and under which policy? DESIGN §3 invariants 5 and 7,
+"""May anything be done to this pod, and under which policy? design.md §3 invariants 5 and 7,
 §4 — decided from what the API says now, never from a Remediation.
 
 Pure: the caller (the node agent, before every probe and node step) reads the pod, its
 namespace's labels and the RemediationPolicy the pod names from the API and passes them
-in. `opt_in` is THE opt-in rule (DESIGN §4); the controller (`controller.policies`),
+in. `opt_in` is THE opt-in rule (design.md §4); the controller (`controller.policies`),
 `unstick diagnose` (`core.safety.opted_in`) and the agent all call it:
 - pod annotation `unstick.dev/remediate`: "true" → policy `default`; "false" → opted out
   (even in an opted-in namespace: the pod's own explicit opt-out wins); any other

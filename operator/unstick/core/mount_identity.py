@@ -1,4 +1,4 @@
-"""Mount identity (DESIGN §3 invariant 9): which mounts of a mount table are the same
+"""Mount identity (design.md §3 invariant 9): which mounts of a mount table are the same
 filesystem content as a target mount, whatever path they sit at.
 
 A mount's identity is its device (`major:minor`, the superblock) and its root within that

@@ -1,4 +1,4 @@
-"""What to do about a diagnosis: DESIGN §3's plan per cause, filtered by safety and policy.
+"""What to do about a diagnosis: design.md §3's plan per cause, filtered by safety and policy.
 
 Order of filtering: the cause's plan → the safety invariants (same predicates the
 executors re-check before acting) → the policy's permitted actions → opt-in. What is

@@ -4,7 +4,7 @@
 `spec`, and rejects anything it does not understand with a PolicyError naming the
 field, e.g. `spec.rateLimits.nodePerMinute: must be a non-negative integer`.
 
-Which namespaces may use a policy (DESIGN §4, `RemediationPolicy.serves`): the policy
+Which namespaces may use a policy (design.md §4, `RemediationPolicy.serves`): the policy
 named `default` serves every namespace; any other policy serves exactly the namespaces
 its `namespaceSelector` (a standard LabelSelector) matches — `{}` matches all — and, with
 no `namespaceSelector` at all, none: a permissive policy is usable by a pod annotation
@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 
 from unstick.core import fields as f
 from unstick.core.diagnosis import DiagnosisSettings
+from unstick.core.remediation import POLICY_KIND
 from unstick.core.vocabulary import Action
-
-KIND = "RemediationPolicy"
-API_VERSION = "unstick.dev/v1alpha1"
 
 #: Permitted when a policy has no `actions` key: only observing (safe by default).
 DEFAULT_ACTIONS: frozenset[Action] = frozenset({Action.OBSERVE})
@@ -45,7 +43,7 @@ SPEC_KEYS = (
     "namespaceSelector",
     "orphanedPodDirs",
 )
-#: What the agent does with a pod directory whose pod is gone from the API (DESIGN §9).
+#: What the agent does with a pod directory whose pod is gone from the API (design.md §9).
 ORPHANED_POD_DIRS = ("observe", "clean")
 RATE_KEYS = ("clusterPerMinute", "nodePerMinute")
 SELECTOR_KEYS = ("matchLabels", "matchExpressions")
@@ -260,8 +258,8 @@ def _parse(obj: object) -> RemediationPolicy:
     name = DEFAULT_POLICY
     if "spec" in top or "kind" in top or "apiVersion" in top:
         kind = top.get("kind")
-        if kind is not None and kind != KIND:
-            raise f.FieldError("kind", f"must be {KIND}, got {kind!r}")
+        if kind is not None and kind != POLICY_KIND:
+            raise f.FieldError("kind", f"must be {POLICY_KIND}, got {kind!r}")
         meta = f.opt_object(top, "metadata", "")
         name = f.opt_string(meta, "name", "metadata") or name
         spec = f.opt_object(top, "spec", "")

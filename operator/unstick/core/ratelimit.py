@@ -1,4 +1,4 @@
-"""Action budgets (DESIGN §3 invariant 6): cluster-wide and per node, actions per minute.
+"""Action budgets (design.md §3 invariant 6): cluster-wide and per node, actions per minute.
 Pure: the caller passes `now` (seconds on any clock).
 
 A sliding window: an action is granted only if fewer than the limit were granted in the

@@ -50,7 +50,8 @@ POD_LABEL_PREFIX = "pod.unstick.dev/"
 #: Pod annotation and namespace label by which pods opt in (docs/design.md §4; the rule:
 #: `unstick.core.mandate`).
 REMEDIATE = "unstick.dev/remediate"
-#: Node annotation where an agent reports orphaned pod directories (docs/aftermath.md).
+#: Annotation of the agent's OrphanedPodDirs Event about its Node: the report as JSON
+#: (docs/aftermath.md).
 ORPHANED_POD_DIRS_ANNOTATION = "unstick.dev/orphaned-pod-dirs"
 
 # --- spec and status field names ------------------------------------------------------------
@@ -66,6 +67,7 @@ NODE_STEPS = "nodeSteps"
 NODE_STEPS_REQUESTED_AT = "nodeStepsRequestedAt"
 # status, written by the agent (the controller writes the rest of status)
 PROBE = "probe"
+#: The probe's own stamp: `probedAt`, and `podUID`/`nodeName` (the spec's names).
 PROBED_AT = "probedAt"
 NODE_ACTIONS_FIELD = "nodeActions"
 NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
@@ -101,6 +103,17 @@ def parse_datetime(value: str) -> datetime:
 def parse_time(value: str) -> float:
     """An RFC 3339 time → epoch seconds (ValueError if it is not one)."""
     return parse_datetime(value).timestamp()
+
+
+def time_or_none(value: object) -> datetime | None:
+    """`value` as a time where a bad one simply means "no time" (a probe without a usable
+    `probedAt` is not fresh): None when absent, empty, not a string or not RFC 3339."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_datetime(value)
+    except ValueError:
+        return None
 
 
 def field_time(obj: Mapping[str, Any], key: str, field: str) -> datetime | None:
@@ -241,3 +254,28 @@ def steps_answered(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     except RemediationError:
         return False
     return requested is not None and done is not None and done >= requested
+
+
+# --- the probe (agent → controller, `status.probe`) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStamp:
+    """Whose a probe is and when it was taken: `status.probe.podUID`, `.nodeName` and
+    `.probedAt` (each None when absent or not of its type). The controller uses a probe
+    only when this binds it to the pod, its node and its own request (docs/design.md §3
+    invariant 7); the probe's facts themselves are read by `unstick.core.snapshot`."""
+
+    pod_uid: str | None
+    node_name: str | None
+    probed_at: datetime | None
+
+
+def probe_stamp(probe: Mapping[str, Any]) -> ProbeStamp:
+    """The stamp of a probe object (never raises: a malformed field is None)."""
+    uid, node = probe.get(POD_UID), probe.get(NODE_NAME)
+    return ProbeStamp(
+        uid if isinstance(uid, str) else None,
+        node if isinstance(node, str) else None,
+        time_or_none(probe.get(PROBED_AT)),
+    )

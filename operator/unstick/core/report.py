@@ -1,4 +1,4 @@
-"""A diagnosis and its plan as the JSON of DESIGN §6 (also the Remediation's status)."""
+"""A diagnosis and its plan as the JSON of design.md §6 (also the Remediation's status)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The safety invariants of DESIGN §3 as predicates.
+"""The safety invariants of design.md §3 as predicates.
 
 The planner uses them to build a plan, and the executors (controller, agent) call them
 again right before acting, with facts re-read at that moment: state may have changed

@@ -1,4 +1,4 @@
-"""Read a snapshot bundle (DESIGN §6) into Facts; errors name the field.
+"""Read a snapshot bundle (design.md §6) into Facts; errors name the field.
 
 Unknown fields are ignored. The `node` key must be present (null when the Node does not
 exist): a bundle that merely lacks it must not read as "node gone", which would permit a
@@ -275,7 +275,7 @@ def _probe(obj: object) -> Probe:
 
 
 def parse_probe(obj: object) -> Probe:
-    """Read the `probe` object of DESIGN §6 (also what the agent writes to a Remediation)."""
+    """Read the `probe` object of design.md §6 (also what the agent writes to a Remediation)."""
     try:
         return _probe(obj)
     except BundleError:

@@ -1,4 +1,4 @@
-"""The fixed words of DESIGN §2, §3 and §7: causes, actions, refusal reasons.
+"""The fixed words of design.md §2, §3 and §7: causes, actions, refusal reasons.
 
 Tools and tests outside the code rely on these exact strings; never rename them.
 """
@@ -49,7 +49,7 @@ CHANGING_ACTIONS: frozenset[Action] = NODE_ACTIONS | API_ACTIONS
 
 
 class Refusal(StrEnum):
-    """Why a request was refused (the `reason` label of `unstick_refusals_total`, DESIGN §7).
+    """Why a request was refused (the `reason` label of `unstick_refusals_total`, design.md §7).
 
     Fixed vocabulary: text from a CR never becomes a label value."""
 
