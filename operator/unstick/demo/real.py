@@ -3,11 +3,15 @@ their own namespaces), with unstick installed from the chart by `helm install`, 
 real-node suite runs it.
 
 Which scenario runs where:
-- db-0 (OrphanedMount) and uploader (MountBusy) run on the real node: the project's CSI
-  plugin as a pod registered with the real kubelet (unstick.devcluster.csi_seed), a static
-  PV, the plugin restarted with its state lost; a busybox pod whose memory emptyDir a
-  process on the node keeps open. The real kubelet calls NodeStage/NodePublish, then
-  loops on what it cannot tear down, and its log says so (shown under the row).
+- db-0 (OrphanedMount) and uploader (MountBusy) run on the real node: db-0 on a volume of
+  the upstream csi-driver-host-path v1.11.0 (unstick.devcluster.csi_upstream: plugin,
+  registrar, provisioner, attacher; a claim from its StorageClass), whose hostpathplugin
+  container is killed and restarted and forgets where it published (upstream issue #457);
+  where its images were not built, the project's CSI plugin stands in for it
+  (unstick.devcluster.csi_seed: a static PV, the plugin restarted with its state lost).
+  uploader is a busybox pod whose memory emptyDir a process on the node keeps open. The
+  real kubelet calls NodeStage/NodePublish, then loops on what it cannot tear down, and
+  its log says so (shown under the row).
 - cache-0 (NodeGone), report-job (FinalizerBlocked) and web-7 (NodeUnreachable) are
   API-only: a Node object deleted, a finalizer nobody removes (on a kwok node), a Node
   whose Ready condition went Unknown. A real kubelet adds nothing to them.
@@ -21,6 +25,7 @@ import contextlib
 import itertools
 import re
 import subprocess
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,8 @@ from unstick.demo.backend import Cluster, scrape_metrics
 from unstick.demo.scenarios import ABANDONED_FINALIZER, NAMESPACE, scenarios
 from unstick.devcluster.controlplane import ControlPlane, ControlPlaneSettings, find_bin_dir
 from unstick.devcluster.csi_seed import CsiSeed, set_kubelet_verbosity
+from unstick.devcluster.csi_upstream import BUGGY, UpstreamDriver, upstream_unavailable
+from unstick.devcluster.csi_upstream_seed import UpstreamSeed
 from unstick.devcluster.kwok import Kwok
 from unstick.devcluster.node import NodeSettings, RealNode, children
 from unstick.devcluster.node_check import lock_holders
@@ -157,11 +164,19 @@ class RealNodeDemo:
         f"(A real node, {NODE}: kubelet + containerd + runc, unstick installed from the chart "
         "with helm; under each row, the real kubelet's own log line about the pod's volumes.)"
     )
-    scenarios = scenarios(NODE)
 
     def __init__(self, workdir: Path, images: NodeImages) -> None:
         self.workdir = workdir
         self.images = images
+        # db-0's driver: the upstream one where its images were built (docs/csi.md)
+        self.upstream_missing = upstream_unavailable(BUGGY)
+        upstream = "" if self.upstream_missing else f"hostpath {BUGGY}"
+        self.scenarios = scenarios(NODE, upstream)
+        if not self.upstream_missing:
+            self.banner += (
+                f"\n(db-0's volume: upstream csi-driver-host-path {BUGGY}, built from its "
+                "release; its plugin container was restarted and forgot where it published.)"
+            )
         self.cp: ControlPlane | None = None
         self.node: RealNode | None = None
         self.kubelet_log: KubeletLog | None = None
@@ -210,25 +225,54 @@ class RealNodeDemo:
     def _node_scenarios(self, core: Any, stack: contextlib.ExitStack) -> None:
         assert self.cp is not None and self.node is not None
         cp, node = self.cp, self.node
-        seed = CsiSeed(cp, core, node, self.images.unstick.ref, NAMESPACE)
-        seed.setup()
-        self.uids["db-0"] = core.create_namespaced_pod(
-            NAMESPACE, seed.pod_manifest("db-0", {})
-        ).metadata.uid
+        restart = self._upstream_db(core) if not self.upstream_missing else self._own_db(core)
         self.uids["uploader"] = core.create_namespaced_pod(NAMESPACE, self._uploader()).metadata.uid
         for pod in ("db-0", "uploader"):
-            wait_until(partial(_running, core, pod), timeout=60, what=f"{pod} Running")
-        if not seed.mounted(self.uids["db-0"]):
-            raise RuntimeError("the real kubelet did not publish db-0's CSI volume")
+            wait_until(partial(_running, core, pod), timeout=120, what=f"{pod} Running")
         self._hold_uploads(stack)
-        print("the CSI plugin restarts and loses its state…", flush=True)
-        seed.stop_plugin()
-        seed.start_plugin()
+        restart()
         # "Pod found, but volumes are still mounted on disk" is logged at -v=4
         set_kubelet_verbosity(cp, node, 4)
         self._orphaned_pod_dir()
         watched = [self.uids["db-0"], self.uids["uploader"]]
         self.kubelet_log = KubeletLog(node.workdir / "kubelet.log", watched)
+
+    def _upstream_db(self, core: Any) -> Callable[[], None]:
+        """db-0 on a claim of the upstream driver; returns the driver's restart."""
+        assert self.cp is not None and self.node is not None
+        print(f"installing upstream csi-driver-host-path {BUGGY}…", flush=True)
+        driver = UpstreamDriver(self.cp, self.node, BUGGY).install()
+        seed = UpstreamSeed(self.cp, core, self.node, NAMESPACE, name="db")
+        seed.create_pod()
+        self.uids["db-0"] = seed.wait_running(timeout=120)
+        if not seed.mounted(self.uids["db-0"]):
+            raise RuntimeError(f"the real kubelet did not publish db-0's volume ({BUGGY})")
+
+        def restart() -> None:
+            print(f"hostpathplugin {BUGGY} is killed; the kubelet restarts it…", flush=True)
+            driver.restart_plugin_container()
+
+        return restart
+
+    def _own_db(self, core: Any) -> Callable[[], None]:
+        """db-0 on a static PV of the project's CSI plugin; returns its restart (state lost)."""
+        assert self.cp is not None and self.node is not None
+        print(f"(no upstream driver: {self.upstream_missing}; the project's plugin instead)")
+        seed = CsiSeed(self.cp, core, self.node, self.images.unstick.ref, NAMESPACE)
+        seed.setup()
+        self.uids["db-0"] = core.create_namespaced_pod(
+            NAMESPACE, seed.pod_manifest("db-0", {})
+        ).metadata.uid
+        wait_until(partial(_running, core, "db-0"), timeout=60, what="db-0 Running")
+        if not seed.mounted(self.uids["db-0"]):
+            raise RuntimeError("the real kubelet did not publish db-0's CSI volume")
+
+        def restart() -> None:
+            print("the CSI plugin restarts and loses its state…", flush=True)
+            seed.stop_plugin()
+            seed.start_plugin()
+
+        return restart
 
     def _uploader(self) -> dict[str, Any]:
         return {

@@ -26,14 +26,16 @@ class Scenario:
         return "fixed" if self.fixed else "left alone"
 
 
-def scenarios(agent_node: str) -> tuple[Scenario, ...]:
+def scenarios(agent_node: str, csi_driver: str = "") -> tuple[Scenario, ...]:
     """The scenarios, db-0 and uploader on `agent_node` (the node with an agent and real
     mounts: the stand-in's node-storage, or the real node). cache-0, report-job and web-7
-    are API-only: their nodes have no kubelet (or kwok's)."""
+    are API-only: their nodes have no kubelet (or kwok's). `csi_driver`: db-0's driver and
+    version when it is the upstream one (e.g. "hostpath v1.11.0"), named in its row."""
+    db_title = f"{csi_driver} restart" if csi_driver else "CSI driver lost its state"
     return (
         Scenario("cache-0", GONE_NODE, "node disappeared", "NodeGone", fixed=True),
         Scenario("report-job", KWOK_NODES[0], "abandoned finalizer", "FinalizerBlocked", True),
-        Scenario("db-0", agent_node, "CSI driver lost its state", "OrphanedMount", fixed=True),
+        Scenario("db-0", agent_node, db_title, "OrphanedMount", fixed=True),
         Scenario("uploader", agent_node, "mount held by a process", "MountBusy", fixed=False),
         Scenario("web-7", QUIET_NODE, "node silent, not fenced", "NodeUnreachable", False),
     )

@@ -53,8 +53,7 @@ class UpstreamSeed:
     def claim(self) -> str:
         return f"data-{self.name}-0"
 
-    def create(self) -> None:
-        labels = {"app": self.name}
+    def _template(self) -> dict[str, Any]:
         container = {
             "name": "main",
             "image": self.node.images.busybox.ref,
@@ -62,18 +61,25 @@ class UpstreamSeed:
             "command": ["sh", "-c", WRITE_ONCE],
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
         }
-        template = {
-            "metadata": {"labels": labels, "annotations": self.annotations},
-            "spec": {"terminationGracePeriodSeconds": 1, "containers": [container]},
-        }
-        claim = {
-            "metadata": {"name": "data"},
+        return {
+            "metadata": {"labels": {"app": self.name}, "annotations": self.annotations},
             "spec": {
-                "accessModes": [self.access_mode],
-                "storageClassName": STORAGE_CLASS,
-                "resources": {"requests": {"storage": "16Mi"}},
+                "terminationGracePeriodSeconds": 1,
+                # through the scheduler (other nodes may exist: the demo's), to this node
+                "nodeSelector": {"kubernetes.io/hostname": self.node.settings.name},
+                "containers": [container],
             },
         }
+
+    def _claim_spec(self) -> dict[str, Any]:
+        return {
+            "accessModes": [self.access_mode],
+            "storageClassName": STORAGE_CLASS,
+            "resources": {"requests": {"storage": "16Mi"}},
+        }
+
+    def create(self) -> None:
+        """The StatefulSet (its controller makes the claim and the pod)."""
         self.cp.request(
             "POST",
             f"/apis/apps/v1/namespaces/{self.ns}/statefulsets",
@@ -84,12 +90,27 @@ class UpstreamSeed:
                 "spec": {
                     "serviceName": self.name,
                     "replicas": 1,
-                    "selector": {"matchLabels": labels},
-                    "template": template,
-                    "volumeClaimTemplates": [claim],
+                    "selector": {"matchLabels": {"app": self.name}},
+                    "template": self._template(),
+                    "volumeClaimTemplates": [
+                        {"metadata": {"name": "data"}, "spec": self._claim_spec()}
+                    ],
                 },
             },
         )
+
+    def create_pod(self) -> None:
+        """The same claim and pod (same names) without a StatefulSet: once deleted, the
+        pod stays gone (the demo's db-0)."""
+        self.core.create_namespaced_persistent_volume_claim(
+            self.ns, {"metadata": {"name": self.claim}, "spec": self._claim_spec()}
+        )
+        template = self._template()
+        template["metadata"]["name"] = self.pod_name
+        template["spec"]["volumes"] = [
+            {"name": "data", "persistentVolumeClaim": {"claimName": self.claim}}
+        ]
+        self.core.create_namespaced_pod(self.ns, template)
 
     def wait_running(self, other_than: str | None = None, timeout: float = 120) -> str:
         """The UID of the running pod (a new one when `other_than` is the old UID)."""
