@@ -2,7 +2,7 @@
 
 Policies arrive through Kopf (cluster-scoped CRD events) and are validated with the
 core's `parse_policy`; an invalid one is kept as an error (status condition Valid=False)
-and never used for an action. Opt-in (DESIGN §4): pod annotation `unstick.dev/remediate`
+and never used for an action. Opt-in (design.md §4): pod annotation `unstick.dev/remediate`
 = "true" (policy `default`) or a policy name; or namespace label
 `unstick.dev/remediate=true` (policy `default`). The annotation value "false" opts a pod
 out even in an opted-in namespace. A pod annotation naming a policy that does not serve
@@ -95,7 +95,7 @@ class OptIn:
 
 def opt_in(annotation: str | None, namespace_labels: Mapping[str, str]) -> OptIn:
     """The core's one opt-in rule (`unstick.core.mandate.opt_in`), in the controller's shape.
-    Exact values, as DESIGN §4 and `unstick diagnose` read them: "TRUE" names a policy
+    Exact values, as design.md §4 and `unstick diagnose` read them: "TRUE" names a policy
     called "TRUE" (which does not exist: observed only, and the Event says why)."""
     choice = mandate.opt_in(annotation, namespace_labels)
     return OptIn(choice.policy is not None, choice.policy or DEFAULT_POLICY, choice.why)
