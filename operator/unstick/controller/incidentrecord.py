@@ -14,6 +14,7 @@ from unstick.kube.podwatch import TerminatingPod
 
 INCIDENT_CAUSES = frozenset({Cause.NodeGone, Cause.NodeUnreachable})
 INCIDENT_LABEL = "unstick.dev/incident"
+GATHER_S = 0.05  # an intent waits this long for others to be written with it
 FLUSH_S = 1.0  # an incident's record is written at most this often
 MAX_PODS = 500  # per record (the status schema's bound); more pods open another record
 JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after its last one
@@ -79,6 +80,7 @@ class Incident:
     written_seq: int = 0  # changes on record (the last successful write)
     failed_seq: int = 0  # changes whose write failed
     urgent: bool = False  # an intent waits for this record to be written
+    urgent_at: float = 0.0  # since when
 
     def snapshot(self) -> Incident:
         """A copy whose pods and waits later changes do not touch (taken under the lock)."""

@@ -45,6 +45,7 @@ from unstick.controller import failpoints, records
 from unstick.controller.incidentrecord import (
     DELETING,
     FLUSH_S,
+    GATHER_S,
     GIVE_UP_AFTER,
     GONE,
     INCIDENT_LABEL,
@@ -110,7 +111,8 @@ class Incidents:
         """A change to write (under the lock); `urgent`: an intent waits for it."""
         inc.seq += 1
         inc.dirty = True
-        inc.urgent = inc.urgent or urgent
+        if urgent and not inc.urgent:
+            inc.urgent, inc.urgent_at = True, self.clock()
         self._wake.notify()
 
     def _new(
@@ -321,7 +323,10 @@ class Incidents:
             if not inc.dirty:
                 continue
             pause = min(MAX_BACKOFF_S, FLUSH_S * 2**inc.failures)
-            left = inc.written_at + (0.0 if inc.urgent and not inc.failures else pause) - now
+            if inc.urgent and not inc.failures:  # the intents of GATHER_S go together
+                left = inc.urgent_at + GATHER_S - now
+            else:
+                left = inc.written_at + pause - now
             if left <= 0:
                 due.append(inc)
             else:
