@@ -444,6 +444,7 @@ class Reconciler(NodeSide):
         failpoints.reached("incident-before-intent")
         token = incidents.intend(record.uid, action, slot)
         if token is None or not incidents.durable(token, slot + budget.ACT_WITHIN_S):
+            incidents.retract(record.uid)  # not sent (its slot stays taken: it may be on record)
             log.warning(
                 "pod=%s uid=%s action=force-delete result=postponed: its intent could not be "
                 "put on record in time",
