@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from unstick.core.remediation import REMEDIATE, UID_LABEL
+from unstick.core.remediation import PROBE, PROBED_AT, REMEDIATE, UID_LABEL
 
 if TYPE_CHECKING:
     from unstick.kube.client import JSON, Kube
@@ -85,8 +85,8 @@ def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
         if err.status == 404:  # the Remediation CRD is not installed
             return None
         raise
-    probes = [r["status"]["probe"] for r in rems if (r.get("status") or {}).get("probe")]
-    probes.sort(key=lambda p: str(p.get("probedAt", "")))
+    probes = [r["status"][PROBE] for r in rems if (r.get("status") or {}).get(PROBE)]
+    probes.sort(key=lambda p: str(p.get(PROBED_AT, "")))
     return probes[-1] if probes else None
 
 

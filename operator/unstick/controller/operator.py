@@ -20,7 +20,17 @@ from unstick.controller import metrics
 from unstick.controller.peering import PeeringGate, PeeringSettings
 from unstick.controller.policies import PolicyBook
 from unstick.controller.runtime import Runtime, RuntimeSettings
-from unstick.core.remediation import GROUP, PLURAL, POLICIES, POLICY_PLURAL, VERSION
+from unstick.core.remediation import (
+    GROUP,
+    NODE_STEPS_DONE_AT,
+    PLURAL,
+    POD_UID,
+    POLICIES,
+    POLICY_PLURAL,
+    PROBE,
+    PROBED_AT,
+    VERSION,
+)
 from unstick.kube.client import ClientSettings, Kube
 
 log = logging.getLogger(__name__)
@@ -128,7 +138,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
         state: State = memo.state
-        uid = (body.get("spec") or {}).get("podUID")
+        uid = (body.get("spec") or {}).get(POD_UID)
         if not uid or state.runtime is None:
             return
         if type == "DELETED":
@@ -137,7 +147,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             return
         state.runtime.remediation_changed(uid, body)
         status = body.get("status") or {}
-        mark = ((status.get("probe") or {}).get("probedAt"), status.get("nodeStepsDoneAt"))
+        mark = ((status.get(PROBE) or {}).get(PROBED_AT), status.get(NODE_STEPS_DONE_AT))
         if state.agent_marks.get(uid) != mark:
             state.agent_marks[uid] = mark
             if any(mark):

@@ -28,6 +28,7 @@ from unstick.core.facts import (
     VolumeDir,
 )
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
+from unstick.core.remediation import PROBED_AT
 
 CONTAINER_STATES = ("running", "exited", "created", "unknown")
 HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
@@ -262,7 +263,7 @@ def _probe(obj: object) -> Probe:
         raise f.FieldError("probe.mountinfo", str(err)) from None
     probe = Probe(
         node_name=f.string(p, "nodeName", "probe"),
-        probed_at=f.parse_time(f.get(p, "probedAt", "probe"), "probe.probedAt"),
+        probed_at=f.parse_time(f.get(p, PROBED_AT, "probe"), f"probe.{PROBED_AT}"),
         kubelet_root=kubelet_root,
         kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
         registered_plugins=f.string_list(p, "registeredPlugins", "probe"),
