@@ -1,4 +1,4 @@
-"""Builders for snapshot bundles (DESIGN §6) in tests: realistic API objects, small."""
+"""Builders for snapshot bundles (design.md §6) in tests: realistic API objects, small."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def probe(
 ) -> dict[str, Any]:
     """A probe; containers are (name, state) of this pod, or None for "runtime unknown".
 
-    It says what the agent could see (DESIGN §5): by default everything (`SIGHTED`, with
+    It says what the agent could see (design.md §5): by default everything (`SIGHTED`, with
     `runtime` "unanswered" when containers is None); `sight` overrides those keys (a value
     None drops the key); `legacy` leaves them all out, like a probe of an older agent.
     """

@@ -1,4 +1,4 @@
-"""Writes tests/scenarios/*.json: one bundle per case of DESIGN §2-3, each with `expect`.
+"""Writes tests/scenarios/*.json: one bundle per case of design.md §2-3, each with `expect`.
 
 Run `.venv/bin/python tests/unit/generate_scenarios.py` after changing a case; the test
 `test_committed_scenarios_are_generated` fails when the files and this script disagree.

@@ -1,4 +1,4 @@
-"""The pure side of DESIGN §9: orphan selection, blocker linking, messages, the policy field."""
+"""The pure side of design.md §9: orphan selection, blocker linking, messages, the policy field."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent's start-up check of its kubelet root, pure (DESIGN §3 invariant 8): it refuses
+"""The agent's start-up check of its kubelet root, pure (design.md §3 invariant 8): it refuses
 a root that cannot be the kubelet's, naming the flag and what it found."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""diagnose(): the edges of DESIGN §1-2 that scenarios do not pin down."""
+"""diagnose(): the edges of design.md §1-2 that scenarios do not pin down."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Diagnosis.node_lost_at: when a not-Ready node will count as lost (DESIGN §2 rule 3), so
+"""Diagnosis.node_lost_at: when a not-Ready node will count as lost (design.md §2 rule 3), so
 the controller looks at its stuck pods again then — nothing about the Node changes at that
 moment to poke it (found with the real kubelet: the diagnosis stayed ContainersStillRunning
 until the 300 s re-check)."""

@@ -1,4 +1,4 @@
-"""One opt-in rule (DESIGN §4, issue #22 finding 7): every caller that decides whether a pod
+"""One opt-in rule (design.md §4, issue #22 finding 7): every caller that decides whether a pod
 opted in — the core's `mandate` (the agent's `read_mandate` before every probe and node
 step), the controller's `opt_in`, policy book and scheduler timing, and
 `core.safety.opted_in` (`unstick diagnose`) — agrees with the rule as written in the docs,

@@ -1,4 +1,4 @@
-"""Which namespaces may use a RemediationPolicy (DESIGN §4 `namespaceSelector`), and the
+"""Which namespaces may use a RemediationPolicy (design.md §4 `namespaceSelector`), and the
 controller's refusal of a pod annotation naming a policy that does not serve its namespace."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property tests: the safety invariants of DESIGN §3 hold on every plan (1-6, and 7-8 where
+"""Property tests: the safety invariants of design.md §3 hold on every plan (1-6, and 7-8 where
 they are pure: a probe of another pod and a blind probe).
 
 Random pods, nodes, probes and policies are generated as bundles; each invariant is

@@ -1,4 +1,4 @@
-"""Every scenario bundle gives its `expect`: the shared ones (DESIGN's examples) and ours."""
+"""Every scenario bundle gives its `expect`: the shared ones (design.md's examples) and ours."""
 
 from __future__ import annotations
 
