@@ -544,10 +544,17 @@ def run_node_side(settings: NodeSideSettings, say: Say) -> dict[str, Any]:
         )
     logs = settings.logs_dir or Path(tempfile.mkdtemp(prefix="unstick-bench-nodeside-"))
     try:
+        from bench.run import git_commit  # bench.run imports this module lazily too
+
         result: dict[str, Any] = {
             "settings": {
                 k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
-            }
+            },
+            "run": {
+                "commit": git_commit(),
+                "started": datetime.now(UTC).isoformat(timespec="seconds"),
+                "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+            },
         }
         from bench.nodeside_peers import run_peer  # it imports this module
 

@@ -62,7 +62,16 @@ def node_side_table(result: Json) -> str | None:
     runs = _runs(result.get("node_side"))
     if not runs:
         return None
+    run = t._get(result, "node_side", "run") or {}
+    started = str(run.get("started", "?")).replace("T", " ")[:16]
+    note = f"; {run['note']}" if run.get("note") else ""
+    caption = (
+        "Node side (`bench/nodeside.py`, each row its own control plane and node): run of "
+        f"commit `{run.get('commit', 'unknown')}`, started {started} UTC{note}."
+    )
     rows = [
+        caption,
+        "",
         "| node side: 1 node, stuck pods with orphaned CSI mounts | resolved by | all gone "
         "after eligibility | … after deletionTimestamp | per pod p50 / p99 (after eligibility) "
         "| resolver CPU per pod | resolver peak RSS | acts right after a fresh check | 1-min "
