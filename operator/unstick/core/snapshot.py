@@ -28,7 +28,7 @@ from unstick.core.facts import (
     VolumeDir,
 )
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
-from unstick.core.remediation import PROBED_AT
+from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
 
 CONTAINER_STATES = ("running", "exited", "created", "unknown")
 HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
@@ -236,14 +236,14 @@ def _one_of(p: Mapping[str, object], key: str, allowed: tuple[str, ...]) -> str 
 
 def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
     """`probe` plus the optional keys saying which pod was probed and what was seen."""
-    if p.get("podUID") is not None:
-        f.string(p, "podUID", "probe")  # present: a non-empty string
+    if p.get(POD_UID) is not None:
+        f.string(p, POD_UID, "probe")  # present: a non-empty string
     seen = f.opt_int(p, "podDirsSeen", "probe")
     if seen is not None and seen < 0:
         raise f.FieldError("probe.podDirsSeen", f"{seen} must be >= 0")
     return replace(
         probe,
-        pod_uid=f.opt_string(p, "podUID", "probe"),
+        pod_uid=f.opt_string(p, POD_UID, "probe"),
         pod_dir_exists=f.opt_bool(p, "podDirExists", "probe"),
         pod_dirs_seen=seen,
         runtime=_one_of(p, "runtime", (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
@@ -262,7 +262,7 @@ def _probe(obj: object) -> Probe:
     except MountinfoError as err:
         raise f.FieldError("probe.mountinfo", str(err)) from None
     probe = Probe(
-        node_name=f.string(p, "nodeName", "probe"),
+        node_name=f.string(p, NODE_NAME, "probe"),
         probed_at=f.parse_time(f.get(p, PROBED_AT, "probe"), f"probe.{PROBED_AT}"),
         kubelet_root=kubelet_root,
         kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
