@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from unstick.devcluster.process import wait_until
 
-from .support import BIN, NAMESPACE, Kind, run
+from .support import BIN, NAMESPACE, Kind, podman, run
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(1200)]
 
@@ -62,15 +62,18 @@ def busybox_pod(kind: Kind, name: str, namespace: str, node: str) -> dict[str, A
 
 @pytest.fixture(scope="module")
 def quick_policy(kind: Kind) -> Iterator[None]:
-    """The default policy with 5 s of slack (60 s by default): kube-controller-manager's
-    pod GC force-deletes the pods of a deleted node 40-60 s after it is gone, and would
-    otherwise get there first."""
-    patch = '{"spec": {"slackSeconds": %d}}'
-    kind.kubectl("patch", "remediationpolicy", "default", "--type=merge", "-p", patch % 5)
+    """The default policy with 5 s of slack (60 s by default) and a node lost after 10 s
+    (5 min): kube-controller-manager's pod GC force-deletes the pods of a deleted node
+    40-60 s after it is gone, and would otherwise get there first; and the tests wait
+    less."""
+    patch = '{"spec": {"slackSeconds": %d, "nodeLostAfterSeconds": %d}}'
+    kind.kubectl("patch", "remediationpolicy", "default", "--type=merge", "-p", patch % (5, 10))
     try:
         yield
     finally:
-        kind.kubectl("patch", "remediationpolicy", "default", "--type=merge", "-p", patch % 60)
+        kind.kubectl(
+            "patch", "remediationpolicy", "default", "--type=merge", "-p", patch % (60, 300)
+        )
 
 
 @pytest.fixture
@@ -112,6 +115,72 @@ def test_chart_runs_on_every_node(kind: Kind) -> None:
     )
     assert out.startswith("unstick status"), out
     assert "STUCK PODS (0)" in out, out
+
+
+def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
+    """A worker cut off (its container paused: the kubelet and the pods frozen, still
+    there): NotReady, not fenced -> nothing done; the `node.kubernetes.io/out-of-service`
+    taint (fenced) -> force-deleted; the worker back -> its kubelet cleans up the pods
+    it still had."""
+    controller = controller_pod(kind)
+    node = next(w for w in kind.workers() if w != controller["spec"]["nodeName"])
+    ns = "kind-partition"
+    namespaces.append(ns)
+    opt_in = {"unstick.dev/remediate": "true"}
+    kind.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": opt_in}}
+    )
+    kind.apply(*(busybox_pod(kind, f"p{i}", ns, node) for i in (1, 2)))
+    kind.kubectl("wait", "--for=condition=Ready", "pod", "--all", "-n", ns, "--timeout=120s")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kind.pods(ns)}
+
+    def node_ready() -> bool:
+        return kind.ready(kind.get("node", node))
+
+    podman("pause", node)
+    try:
+        wait_until(lambda: not node_ready(), timeout=180, what=f"{node} NotReady")
+        kind.kubectl("delete", "pods", "--all", "-n", ns, "--wait=false")
+
+        def observed() -> list[dict[str, Any]] | None:
+            # (ContainersStillRunning first, from the pods' last status, until the node
+            # has been NotReady for the policy's nodeLostAfterSeconds)
+            rems = kind.remediations(ns)
+            causes = [r.get("status", {}).get("cause") for r in rems]
+            return rems if causes == ["NodeUnreachable"] * 2 else None
+
+        records = wait_until(observed, timeout=120, what="the unreachable pods observed")
+        for rem in records:
+            assert rem["status"]["cause"] == "NodeUnreachable", rem["status"]
+            assert [p["action"] for p in rem["status"]["plan"]] == ["observe"]
+        # Not fenced: the pods may still run there; nothing is done to them.
+        assert sorted(p["metadata"]["name"] for p in kind.pods(ns)) == ["p1", "p2"]
+
+        taint = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+        kind.kubectl("taint", "node", node, taint)
+        wait_until(lambda: not kind.pods(ns), timeout=120, what="the fenced pods force-deleted")
+        done = {
+            r["spec"]["podName"]: r["status"]
+            for r in kind.remediations(ns)
+            if r["spec"].get("podName")
+        }
+        assert sorted(done) == ["p1", "p2"], done
+        for name, status in done.items():
+            actions = {(a["action"], a["result"]) for a in status.get("actions", [])}
+            assert ("force-delete", "succeeded") in actions, (name, status)
+            fenced = "fenced: taint node.kubernetes.io/out-of-service is present"
+            assert any(fenced in e["message"] for e in status["evidence"]), status
+        kind.kubectl("taint", "node", node, f"{taint}-")
+    finally:
+        podman("unpause", node, check=False)
+    wait_until(node_ready, timeout=180, what=f"{node} Ready again")
+
+    # Back, its kubelet finds the pods gone from the API and removes what it had of them.
+    def cleaned() -> bool:
+        left = podman("exec", node, "ls", "/var/lib/kubelet/pods").split()
+        return not set(uids.values()) & set(left)
+
+    wait_until(cleaned, timeout=180, what=f"{node}'s kubelet to clean up the deleted pods")
 
 
 def test_node_deleted(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
