@@ -325,8 +325,7 @@ class Executor:
         if dry_run or len(todo) > 1:  # all or none: every mount checked before the first act
             self._check_pod(uid)
             self._check_mounts(uid, todo)
-        else:  # one mount: the checks right before its act (below) are these
-            self._check_path(uid, todo[0])
+        # one mount: the checks right before its act (below) are these
         if dry_run:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
         done = []
