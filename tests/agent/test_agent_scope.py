@@ -1,6 +1,6 @@
 """The agent's namespace scope (`agent/scope.py`): a Remediation outside the controller's
 scope gets its requests refused on record, each request once, and nothing else; and its
-check that the admission policy is in force (`Agent.check_admission`). The real agent
+check that the admission policy is in force (`AdmissionGate`, as the agent holds it). The real agent
 against the real API server: tests/envtest/test_remediation_boundary.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from unstick.agent import loop
+from unstick.agent import admission_check
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.scope import ScopeGate
 from unstick.agent.settings import AgentSettings
@@ -96,7 +96,7 @@ def test_another_reason_is_recorded_as_given() -> None:
     assert r.refusals == Counter({"unsafe": 1})
 
 
-# -- the admission policy check of the agent (agent/admission_check.py, Agent.check_admission)
+# -- the admission policy check of the agent (agent/admission_check.AdmissionGate)
 
 API = "/apis/admissionregistration.k8s.io/v1"
 IN_FORCE = {
@@ -155,43 +155,43 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, FakeKube]]:
 def test_an_agent_that_never_read_the_policy_refuses(agent: tuple[Agent, FakeKube]) -> None:
     a, kube = agent
     kube.down = True
-    a.check_admission()
-    assert a.admission_problem is not None
-    assert a.admission_problem.startswith("cannot read ValidatingAdmissionPolicy 'p'")
+    a.admission.check(kube.get)
+    assert a.admission.problem is not None
+    assert a.admission.problem.startswith("cannot read ValidatingAdmissionPolicy 'p'")
     kube.down = False
-    a.check_admission()
-    assert a.admission_problem is None
+    a.admission.check(kube.get)
+    assert a.admission.problem is None
 
 
 def test_a_read_error_keeps_the_verdict_in_force_for_a_while(
     agent: tuple[Agent, FakeKube], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, kube = agent
-    a.check_admission()
-    assert a.admission_problem is None
+    a.admission.check(kube.get)
+    assert a.admission.problem is None
     kube.down = True
-    a.check_admission()  # an API server restart does not refuse the node's requests
-    assert a.admission_problem is None
-    monkeypatch.setattr(loop, "READ_GRACE_S", 0.0)  # ... for READ_GRACE_S only
-    a.check_admission()
-    assert a.admission_problem is not None and "cannot read" in a.admission_problem
+    a.admission.check(kube.get)  # an API server restart does not refuse the node's requests
+    assert a.admission.problem is None
+    monkeypatch.setattr(admission_check, "READ_GRACE_S", 0.0)  # ... for READ_GRACE_S only
+    a.admission.check(kube.get)
+    assert a.admission.problem is not None and "cannot read" in a.admission.problem
 
 
 def test_a_policy_removed_or_narrowed_is_not_in_force_at_once(
     agent: tuple[Agent, FakeKube],
 ) -> None:
     a, kube = agent
-    a.check_admission()
+    a.admission.check(kube.get)
     binding = f"{API}/validatingadmissionpolicybindings/p"
     kube.objects[binding] = {
         "spec": {"policyName": "p", "validationActions": ["Deny"],
                  "matchResources": {"namespaceSelector": {"matchLabels": {"a": "b"}}}}
     }  # fmt: skip
-    a.check_admission()
-    assert a.admission_problem is not None and "narrowed" in a.admission_problem
+    a.admission.check(kube.get)
+    assert a.admission.problem is not None and "narrowed" in a.admission.problem
     del kube.objects[binding]
-    a.check_admission()
-    assert a.admission_problem is not None and "does not exist" in a.admission_problem
+    a.admission.check(kube.get)
+    assert a.admission.problem is not None and "does not exist" in a.admission.problem
     kube.down = True  # while not in force, a read error changes nothing
-    a.check_admission()
-    assert a.admission_problem is not None
+    a.admission.check(kube.get)
+    assert a.admission.problem is not None

@@ -16,9 +16,13 @@ disabled) nothing is checked.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
+
+log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 Getter = Callable[[str], JSON | None]  # API path -> the object, None when it does not exist
@@ -109,3 +113,35 @@ def refusal_message(problem: str) -> str:
         f"{problem}: without it a request cannot be told from one the controller made, so "
         "the agent runs none (--admission-policy; docs/admission.md)"
     )
+
+
+class AdmissionGate:
+    """The agent's verdict on `--admission-policy`: `problem` is why every request is
+    refused now (None: in force, or no policy to check). Checked at start-up, on every
+    relist and every watch cycle (agent/loop.py)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.problem: str | None = None
+        self.verified: float | None = None  # monotonic time of the last "in force"
+
+    def check(self, get: Getter, now: float | None = None) -> None:
+        if not self.name:
+            return
+        now = time.monotonic() if now is None else now
+        try:
+            problem = judge(self.name, get)
+        except Unreadable as exc:
+            age = now - (self.verified if self.verified is not None else -float("inf"))
+            if self.problem is None and age < READ_GRACE_S:
+                log.warning("%s; in force when last read %.0fs ago", exc, age)
+                return
+            problem = str(exc)
+        if problem is None:
+            self.verified = now
+        if problem != self.problem:
+            if problem:
+                log.error("refusing every request: %s", problem)
+            else:
+                log.info("admission policy %s in force", self.name)
+        self.problem = problem

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from unstick import __version__
-from unstick.agent.admission_check import READ_GRACE_S, Unreadable, judge, refusal_message
+from unstick.agent.admission_check import AdmissionGate, refusal_message
 from unstick.agent.authority import NodeBudget, PolicySources
 from unstick.agent.executor import Executor
 from unstick.agent.handler import JSON, Handler
@@ -184,9 +184,7 @@ class Agent:
         self.scope = ScopeGate(
             settings.namespace_scope, self.patch_status, on_refusal, self.handler.clock
         )
-        # why requests are refused now (the admission policy not in force), None: they are not
-        self.admission_problem: str | None = None
-        self.admission_verified: float | None = None  # monotonic time of the last "in force"
+        self.admission = AdmissionGate(settings.admission_policy)  # --admission-policy
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
@@ -246,7 +244,7 @@ class Agent:
         if not self.scope.allows(meta.get("namespace")):
             self.workers().submit(key, lambda: self.scope.refuse(obj))
             return
-        problem = self.admission_problem
+        problem = self.admission.problem
         if problem is not None:
             why = refusal_message(problem)
             self.workers().submit(key, lambda: self.scope.refuse(obj, why, Refusal.UNSAFE))
@@ -268,32 +266,8 @@ class Agent:
             meta = obj.get("metadata") or {}
             log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
 
-    def check_admission(self) -> None:
-        """Is the admission policy (`--admission-policy`) in force? At start-up, on every
-        relist and every watch cycle (agent/admission_check.py)."""
-        name = self.settings.admission_policy
-        if not name:
-            return
-        now = time.monotonic()
-        try:
-            problem = judge(name, self.kube.get)
-        except Unreadable as exc:
-            age = now - (self.admission_verified or -float("inf"))
-            if self.admission_problem is None and age < READ_GRACE_S:
-                log.warning("%s; in force when last read %.0fs ago", exc, age)
-                return
-            problem = str(exc)
-        if problem is None:
-            self.admission_verified = now
-        if problem != self.admission_problem:
-            if problem:
-                log.error("refusing every request: %s", problem)
-            else:
-                log.info("admission policy %s in force", name)
-        self.admission_problem = problem
-
     def _relist(self) -> str:
-        self.check_admission()
+        self.admission.check(self.kube.get)
         version = ""
         seen = set()
         for page in self.kube.list_pages(REMEDIATIONS, self._query()):
@@ -307,7 +281,7 @@ class Agent:
         return version
 
     def _watch(self, version: str) -> str:
-        self.check_admission()
+        self.admission.check(self.kube.get)
         query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
         version = self._stream.follow(
             self.kube,
