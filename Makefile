@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools node-deps images lint test test-fast demo bench bench-quick manifests proto clean help
+.PHONY: all venv tools node-deps images kind-image lint test test-fast demo bench bench-quick manifests proto clean help
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -15,8 +15,10 @@ help:
 	@echo "make lint         ruff, mypy (strict on the core), import contract"
 	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
 	@echo "                  kube-scheduler, kubelet into bin/"
-	@echo "make node-deps    (root) apt-get install containerd, runc, CNI plugins, mmdebstrap, buildah"
+	@echo "make node-deps    (root) apt-get install containerd, runc, CNI plugins, mmdebstrap, buildah, podman"
 	@echo "make images       (root) build the unstick, pause and busybox images for the node suite"
+	@echo "make kind-image   (root) build the kind suite's node image into podman (tests/kind builds"
+	@echo "                  it on first use too; docs/kind.md)"
 	@echo "make manifests    render manifests/ from the Helm chart"
 	@echo "make bench        scale benchmark against peer approaches (long)"
 	@echo "make bench-quick  the same, small (under 5 minutes)"
@@ -42,6 +44,10 @@ node-deps:
 
 images: node-deps
 	bash hack/build-images.sh
+
+# The kind suite's node image (tests/kind; podman from node-deps, kind/kubeadm from tools).
+kind-image: node-deps tools
+	bash hack/build-kind-node-image.sh
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
