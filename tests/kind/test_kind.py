@@ -183,6 +183,59 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
     wait_until(cleaned, timeout=180, what=f"{node}'s kubelet to clean up the deleted pods")
 
 
+def test_mount_busy_on_a_worker(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
+    """A process on a kind worker holds a file open in a pod's memory emptyDir; the pod is
+    deleted. The worker's kubelet cannot unmount it, unstick diagnoses MountBusy naming
+    the holder and does nothing; once the holder exits the kubelet finishes the pod."""
+    node = kind.workers()[0]
+    ns = "kind-busy"
+    namespaces.append(ns)
+    kind.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    pod = busybox_pod(kind, "busy", ns, node)
+    pod["metadata"]["annotations"] = {"unstick.dev/remediate": "true"}
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "echo x > /data/f; exec sleep 3600"]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {"medium": "Memory"}}]
+    kind.apply(pod)
+    kind.kubectl("wait", "--for=condition=Ready", "pod/busy", "-n", ns, "--timeout=120s")
+    uid = kind.get("pod", "busy", "-n", ns)["metadata"]["uid"]
+    data = f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data"
+    holder = "sleep 601"  # a command line of its own, to find and end it by
+    podman("exec", "--detach", node, "sh", "-c", f"exec 3<{data}/f; exec {holder}")
+    try:
+        pid = int(
+            wait_until(
+                lambda: podman("exec", node, "pgrep", "-f", holder, check=False).strip(),
+                timeout=30,
+                what="the holder",
+            )
+        )
+        kind.kubectl("delete", "pod", "busy", "-n", ns, "--wait=false")
+
+        def diagnosed() -> dict[str, Any] | None:
+            rems = kind.remediations(ns)
+            rem = rems[0] if rems else {}
+            return rem if rem.get("status", {}).get("cause") == "MountBusy" else None
+
+        status = wait_until(diagnosed, timeout=120, what="a Remediation with cause MountBusy")[
+            "status"
+        ]
+        kubelet_log = podman("exec", node, "journalctl", "-u", "kubelet", "--no-pager")
+        assert "target is busy" in kubelet_log
+        probe = status["probe"]
+        assert probe["podDirExists"] is True
+        assert {(h["pid"], h["mountPoint"]) for h in probe["holders"]} == {(pid, data)}
+        holders = [e["message"] for e in status["evidence"] if e["kind"] == "holder"]
+        assert any(f"pid {pid} (sleep)" in m for m in holders), status["evidence"]
+        assert [a["action"] for a in status.get("actions", [])] == ["observe"]
+        assert {"unmount", "force-delete"} <= {r["action"] for r in status.get("refused", [])}
+        assert [p["metadata"]["uid"] for p in kind.pods(ns)] == [uid]
+    finally:
+        podman("exec", node, "pkill", "-f", holder, check=False)
+    # The kubelet's next retry (exponential back-off) unmounts the emptyDir; the pod goes.
+    wait_until(lambda: not kind.pods(ns), timeout=180, what="the pod gone once the holder exited")
+
+
 def test_node_deleted(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
     """A worker's container removed and its Node deleted: its opted-in pods force-deleted
     in one node incident; the pods of a namespace that did not opt in only observed."""
