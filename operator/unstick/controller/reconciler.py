@@ -475,7 +475,8 @@ class Reconciler(NodeSide):
         """Record before act (DESIGN §3 invariant 10): the action goes into status.actions
         as an intent (`deleting`/`removing`, at its budget slot's time) before it is
         carried out, so a controller killed right after the act still left its grant on
-        record; its answer replaces it. False when it could not be written."""
+        record; its answer replaces it. False when it could not be written, or not within
+        ACT_WITHIN_S of the slot (a restart counts the grant only that long after it)."""
         p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]
         result = INTENTS[0] if step.action == Action.FORCE_DELETE else INTENTS[1]
         p.done.append(
@@ -497,6 +498,14 @@ class Reconciler(NodeSide):
                 p.record.uid,
                 step.action,
                 exc.status,
+            )
+            return False
+        if self.clock() > slot + budget.ACT_WITHIN_S:  # the grant may have lapsed: not now
+            log.warning(
+                "pod=%s uid=%s action=%s result=postponed: its intent took too long to record",
+                p.record.key,
+                p.record.uid,
+                step.action,
             )
             return False
         failpoints.reached("pod-intent-durable")
