@@ -46,17 +46,17 @@ pytestmark = pytest.mark.envtest
 
 NODE_LIMIT, CLUSTER_LIMIT, PER_NODE = 5, 9, 7
 ENV = "UNSTICK_TEST_FAILPOINTS"
-# The incarnations, in order: the first one acts until its first DELETE is answered
-# (others may be in flight); then fail points hit while the budget may still have room ...
+# The incarnations, in order: the first acts until a pod has to wait for the budget (its
+# window is full, DELETEs may be in flight); the next ones die around the DELETEs that
+# the budget still allows ...
 FIRST_WAVE = [
+    "incident-rate-limited=kill@1",
     "incident-deleted=kill@1",
-    "incidents-adopted=kill@1",
-    "incident-written=kill@2",
     "incident-intent-durable=kill@1",
-    "incident-rate-limited=kill@1",  # the budget's window is full, DELETEs may be in flight
+    "incident-before-intent=kill@1",
 ]
-# ... while the pods left wait for the budget (each reached right after a start); the
-# last one lives through the wait and dies at the first intent once the budget has room ...
+# ... then while the pods left wait for the budget (each reached right after a start);
+# the last one lives through the wait and dies at the first intent once there is room ...
 WAITING = [
     "incidents-adopted=kill@1",
     "incident-write=kill@1",
@@ -69,13 +69,13 @@ WAITING = [
     "incident-write=fail@2,incident-backoff=kill@1",
     "incident-before-intent=kill@1",
 ]
-# ... and once it has room again.
+# ... and once the budget has room again.
 SECOND_WAVE = [
     "incident-intent-durable=kill@1",
     "incident-write=fail@1,incident-backoff=kill@1",
     "incident-deleted=kill@1",
     "incident-written=kill@2",
-    "incident-deleted=kill@2",
+    "incidents-adopted=kill@1",
     "incident-rate-limited=kill@1",
 ]
 PHASES = {
