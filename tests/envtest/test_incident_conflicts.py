@@ -26,6 +26,7 @@ from controller_support import (
     crds_installed,
     policy_spec,
 )
+from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
 from unstick.controller.caches import ObjectCache, csi_node_path, node_path
@@ -234,3 +235,46 @@ def test_a_per_pod_force_delete_is_stopped_by_an_opt_out_written_while_it_reads_
     assert _deletes(control_plane, namespace, pod["name"]) == [409]
     status = objects.status(namespace, pod)
     assert not [a for a in status.get("actions") or [] if a.get("action") == "force-delete"]
+
+
+def test_a_per_pod_force_delete_is_refused_when_the_finalizers_change_while_it_reads_the_node(
+    control_plane: ControlPlane,
+    kube: Kube,
+    objects: Objects,
+    in_process: InProcess,
+    namespace: str,
+    make_node: Any,
+) -> None:
+    """The API server lets no finalizer be added to a pod being deleted ("no new finalizers
+    can be added if the object is being deleted", tried here first), but one may be
+    removed: the DELETE decided from the older list is refused."""
+    node = make_node(kubelet=False)
+    both = ["example.com/a", "example.com/b"]
+    pod = objects.pod(namespace, node, remediate="true", finalizers=both)
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    records.create_remediation(kube, namespace, pod["name"], pod["uid"], node=node, dry_run=False)
+    in_process.has_remediation.add(pod["uid"])
+    add = [{"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/c"}]
+    with pytest.raises(ApiException) as refused:
+        objects.core.patch_namespaced_pod(pod["name"], namespace, add)
+    assert refused.value.status == 422 and "no new finalizers" in str(refused.value.body)
+    swapped = threading.Event()
+    drop = [
+        {"op": "test", "path": "/metadata/finalizers", "value": both},
+        {"op": "remove", "path": "/metadata/finalizers/1"},
+    ]
+
+    def swap_finalizer() -> None:  # its owner's controller lets go of one
+        if not swapped.is_set():
+            swapped.set()
+            objects.core.patch_namespaced_pod(pod["name"], namespace, drop)
+
+    in_process.on_node_read = swap_finalizer
+    in_process.reconciler.reconcile(_overdue(kube, namespace, pod["name"]))
+
+    assert swapped.is_set()
+    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    left = objects.read_pod(namespace, pod["name"])
+    assert left is not None and left.metadata.deletion_grace_period_seconds != 0
+    assert left.metadata.finalizers == ["example.com/a"]
