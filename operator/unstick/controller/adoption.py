@@ -78,7 +78,7 @@ def _incident(rem: JSON) -> Incident | None:
             at=_time(entry.get("time")),
             gone_at=_time(entry.get("goneAt")),
         )
-    if not pods or not status.get("cause"):
+    if not pods:
         return None
     created = _time(meta.get("creationTimestamp")) or stuck
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -88,7 +88,7 @@ def _incident(rem: JSON) -> Incident | None:
         str(spec.get("incident")),
         str(status.get("policy") or ""),
         name,
-        {k: status[k] for k in SUMMARY_KEYS if k in status},
+        {"cause": str(spec.get("incident")), **{k: status[k] for k in SUMMARY_KEYS if k in status}},
         opened=created,
         last_join=created,
         pods=pods,
