@@ -9,6 +9,7 @@ the session. Run with `pytest -m kind tests/kind`; see docs/kind.md.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -234,6 +235,49 @@ def test_mount_busy_on_a_worker(kind: Kind, quick_policy: None, namespaces: list
         podman("exec", node, "pkill", "-f", holder, check=False)
     # The kubelet's next retry (exponential back-off) unmounts the emptyDir; the pod goes.
     wait_until(lambda: not kind.pods(ns), timeout=180, what="the pod gone once the holder exited")
+
+
+def test_orphaned_mount_on_a_worker(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
+    """A mount nobody holds is left inside a pod's emptyDir on a kind worker (as a
+    volume plugin that forgot it would leave it); the pod is deleted. The worker's
+    kubelet cannot remove the volume; unstick diagnoses OrphanedMount, its agent on the
+    worker unmounts it and removes the empty directories, and the kubelet finishes."""
+    node = kind.workers()[-1]
+    ns = "kind-orphan"
+    namespaces.append(ns)
+    kind.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    pod = busybox_pod(kind, "orphan", ns, node)
+    pod["metadata"]["annotations"] = {"unstick.dev/remediate": "true"}
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    kind.apply(pod)
+    kind.kubectl("wait", "--for=condition=Ready", "pod/orphan", "-n", ns, "--timeout=120s")
+    uid = kind.get("pod", "orphan", "-n", ns)["metadata"]["uid"]
+    leftover = f"/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/data/left"
+    podman("exec", node, "sh", "-c", f"mkdir {leftover} && mount -t tmpfs unstick-seed {leftover}")
+    try:
+        kind.kubectl("delete", "pod", "orphan", "-n", ns, "--wait=false")
+        try:
+            wait_until(lambda: not kind.pods(ns), timeout=180, what="the pod gone")
+        except TimeoutError:
+            pytest.fail(
+                f"the pod stayed; its record: {json.dumps(kind.remediations(ns), indent=1)}"
+            )
+    finally:
+        podman("exec", node, "umount", leftover, check=False)
+    (rem,) = kind.remediations(ns)
+    status = rem["status"]
+    # OrphanedMount first (the Event); the record's cause is the last diagnosis: once
+    # unmounted, the volume directories left (StaleVolumeDirs), removed in turn.
+    assert status["cause"] in ("OrphanedMount", "StaleVolumeDirs"), json.dumps(status)
+    assert "StuckOrphanedMount" in {e["reason"] for e in kind.events(ns)}
+    unmounted = [
+        a["target"]
+        for a in status.get("actions", [])
+        if (a["action"], a.get("result")) == ("unmount", "succeeded")
+    ]
+    assert leftover in unmounted, json.dumps(status)
+    assert podman("exec", node, "grep", "-c", uid, "/proc/1/mountinfo", check=False).strip() == "0"
 
 
 def test_node_deleted(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
