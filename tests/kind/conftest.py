@@ -1,4 +1,5 @@
-"""The kind suite's one cluster, for the whole session (tests/kind/support.py)."""
+"""The kind suite's one cluster for all of tests/kind (tests/kind/support.py): made before
+its first test, deleted after its last, so the rest of the session runs without it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from .support import Kind, kind_cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kind() -> Iterator[Kind]:
     with kind_cluster() as cluster:
         yield cluster
