@@ -99,18 +99,21 @@ class UpstreamSeed:
             },
         )
 
-    def create_pod(self) -> None:
-        """The same claim and pod (same names) without a StatefulSet: once deleted, the
-        pod stays gone (the demo's db-0)."""
-        self.core.create_namespaced_persistent_volume_claim(
-            self.ns, {"metadata": {"name": self.claim}, "spec": self._claim_spec()}
-        )
+    def create_pod(self, name: str = "", claim: bool = True) -> str:
+        """The same claim and pod without a StatefulSet (once deleted, the pod stays gone:
+        the demo's db-0); `name`: another pod on the same claim (`claim=False`: the claim
+        exists). Returns the pod's UID."""
+        if claim:
+            self.core.create_namespaced_persistent_volume_claim(
+                self.ns, {"metadata": {"name": self.claim}, "spec": self._claim_spec()}
+            )
         template = self._template()
-        template["metadata"]["name"] = self.pod_name
+        template["metadata"]["name"] = name or self.pod_name
         template["spec"]["volumes"] = [
             {"name": "data", "persistentVolumeClaim": {"claimName": self.claim}}
         ]
-        self.core.create_namespaced_pod(self.ns, template)
+        uid: str = self.core.create_namespaced_pod(self.ns, template).metadata.uid
+        return uid
 
     def wait_running(self, other_than: str | None = None, timeout: float = 120) -> str:
         """The UID of the running pod (a new one when `other_than` is the old UID)."""
