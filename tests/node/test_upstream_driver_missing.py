@@ -92,7 +92,7 @@ def test_driver_uninstalled_under_a_mounted_volume(
     assert (driver.data_dir / seed.volume_handle() / "file").read_text() == "written\n"
 
     # the driver back: the replacement should start on the same volume, with its data
-    if not replacement_started(seed, uid, timeout=60):
+    if not replacement_started(seed, uid, timeout=40):
         # Known (docs/csi.md, "What the real driver revealed"): rmdir-stale also removed the
         # kubelet's vol_data.json of the volume the kubelet had not torn down (no driver),
         # so its volume manager cannot build an unmounter for the old pod, never unstages,
