@@ -166,7 +166,7 @@ archive busybox "$( { declare -f build_busybox; sha256sum /bin/busybox; } | key)
 
 # csi-hostpath-<version> (one per built version) and csi-sidecars (node-driver-registrar,
 # external-provisioner, external-attacher), when hack/build-thirdparty.sh built them.
-csi_built() { python3 -c 'import json,sys; [print(n, v, b) for n, vs in json.load(open(sys.argv[1])).items() for v, b in vs.items()]' "$root/bin/thirdparty.json" 2>/dev/null || true; }
+csi_built() { python3 -c 'import json,sys; [print(n, v, b) for n, vs in json.load(open(sys.argv[1])).items() if isinstance(vs, dict) for v, b in vs.items()]' "$root/bin/thirdparty.json" 2>/dev/null || true; }
 sidecars=()
 while read -r name version binary <&3; do
   case $name in

@@ -9,7 +9,8 @@
 # Each program is built once (vendor/, no network: GOFLAGS=-mod=vendor CGO_ENABLED=0
 # GOTOOLCHAIN=local) into ${UNSTICK_TOOLS_CACHE}/<name>-<version>/; a second run only checks.
 # Writes bin/thirdparty.json (name -> version, binary) for hack/build-images.sh.
-# A source that cannot be had is said in one line and left out (its tests skip); exit 0.
+# What cannot be had is said in one line and left out (the reason goes to
+# bin/thirdparty.json, and the tests that need it skip with it); exit 0.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,8 +57,9 @@ unpack() {
     return 0
   fi
   local err
-  if ! err=$(git clone --quiet --depth 1 --branch "$version" "https://$repo" "$dest" 2>&1); then
-    echo "no $sources/$file and https://$repo unreachable at $version (${err##*$'\n'})"
+  if ! err=$(GIT_TERMINAL_PROMPT=0 timeout 600 git clone --quiet --depth 1 --branch "$version" \
+      "https://$repo" "$dest" 2>&1); then
+    echo "no $file in $sources, and https://$repo at $version failed: ${err##*$'\n'}"
     return 1
   fi
   local want got
@@ -70,13 +72,14 @@ unpack() {
 }
 
 built=()
+missing=()
 for p in "${programs[@]}"; do
   read -r name version repo pkg binary <<<"$p"
   out="$cache/$name-$version"
   if [ ! -x "$out/$binary" ]; then
     tmp=$(mktemp -d "$cache/.$name-$version.XXXXXX")
     if ! why=$(unpack "$name" "$version" "$repo" "$tmp/src"); then
-      say "$name $version not built: $why"
+      missing+=("$name $version: $why")
       rm -rf "$tmp"
       continue
     fi
@@ -91,13 +94,26 @@ for p in "${programs[@]}"; do
   built+=("$name $version $out/$binary")
 done
 
-python3 - "$index" "${built[@]}" <<'EOF'
-import json, sys
+why=""
+if [ ${#missing[@]} -gt 0 ]; then
+  names=$(printf '%s\n' "${missing[@]}" | cut -d: -f1 | paste -sd, - | sed 's/,/, /g')
+  detail=${missing[0]#*: }
+  for m in "${missing[@]}"; do  # a refused archive says more than an absent one
+    case $m in *sha256*) detail=${m#*: }; break ;; esac
+  done
+  why="not built: $names ($detail)"
+  say "$why; the tests with the upstream CSI driver will be skipped"
+fi
+
+WHY="$why" python3 - "$index" "${built[@]}" <<'EOF'
+import json, os, sys
 index, rows = sys.argv[1], sys.argv[2:]
 out = {}
 for row in rows:
     name, version, binary = row.split(" ", 2)
     out.setdefault(name, {})[version] = binary
+if os.environ["WHY"]:
+    out["missing"] = os.environ["WHY"]
 with open(index + ".tmp", "w") as f:
     json.dump(out, f, indent=2, sort_keys=True)
     f.write("\n")

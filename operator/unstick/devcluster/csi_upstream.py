@@ -75,12 +75,20 @@ def upstream_images(version: str, index: Path | None = None) -> UpstreamImages:
         entry = raw.get(name) or {}
         archive = Path(entry.get("archive", ""))
         if not entry.get("ref") or not archive.is_file():
-            raise FileNotFoundError(
-                f"{index}: no image {name!r}: `make tools images` builds it from the upstream "
-                "archives (hack/build-thirdparty.sh says why it could not)"
-            )
+            raise FileNotFoundError(f"{index}: no image {name!r}: {_why_not_built(index)}")
         found.append(NodeImage(ref=str(entry["ref"]), archive=archive))
     return UpstreamImages(*found)
+
+
+def _why_not_built(index: Path) -> str:
+    """hack/build-thirdparty.sh's reason (bin/thirdparty.json), else how to build them."""
+    try:
+        missing = json.loads((index.parent / "thirdparty.json").read_text()).get("missing")
+    except (OSError, ValueError):
+        missing = None
+    if isinstance(missing, str) and missing:
+        return f"the upstream programs were {missing}"
+    return "`make tools images` builds it from the upstream release archives (docs/csi.md)"
 
 
 def upstream_unavailable(version: str) -> str | None:
