@@ -53,8 +53,10 @@ from unstick.devcluster.node_network import (
     NetworkSettings,
     ServiceRelay,
     bridge_exists,
+    bridge_ports,
     create_bridge,
     delete_bridge,
+    delete_links,
     links,
     write_cni_config,
 )
@@ -298,6 +300,8 @@ class RealNode:
         """Stop everything by PID and remove what the node made; raises if something is
         left behind (after trying to remove it all)."""
         timeout = self.settings.stop_timeout_s
+        # Our pods' veths (our bridge's ports): the ones still there at the end are ours.
+        ports = bridge_ports(self.settings.network.bridge) if self._made_bridge else []
         self._forget()
         for daemon in (self.kubelet, self.containerd):
             if daemon is not None:
@@ -311,6 +315,7 @@ class RealNode:
         if self._made_bridge:
             delete_bridge(self.settings.network)
             self._made_bridge = False
+        delete_links([name for name in ports if name in links()])
         if self._made_cni_cache:
             with contextlib.suppress(OSError):
                 CNI_CACHE.rmdir()

@@ -51,6 +51,20 @@ def delete_bridge(settings: NetworkSettings) -> None:
         _ip("link", "del", settings.bridge)
 
 
+def bridge_ports(name: str) -> list[str]:
+    """The interfaces attached to a bridge (its pods' veths)."""
+    return [n for n, master in links().items() if master == name]
+
+
+def delete_links(names: list[str]) -> None:
+    """Delete veths that outlived their pods: a pod's network namespace stays while
+    something holds it (a killed process's TCP connections still closing keep it for
+    minutes), and with it the veth pair, though its bridge is gone. Deleting our end
+    deletes the pair."""
+    for name in names:
+        _ip("link", "del", "dev", name, check=False)
+
+
 def bridge_exists(name: str) -> bool:
     return _ip("link", "show", "dev", name, check=False).returncode == 0
 
