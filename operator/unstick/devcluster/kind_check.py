@@ -41,6 +41,8 @@ def kind_unavailable(bin_dir: Path = ROOT / "bin") -> str | None:
     for tool in ("kind", "kubectl", "helm", "kubeadm", "kube-proxy"):
         if not (bin_dir / tool).exists():
             return f"{tool} not in {bin_dir}: run `make tools`"
+    if not (bin_dir / "node-images.json").exists():
+        return f"{bin_dir / 'node-images.json'} missing: run `make images` (the unstick image)"
     probe = subprocess.run(
         ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
         env={**os.environ, **kind_env()},
