@@ -52,6 +52,20 @@ SUBPATH = pod_path("volume-subpaths/data/app/0")
 PROJECTED = pod_path("volumes/kubernetes.io~projected/kube-api-access-x7k2p")
 
 
+D_TASK = {"pid": 4711, "comm": "dd", "container": "id-app", "wchan": "nfs_wait_bit_killable"}
+
+
+def frozen(path: str, container: str = "id-app") -> dict[str, Any]:
+    """A frozenCgroups entry of the probe (issue #25), v1 freezer, frozen itself."""
+    return {
+        "path": path,
+        "state": "FROZEN",
+        "version": "v1",
+        "container": container,
+        "selfFrozen": True,
+    }
+
+
 def e(cause: str, **kw: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"cause": cause, "planAnyOf": [], "mustNotPlan": []}
     for key, value in kw.items():
@@ -179,6 +193,56 @@ def cases() -> dict[str, dict[str, Any]]:
         the_probe=probe(containers=[("app", "exited")]),
         expect=e(
             "KubeletNotProgressing", any=["force-delete"], evidence=["has not updated the status"]
+        ),
+    )
+    # Tasks in D state (issue #25): evidence of ContainersStillRunning, no action
+    c["containers-running-task-in-d-state"] = bundle(
+        the_pod=pod(statuses=[("app", "running")]),
+        the_probe=probe(containers=[("app", "running")], sight={"dTasks": [D_TASK]}),
+        expect=e(
+            "ContainersStillRunning",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount"],
+            evidence=[
+                "container id-app cannot be killed: pid 4711 (dd) in uninterruptible sleep "
+                "on `nfs_wait_bit_killable`"
+            ],
+        ),
+    )
+    # ContainerFrozen (issue #25): before ContainersStillRunning; observe only
+    c["container-frozen-v1-freezer"] = bundle(
+        the_pod=pod(statuses=[("app", "running")]),
+        the_probe=probe(
+            containers=[("app", "running")],
+            sight={"frozenCgroups": [frozen("/kubepods/pod" + UID + "/cri-containerd-id-app")]},
+        ),
+        expect=e(
+            "ContainerFrozen",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount"],
+            evidence=["(container id-app) is FROZEN (cgroup v1 freezer, frozen itself)"],
+        ),
+    )
+    c["container-frozen-v2-pod-freezing-status-lags"] = bundle(
+        the_pod=pod(statuses=[("app", "terminated")]),
+        the_probe=probe(
+            containers=[("app", "exited")],
+            sight={
+                "frozenCgroups": [
+                    frozen(f"/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice", "")
+                    | {"version": "v2", "state": "FREEZING"}
+                ],
+                "dTasks": [D_TASK],
+            },
+        ),
+        expect=e(
+            "ContainerFrozen",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount"],
+            evidence=["(the pod's own cgroup) is FREEZING", "uninterruptible sleep"],
         ),
     )
     # MountBusy

@@ -30,7 +30,14 @@ from .bundles import (
 from .test_safety_properties import cases, fresh
 
 DEBUG = "debugger-x7k2p"
-BEFORE_RULE_4 = {Cause.NotStuck, Cause.FinalizerBlocked, Cause.NodeGone, Cause.NodeUnreachable}
+# ContainerFrozen (rule 3a, issue #25) comes before rule 4 too and plans only observe
+BEFORE_RULE_4 = {
+    Cause.NotStuck,
+    Cause.FinalizerBlocked,
+    Cause.NodeGone,
+    Cause.NodeUnreachable,
+    Cause.ContainerFrozen,
+}
 
 
 def with_debug_container(b: dict[str, Any], state: str = "running") -> dict[str, Any]:

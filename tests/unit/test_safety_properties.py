@@ -44,6 +44,8 @@ from .bundles import (
 )
 
 SEEN: set[Cause] = set()  # causes the generated cases reached
+FROZEN_CGROUP = {"path": "/kubepods/podx/cri-containerd-id-app", "state": "FROZEN", "version": "v1"}
+D_TASK = {"pid": 4711, "comm": "dd", "container": "id-app", "wchan": "nfs_wait_bit_killable"}
 NOW = datetime.fromisoformat("2026-11-20T10:00:00+00:00")
 FINALIZERS = ["example.com/protect", "other.io/keep", "kubernetes.io/pvc-protection"]
 PATHS = [
@@ -146,6 +148,11 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
             sight=draw(sight),
             legacy=draw(st.sampled_from([False] * 9 + [True])),
         )
+        # issue #25: a tenth of the probes show a frozen cgroup of the pod, some a task in D
+        if draw(st.integers(0, 9)) == 0:
+            the_probe["frozenCgroups"] = [FROZEN_CGROUP]
+        if draw(st.integers(0, 9)) == 0:
+            the_probe["dTasks"] = [D_TASK]
     b = bundle(
         the_pod=the_pod,
         the_node=the_node,

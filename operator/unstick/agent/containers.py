@@ -78,11 +78,21 @@ def _ns_time(nanoseconds: int) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """One process of the pod, as the cgroup scan saw it."""
+
+    pid: int
+    container: str  # the container id its cgroup names ("" for the pod-level cgroup)
+    cgroups: tuple[str, ...]  # its /proc/<pid>/cgroup lines
+
+
+@dataclass(frozen=True, slots=True)
 class CgroupScan:
     """Running containers seen in the host's cgroups, and why the scan is incomplete."""
 
     containers: list[Container]
     gap: str | None = None  # None: every process was seen
+    members: tuple[Member, ...] = ()  # the pod's processes (for the D-state and freezer scans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,7 @@ class RuntimeAnswer:
     cri_answered: bool
     cgroup_complete: bool
     gaps: tuple[str, ...] = ()
+    members: tuple[Member, ...] = ()  # the pod's processes seen by the cgroup scan
 
     @property
     def runtime(self) -> str:
@@ -134,6 +145,11 @@ def cri_containers(socket_path: str, uid: str, timeout_s: float) -> list[Contain
         for c in reply.containers
         if c.labels.get(POD_UID_LABEL, uid) == uid
     ]
+
+
+def pod_component(uid: str) -> re.Pattern[str]:
+    """The cgroup path component naming the pod (cgroupfs or systemd driver)."""
+    return _pod_component(uid)
 
 
 def _pod_component(uid: str) -> re.Pattern[str]:
@@ -192,6 +208,7 @@ def scan_cgroups(host_proc: str, uid: str) -> CgroupScan:
     pids, unusable = _proc_pids(host_proc)
     gaps = [unusable] if unusable else []
     ids: set[str] = set()
+    members: list[Member] = []
     for pid in pids:
         path = os.path.join(host_proc, pid, "cgroup")
         try:
@@ -202,9 +219,12 @@ def scan_cgroups(host_proc: str, uid: str) -> CgroupScan:
         except OSError as exc:
             gaps.append(f"cannot read {path}: {exc.strerror or exc}")
             continue
-        ids |= _ids_in(lines, pattern)
+        mine = _ids_in(lines, pattern)
+        if mine:
+            ids |= mine
+            members.append(Member(int(pid), max(mine), tuple(lines)))  # "" (pod) last
     found = [Container(uid, cid or "(pod)", cid, "running") for cid in sorted(ids)]
-    return CgroupScan(found, _join_gaps(gaps))
+    return CgroupScan(found, _join_gaps(gaps), tuple(members))
 
 
 def cgroup_containers(host_proc: str, uid: str) -> list[Container] | None:
@@ -251,7 +271,9 @@ def runtime_answer(
     scan = scan_cgroups(host_proc, uid)
     if scan.gap:
         gaps.append(f"cgroup scan incomplete: {scan.gap}")
-    return RuntimeAnswer(union(cri, scan.containers), cri_answered, scan.gap is None, tuple(gaps))
+    return RuntimeAnswer(
+        union(cri, scan.containers), cri_answered, scan.gap is None, tuple(gaps), scan.members
+    )
 
 
 def pod_containers(

@@ -24,6 +24,9 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
   evidence.
 - `containersSource` (kept for older readers): `cri`, `proc-cgroup`, `cri+proc-cgroup`, or
   null.
+- `dTasks`: the pod's processes in uninterruptible sleep (state D) — pid, comm, container,
+  wchan, stack — and `frozenCgroups`: the pod's cgroups whose freezer state is FROZEN or
+  FREEZING (`unstick.agent.pod_tasks`; issue #25). Evidence; an older probe has neither.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.agent.containers import runtime_answer
+from unstick.agent.containers import pod_component, runtime_answer
 from unstick.agent.holders import scan_holders
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.mounts import MountTable, pod_lines, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
+from unstick.agent.pod_tasks import cgroup_mounts, d_tasks, frozen_cgroups
 from unstick.agent.settings import AgentSettings
 from unstick.agent.volumedirs import volume_dirs
 from unstick.core.kubelet_paths import is_pod_volume_path, normalise, pod_dir
@@ -87,6 +91,9 @@ def probe_pod(
     answer = runtime_answer(settings.host_proc, uid, settings.cri_socket, settings.grpc_timeout_s)
     holders = scan_holders(settings.host_proc, mine, kubelet_root=root)
     blind = list(answer.gaps)
+    tasks = d_tasks(settings.host_proc, answer.members)
+    frozen, unread = frozen_cgroups(answer.members, pod_component(uid), cgroup_mounts())
+    blind.extend(unread[:2])
     if holders.unknown:
         blind.append(f"holder scan incomplete: {holders.unknown}")
     seen = pod_dirs_seen(root, blind)
@@ -108,6 +115,8 @@ def probe_pod(
         "holderScan": INCOMPLETE if holders.unknown else COMPLETE,
         "blindSpots": [b[:_MAX_BLIND_SPOT_CHARS] for b in blind[:_MAX_BLIND_SPOTS]],
         "containersSource": answer.source,
+        "dTasks": [t.to_json() for t in tasks],
+        "frozenCgroups": [c.to_json() for c in frozen],
     }
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.facts import Facts, NodeFacts, VolumeDir
+from unstick.core.facts import Facts, FrozenCgroup, NodeFacts, VolumeDir
 from unstick.core.node_facts import PodMount
 from unstick.core.node_rules import NodeView, on_the_node
 from unstick.core.vocabulary import Cause
@@ -58,6 +58,7 @@ class Diagnosis:
     # matches); None: the node is Ready, already lost, or unknown. Nothing changes about
     # the Node at that moment, so whoever re-diagnoses on changes must wake up then.
     node_lost_at: datetime | None = None
+    frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # ContainerFrozen: the pod's frozen cgroups
 
     @property
     def pod(self) -> str:
@@ -133,6 +134,7 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         finalizers=pod.finalizers,
         annotations=pod.annotations,
         node_lost_at=_node_lost_at(facts, settings),
+        frozen_cgroups=view.frozen_cgroups,
     )
 
 
@@ -190,5 +192,5 @@ def _decide(
         if lost:
             return Cause.NodeUnreachable, none
 
-    # 4-9. What the pod's node shows
+    # 3a (ContainerFrozen), 4-9. What the pod's node shows
     return on_the_node(facts, settings.probe_max_age_s, ev)

@@ -101,6 +101,31 @@ class Container:
     runtime_state: str = ""  # the runtime's own state word when its processes contradict it
 
 
+@dataclass(frozen=True, slots=True)
+class DTask:
+    """A process of the pod in uninterruptible sleep (state D): no signal reaches it."""
+
+    pid: int
+    comm: str
+    container: str  # the container id its cgroup names ("" for the pod's own cgroup)
+    wchan: str  # the kernel function it waits in ("" when not readable)
+    stack: tuple[str, ...] = ()  # the first lines of /proc/<pid>/stack, where readable
+
+
+FREEZER_STATES = ("FROZEN", "FREEZING")
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenCgroup:
+    """A cgroup of the pod whose freezer holds its processes (cgroup v1 freezer or v2)."""
+
+    path: str  # the cgroup path, as /proc/<pid>/cgroup names it
+    state: str  # FROZEN | FREEZING
+    version: str  # v1 | v2
+    container: str  # the container id ("" for the pod's own cgroup)
+    self_frozen: bool | None = None  # frozen itself, not only through its parent
+
+
 RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
 RUNTIME_UNANSWERED = "unanswered"
 HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
@@ -130,6 +155,8 @@ class Probe:
     runtime: str | None = None  # one of RUNTIME_ANSWERED, or RUNTIME_UNANSWERED
     holder_scan: str | None = None  # HOLDER_SCAN_COMPLETE | HOLDER_SCAN_INCOMPLETE
     blind_spots: tuple[str, ...] = ()  # what the agent could not see, in words
+    d_tasks: tuple[DTask, ...] = ()  # the pod's processes in state D (older probes: none)
+    frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # the pod's frozen cgroups (older: none)
 
     @property
     def runtime_answered(self) -> bool:

@@ -1,6 +1,8 @@
 """Rules 4-9 of docs/design.md §1-2: what the pod's node shows.
 
-Rule 4 (ContainersStillRunning) reads the node's containers from a fresh probe, else
+Rule 3a (ContainerFrozen, issue #25) comes first: a fresh probe reports a cgroup of the pod
+FROZEN or FREEZING — a running container the runtime cannot kill. Rule 4
+(ContainersStillRunning) reads the node's containers from a fresh probe, else
 pod.status; rules 5-9 (MountBusy, CSIDriverMissing, OrphanedMount, StaleVolumeDirs,
 KubeletNotProgressing) need a fresh probe of the pod's node and are Unknown without one:
 node state is never guessed. The API-only rules before them (final delete, node) and the
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from unstick.core import safety
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.facts import Facts, Probe, VolumeDir
+from unstick.core.facts import Facts, FrozenCgroup, Probe, VolumeDir
 from unstick.core.node_facts import (
     RUNNING,
     PodMount,
@@ -22,6 +24,7 @@ from unstick.core.node_facts import (
     mounts_of_pod,
     volume_dirs_of_pod,
 )
+from unstick.core.pod_tasks import d_task_words, frozen_words, stack_words
 from unstick.core.vocabulary import Cause
 
 
@@ -46,6 +49,7 @@ class NodeView:
     volume_dirs: tuple[VolumeDir, ...] = ()
     running_containers: tuple[str, ...] = ()
     nothing_left: bool = False
+    frozen_cgroups: tuple[FrozenCgroup, ...] = ()
 
 
 def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cause, NodeView]:
@@ -55,8 +59,14 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
     # 4. ContainersStillRunning (probe form, else API form)
     probe = _fresh_probe(facts, max_age_s, ev) if pod.node_name else None
     on_node = containers_on_node(facts, probe) if probe is not None else None
+    # 3a. ContainerFrozen: a running container that no signal reaches until it is thawed
+    if probe is not None and probe.frozen_cgroups:
+        return Cause.ContainerFrozen, _frozen(facts, probe, on_node, ev)
+    before = len(ev)
     running = _running(probe, on_node, _api_running(facts), ev)
     if running:
+        # what cannot be killed goes first: the Event message carries the first lines
+        ev[before:before] = _stuck_tasks(probe)
         _runtime_evidence(facts, probe, ev)
         return Cause.ContainersStillRunning, NodeView(
             probe_fresh=probe is not None,
@@ -135,6 +145,35 @@ def _running(
     if running:
         ev.append(Evidence("container", f"{', '.join(running)} still running per {source}"))
     return running
+
+
+def _frozen(
+    facts: Facts, probe: Probe, on_node: tuple[tuple[str, str], ...] | None, ev: list[Evidence]
+) -> NodeView:
+    """Rule 3a's evidence and view: each frozen cgroup, the pod's tasks in D state."""
+    for c in probe.frozen_cgroups:
+        ev.append(Evidence("freezer", frozen_words(c)))
+    ev.extend(_stuck_tasks(probe))
+    seen = tuple(f"container {n}" for n, state in on_node or () if state == RUNNING)
+    frozen = tuple(f"container {c.container}" for c in probe.frozen_cgroups if c.container)
+    running = tuple(dict.fromkeys(seen + frozen)) or ("the pod's frozen cgroup",)
+    _runtime_evidence(facts, probe, ev)
+    return NodeView(
+        probe_fresh=True,
+        kubelet_root=probe.kubelet_root,
+        running_containers=running,
+        frozen_cgroups=probe.frozen_cgroups,
+    )
+
+
+def _stuck_tasks(probe: Probe | None) -> list[Evidence]:
+    """The pod's tasks in uninterruptible sleep, as the probe saw them (no signal reaches
+    them: the thing they wait on coming back, or a reboot of the node, ends them)."""
+    if probe is None or not probe.d_tasks:
+        return []
+    out = [Evidence("task", d_task_words(probe.d_tasks))]
+    out.extend(Evidence("task", stack_words(t)) for t in probe.d_tasks[:3] if t.stack)
+    return out
 
 
 def _runtime_evidence(facts: Facts, probe: Probe | None, ev: list[Evidence]) -> None:

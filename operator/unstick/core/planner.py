@@ -143,7 +143,7 @@ def _cause_plan(b: _Builder) -> None:
                 "taint it node.kubernetes.io/out-of-service once it is known to be down",
             )
             b.refuse_all(node_actions, f"node {d.node} is unreachable: its agent cannot act")
-        case Cause.ContainersStillRunning:
+        case Cause.ContainersStillRunning | Cause.ContainerFrozen:  # frozen: running, unkillable
             running = ", ".join(d.running_containers)
             b.refuse(Action.FORCE_DELETE, f"{running} still running")
             b.refuse(Action.UNMOUNT, f"{running} still running: the volumes are in use")

@@ -28,6 +28,7 @@ from unstick.core.facts import (
     VolumeDir,
 )
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
+from unstick.core.pod_tasks import parse_d_tasks, parse_frozen_cgroups
 from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
 
 CONTAINER_STATES = ("running", "exited", "created", "unknown")
@@ -249,6 +250,8 @@ def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
         runtime=_one_of(p, "runtime", (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
         holder_scan=_one_of(p, "holderScan", (HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE)),
         blind_spots=f.string_list(p, "blindSpots", "probe"),
+        d_tasks=parse_d_tasks(p),
+        frozen_cgroups=parse_frozen_cgroups(p),
     )
 
 

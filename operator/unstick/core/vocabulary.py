@@ -15,6 +15,7 @@ class Cause(StrEnum):
     FinalizerBlocked = "FinalizerBlocked"
     NodeGone = "NodeGone"
     NodeUnreachable = "NodeUnreachable"
+    ContainerFrozen = "ContainerFrozen"
     ContainersStillRunning = "ContainersStillRunning"
     MountBusy = "MountBusy"
     CSIDriverMissing = "CSIDriverMissing"

@@ -1,0 +1,198 @@
+"""What keeps a pod's processes from dying: tasks in uninterruptible sleep (state `D`) and
+frozen cgroups (issue #25). Evidence only — nothing here changes anything.
+
+Both start from the pod's processes as the cgroup scan found them
+(`unstick.agent.containers.scan_cgroups`: every process whose cgroup names the pod).
+
+- D tasks: `<host-proc>/<pid>/stat` state `D`, with `comm`, the wait channel
+  (`<host-proc>/<pid>/wchan`, the kernel function it sleeps in) and, where readable, the
+  first lines of `<host-proc>/<pid>/stack` (function names, addresses dropped).
+- Frozen cgroups: for each cgroup of those processes, and their ancestors up to the pod's
+  own cgroup, the freezer state — cgroup v1 `freezer.state` (FROZEN / FREEZING; THAWED is
+  not reported) with `freezer.self_freezing`, cgroup v2 `cgroup.events` `frozen 1`
+  (FROZEN) or `cgroup.freeze` 1 without it (FREEZING). Where a cgroup path is in the
+  filesystem comes from the agent's own mountinfo (each cgroup mount's root and mount
+  point); a cgroup outside every mount the agent sees is a blind spot, never "not frozen".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from unstick.agent.containers import Member
+from unstick.core.mountinfo import MountinfoError, parse_mountinfo
+
+MAX_TASKS = 16  # the Remediation CRD's bounds (probe.dTasks, probe.frozenCgroups)
+MAX_STACK_LINES = 4
+MAX_FROZEN = 64
+MAX_CHARS = 256
+V1, V2 = "v1", "v2"
+FROZEN, FREEZING = "FROZEN", "FREEZING"
+_STACK_ADDR = re.compile(r"^\[<[0-9a-fx]+>\]\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class DTask:
+    pid: int
+    comm: str
+    container: str
+    wchan: str
+    stack: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "pid": self.pid,
+            "comm": self.comm,
+            "container": self.container,
+            "wchan": self.wchan,
+        }
+        if self.stack:
+            out["stack"] = list(self.stack)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenCgroup:
+    path: str  # the cgroup path as /proc/<pid>/cgroup names it
+    state: str  # FROZEN | FREEZING
+    version: str  # v1 | v2
+    container: str  # the container id ("" for the pod-level cgroup)
+    self_frozen: bool | None  # frozen itself (not only through a frozen parent); None: unknown
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "state": self.state,
+            "version": self.version,
+            "container": self.container,
+            "selfFrozen": self.self_frozen,
+        }
+
+
+def _read(path: str, limit: int = 4096) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def _stat_state(text: str) -> tuple[str, str] | None:
+    """(comm, state) from a /proc/<pid>/stat line: comm is in the last parentheses."""
+    start, end = text.find("("), text.rfind(")")
+    if start < 0 or end < start:
+        return None
+    rest = text[end + 1 :].split()
+    return (text[start + 1 : end], rest[0]) if rest else None
+
+
+def _stack(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    lines = [_STACK_ADDR.sub("", line).strip()[:MAX_CHARS] for line in text.splitlines()]
+    return tuple(line for line in lines if line)[:MAX_STACK_LINES]
+
+
+def d_tasks(host_proc: str, members: Iterable[Member]) -> list[DTask]:
+    """The pod's processes in uninterruptible sleep (at most MAX_TASKS), by pid."""
+    out: list[DTask] = []
+    for m in sorted(members, key=lambda m: m.pid):
+        base = os.path.join(host_proc, str(m.pid))
+        parsed = _stat_state(_read(os.path.join(base, "stat")) or "")
+        if parsed is None or parsed[1] != "D":
+            continue
+        wchan = (_read(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
+        stack = _stack(_read(os.path.join(base, "stack")))
+        out.append(DTask(m.pid, parsed[0], m.container, wchan if wchan != "0" else "", stack))
+        if len(out) >= MAX_TASKS:
+            break
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupMount:
+    version: str
+    root: str  # the cgroup path mounted there
+    mount_point: str
+
+
+def cgroup_mounts(mountinfo_path: str = "/proc/self/mountinfo") -> list[CgroupMount]:
+    """The v1 freezer and v2 mounts the agent itself sees."""
+    text = _read(mountinfo_path, 1 << 22)
+    try:
+        mounts = parse_mountinfo(text or "")
+    except MountinfoError:
+        return []
+    out = []
+    for m in mounts:
+        if m.fstype == "cgroup2":
+            out.append(CgroupMount(V2, m.root, m.mount_point))
+        elif m.fstype == "cgroup" and "freezer" in m.super_options:
+            out.append(CgroupMount(V1, m.root, m.mount_point))
+    return out
+
+
+def _where(path: str, version: str, mounts: list[CgroupMount]) -> str | None:
+    for m in mounts:
+        root = m.root.rstrip("/")
+        if m.version == version and (path == m.root or path.startswith(root + "/")):
+            return m.mount_point.rstrip("/") + path[len(root) :]
+    return None
+
+
+def _pod_paths(members: Iterable[Member], pod: re.Pattern[str]) -> dict[tuple[str, str], str]:
+    """(version, cgroup path) → container id: each member's freezer/v2 cgroup and its
+    ancestors up to the pod's own cgroup."""
+    out: dict[tuple[str, str], str] = {}
+    for m in members:
+        for line in m.cgroups:
+            hid, controllers, path = [*line.split(":", 2), "", ""][:3]
+            version = V2 if hid == "0" and controllers == "" else V1
+            if version == V1 and "freezer" not in controllers.split(","):
+                continue
+            parts = path.split("/")
+            top = next((i for i, p in enumerate(parts) if pod.match(p)), None)
+            if top is None:
+                continue
+            for i in range(top + 1, len(parts) + 1):
+                out.setdefault((version, "/".join(parts[:i])), m.container if i > top + 1 else "")
+    return out
+
+
+def _v1_state(directory: str) -> tuple[str | None, bool | None]:
+    state = _read(os.path.join(directory, "freezer.state"), 64)
+    own = _read(os.path.join(directory, "freezer.self_freezing"), 8)
+    return (state.strip() if state else None), (None if own is None else own.strip() == "1")
+
+
+def _v2_state(directory: str) -> tuple[str | None, bool | None]:
+    events = _read(os.path.join(directory, "cgroup.events"), 256)
+    own = _read(os.path.join(directory, "cgroup.freeze"), 8)
+    if events is None:
+        return None, None
+    self_frozen = None if own is None else own.strip() == "1"
+    if "frozen 1" in events.splitlines():
+        return FROZEN, self_frozen
+    return (FREEZING if self_frozen else "THAWED"), self_frozen
+
+
+def frozen_cgroups(
+    members: Iterable[Member], pod: re.Pattern[str], mounts: list[CgroupMount]
+) -> tuple[list[FrozenCgroup], list[str]]:
+    """(the pod's FROZEN/FREEZING cgroups, what could not be read)."""
+    frozen: list[FrozenCgroup] = []
+    blind: list[str] = []
+    for (version, path), container in sorted(_pod_paths(members, pod).items()):
+        directory = _where(path, version, mounts)
+        if directory is None:
+            blind.append(f"freezer state of cgroup {path} ({version}): not under a cgroup mount")
+            continue
+        state, own = (_v1_state if version == V1 else _v2_state)(directory)
+        if state is None:
+            blind.append(f"freezer state of cgroup {path} ({version}): unreadable")
+        elif state in (FROZEN, FREEZING):
+            frozen.append(FrozenCgroup(path, state, version, container, own))
+    return frozen[:MAX_FROZEN], blind

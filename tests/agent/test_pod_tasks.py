@@ -1,0 +1,249 @@
+"""Issue #25 at the agent, on real parts: a real process in uninterruptible sleep (a vfork()ed
+parent waits in D while its child runs; a tiny C program built here with gcc) and a real
+cgroup v1 freezer cgroup, frozen by the test — both named like a container cgroup of the
+pod. The probe reports them; the diagnosis names them. Every process and cgroup is gone at
+the end, also on failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from unstick.agent.probe import probe_pod
+from unstick.agent.settings import AgentSettings
+from unstick.core.diagnosis import diagnose
+from unstick.core.planner import plan
+from unstick.core.snapshot import parse_bundle
+from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
+from unstick.devcluster.process import wait_until
+
+UID = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
+NOW = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
+PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
+FREEZER_CGROUP = Path("/sys/fs/cgroup/freezer")
+VFORK_C = r"""
+#include <unistd.h>
+#include <sys/wait.h>
+int main(void) {
+    pid_t c = vfork();
+    if (c == 0) { sleep(600); _exit(0); }  /* the parent sleeps in D until this ends */
+    waitpid(c, 0, 0);
+    return 0;
+}
+"""
+
+
+def _pod() -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "default",
+            "name": "web-0",
+            "uid": UID,
+            "deletionTimestamp": "2025-12-31T23:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+        },
+        "spec": {"nodeName": "node-1"},
+        "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
+    }
+
+
+def _diagnose(probe: dict[str, Any]) -> Any:
+    node = {
+        "metadata": {"name": "node-1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    bundle = {"capturedAt": "2026-01-01T00:00:40Z", "pod": _pod(), "node": node, "probe": probe}
+    return diagnose(parse_bundle(bundle))
+
+
+def _node(tmp: Path) -> AgentSettings:
+    (tmp / "kubelet" / "pods" / UID).mkdir(parents=True, exist_ok=True)
+    (tmp / "mountinfo").write_text("")
+    return AgentSettings(
+        node_name="node-1",
+        kubelet_root=str(tmp / "kubelet"),
+        host_proc="/proc",
+        mountinfo_path=str(tmp / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        plugins_registry=str(tmp / "registry"),
+        grpc_timeout_s=2,
+    )
+
+
+def _procs(cgroup: Path) -> list[int]:
+    try:
+        return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _remove(top: Path) -> None:
+    for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+        if path.is_dir():
+            path.rmdir()
+    top.rmdir()
+
+
+@pytest.fixture
+def vfork_binary(tmp_path: Path) -> str:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the vfork program")
+    src, out = tmp_path / "vfork.c", tmp_path / "vfork"
+    src.write_text(VFORK_C)
+    subprocess.run(["gcc", "-O0", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def _state(pid: int) -> str:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text[text.rfind(")") + 2 :].split(" ", 1)[0]
+
+
+@pytest.fixture
+def d_state_task(vfork_binary: str) -> Iterator[int]:
+    """A real process in D state in a pids cgroup named like a container of pod UID."""
+    if not os.access(PIDS_CGROUP, os.W_OK):
+        pytest.skip("needs a writable pids cgroup")
+    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
+    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-abc123.scope"
+    cgroup.mkdir(parents=True)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        # the cgroup first (its children inherit it), then the program
+        proc = subprocess.Popen(
+            [
+                "sh",
+                "-c",
+                f'echo $$ > {cgroup}/cgroup.procs && exec "$0"',
+                vfork_binary,
+            ]
+        )
+        parent = proc.pid
+        # D with its child there: vfork() happened (a page-in during exec is D briefly too)
+        wait_until(
+            lambda: _state(parent) == "D" and len(_procs(cgroup)) == 2,
+            timeout=10,
+            what="the vfork parent in D",
+        )
+        yield parent
+    finally:
+        for pid in _procs(cgroup):  # the child first: its parent then reaps it and exits
+            if proc is None or pid != proc.pid:
+                os.kill(pid, signal.SIGKILL)
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        wait_until(lambda: not _procs(cgroup), timeout=10, what="the test cgroup empty")
+        _remove(top)
+
+
+@pytest.mark.mountns
+def test_a_task_in_d_state_is_named_with_its_wait_channel(
+    tmp_path: Path, d_state_task: int
+) -> None:
+    probe = probe_pod(_node(tmp_path), UID, now=NOW, plugins={})
+    tasks = probe["dTasks"]
+    assert [(t["pid"], t["comm"], t["container"]) for t in tasks] == [
+        (d_state_task, "vfork", "abc123")
+    ]
+    wchan = Path(f"/proc/{d_state_task}/wchan").read_text().strip()
+    assert tasks[0]["wchan"] == wchan
+    assert probe["frozenCgroups"] == []
+    d = _diagnose(probe)
+    assert d.cause is Cause.ContainersStillRunning
+    words = (
+        f"container abc123 cannot be killed: pid {d_state_task} (vfork) in uninterruptible sleep"
+    )
+    # it comes before the other node evidence: the Event message carries the first lines
+    messages = [e.message for e in d.evidence]
+    assert any(m.startswith(words) for m in messages[:3]), messages
+    assert plan(d, None).actions == (Action.OBSERVE,)
+
+
+def _freeze(cgroup: Path, state: str) -> None:
+    (cgroup / "freezer.state").write_text(state)
+
+
+@pytest.fixture
+def frozen_container() -> Iterator[tuple[Path, int]]:
+    """A real process in a v1 freezer cgroup named like a container of pod UID, frozen."""
+    if not os.access(FREEZER_CGROUP, os.W_OK):
+        pytest.skip("needs a writable cgroup v1 freezer")
+    top = FREEZER_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
+    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-fff999.scope"
+    cgroup.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+        _freeze(cgroup, "FROZEN")
+        wait_until(
+            lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN",
+            timeout=10,
+            what="the cgroup FROZEN",
+        )
+        yield cgroup, proc.pid
+    finally:
+        _freeze(cgroup, "THAWED")
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: not _procs(cgroup), timeout=10, what="the test cgroup empty")
+        _remove(top)
+
+
+@pytest.mark.mountns
+def test_a_frozen_container_cgroup_is_container_frozen(
+    tmp_path: Path, frozen_container: tuple[Path, int]
+) -> None:
+    cgroup, _ = frozen_container
+    probe = probe_pod(_node(tmp_path), UID, now=NOW, plugins={})
+    path = "/" + str(cgroup.relative_to(FREEZER_CGROUP))
+    assert probe["frozenCgroups"] == [
+        {
+            "path": path,
+            "state": "FROZEN",
+            "version": "v1",
+            "container": "fff999",
+            "selfFrozen": True,
+        }
+    ]
+    assert [c["id"] for c in probe["containers"]] == ["fff999"]
+    d = _diagnose(probe)
+    assert d.cause is Cause.ContainerFrozen
+    assert [c.path for c in d.frozen_cgroups] == [path]
+    messages = [e.message for e in d.evidence]
+    assert any(m.startswith(f"cgroup {path} (container fff999) is FROZEN") for m in messages[:3])
+    p = plan(d, None)
+    assert p.actions == (Action.OBSERVE,)
+    assert not set(p.actions) & CHANGING_ACTIONS
+    assert {r.action for r in p.refused} >= {Action.FORCE_DELETE, Action.UNMOUNT}
+
+
+@pytest.mark.mountns
+def test_a_thawed_container_is_containers_still_running(
+    tmp_path: Path, frozen_container: tuple[Path, int]
+) -> None:
+    cgroup, _ = frozen_container
+    _freeze(cgroup, "THAWED")
+    wait_until(
+        lambda: (cgroup / "freezer.state").read_text().strip() == "THAWED",
+        timeout=10,
+        what="the cgroup THAWED",
+    )
+    probe = probe_pod(_node(tmp_path), UID, now=NOW, plugins={})
+    assert probe["frozenCgroups"] == []
+    assert _diagnose(probe).cause is Cause.ContainersStillRunning

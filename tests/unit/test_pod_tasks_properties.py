@@ -1,0 +1,100 @@
+"""Issue #25's safety, as properties over the generated bundles of test_safety_properties: a
+frozen cgroup or a task in D state never leads to a force-delete or a node step that a pod
+with a running container would not get — ContainerFrozen plans nothing that changes
+anything — and a bundle without the new probe keys reads as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unstick.core.diagnosis import diagnose
+from unstick.core.planner import plan
+from unstick.core.policy import parse_policy
+from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
+
+from .bundles import bundle, pod, probe
+from .test_safety_properties import cases, fresh, run
+
+API_DECIDED = (Cause.NotStuck, Cause.FinalizerBlocked, Cause.NodeGone, Cause.NodeUnreachable)
+
+
+@settings(max_examples=500, deadline=None)
+@given(cases())
+def test_a_frozen_cgroup_never_leads_to_a_change_beyond_the_api_rules(case: Any) -> None:
+    facts, p = run(case)
+    d = diagnose(facts, case[1].settings if case[1] else None)
+    if d.cause is Cause.ContainerFrozen:
+        assert not set(p.actions) & CHANGING_ACTIONS, p
+        assert {Action.FORCE_DELETE, Action.UNMOUNT} <= {r.action for r in p.refused}
+    probe_ = facts.probe
+    if probe_ is not None and probe_.frozen_cgroups and fresh(facts) and facts.pod.node_name:
+        # fresh: rule 3a decides unless an API-only rule (1-3) came first
+        assert d.cause in (Cause.ContainerFrozen, *API_DECIDED), d.cause
+        if d.cause is Cause.ContainerFrozen:
+            assert not d.nothing_left
+    if probe_ is not None and (probe_.frozen_cgroups or probe_.d_tasks):
+        assert d.cause is not Cause.KubeletNotProgressing or not fresh(facts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    actions=st.lists(st.sampled_from([a.value for a in Action]), unique=True),
+    opted_in=st.booleans(),
+    dry=st.booleans(),
+    state=st.sampled_from(["FROZEN", "FREEZING"]),
+    version=st.sampled_from(["v1", "v2"]),
+    tasks=st.lists(st.integers(1, 99999), max_size=5, unique=True),
+)
+def test_container_frozen_plans_only_observe_under_any_policy(
+    actions: list[str], opted_in: bool, dry: bool, state: str, version: str, tasks: list[int]
+) -> None:
+    b = bundle(
+        the_pod=pod(statuses=[("app", "running")]),
+        the_probe=probe(
+            containers=[("app", "running")],
+            sight={
+                "frozenCgroups": [
+                    {"path": "/kubepods/pod-x/c", "state": state, "version": version}
+                ],
+                "dTasks": [{"pid": t, "comm": "app", "wchan": "__refrigerator"} for t in tasks],
+            },
+        ),
+    )
+    d = diagnose(parse_bundle(b))
+    assert d.cause is Cause.ContainerFrozen
+    policy = parse_policy({"actions": actions, "dryRun": dry})
+    p = plan(d, policy, opted_in=opted_in)
+    assert p.actions == (Action.OBSERVE,)
+    assert not set(p.actions) & (NODE_ACTIONS | {Action.FORCE_DELETE})
+
+
+def test_an_older_probe_without_the_new_keys_reads_as_before() -> None:
+    old = probe(containers=[("app", "running")])
+    assert "dTasks" not in old and "frozenCgroups" not in old
+    facts = parse_bundle(bundle(the_pod=pod(statuses=[("app", "running")]), the_probe=old))
+    assert facts.probe is not None
+    assert facts.probe.d_tasks == () and facts.probe.frozen_cgroups == ()
+    assert diagnose(facts).cause is Cause.ContainersStillRunning
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("dTasks", [{"comm": "dd"}], "probe.dTasks[0].pid"),
+        ("dTasks", [{"pid": 0, "comm": "dd"}], "probe.dTasks[0].pid"),
+        ("dTasks", "dd", "probe.dTasks"),
+        ("frozenCgroups", [{"path": "x", "state": "FROZEN", "version": "v1"}], "path"),
+        ("frozenCgroups", [{"path": "/x", "state": "THAWED", "version": "v1"}], "state"),
+        ("frozenCgroups", [{"path": "/x", "state": "FROZEN", "version": "v3"}], "version"),
+    ],
+)
+def test_a_bad_new_key_is_a_clear_error_naming_the_field(key: str, value: Any, field: str) -> None:
+    b = bundle(the_pod=pod(), the_probe=probe(containers=[], sight={key: value}))
+    with pytest.raises(BundleError) as err:
+        parse_bundle(b)
+    assert field in str(err.value)
