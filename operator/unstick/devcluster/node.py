@@ -228,6 +228,7 @@ class RealNode:
     kubelet: NodeDaemon | None = field(init=False, default=None)
     relay: ServiceRelay | None = field(init=False, default=None)
     _links_before: dict[str, str] = field(init=False, default_factory=dict)
+    _netns_before: frozenset[str] = field(init=False, default_factory=frozenset)
     _made_cni_cache: bool = field(init=False, default=False)
     _made_bridge: bool = field(init=False, default=False)
     _lock: int | None = field(init=False, default=None)
@@ -282,6 +283,7 @@ class RealNode:
         self._take_lock()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.settings.name}-"))
         self._links_before = links()
+        self._netns_before = named_netns()
         try:
             self._prepare_host()
             self._start_namespaces()
@@ -604,13 +606,21 @@ class RealNode:
             if name not in self._links_before and master in ("", bridge)
         ]
         found += [f"link: {name}" for name in sorted(new)]
-        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        found += [f"netns: {line}" for line in netns.splitlines() if line.strip()]
+        # The node's own netns live under its private /run (see the module docstring), so
+        # a named netns of the machine is ours only if it appeared during the node's life
+        # (another user of the machine, e.g. podman, keeps its own from before).
+        found += [f"netns: {n}" for n in sorted(named_netns() - self._netns_before)]
         if self._made_cni_cache and CNI_CACHE.exists():
             found.append(f"directory: {CNI_CACHE}")
         if hasattr(self, "workdir") and self.workdir.exists():
             found.append(f"directory: {self.workdir}")
         return found
+
+
+def named_netns() -> frozenset[str]:
+    """The machine's named network namespaces (`ip netns list`), by name."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return frozenset(line.split()[0] for line in out.splitlines() if line.strip())
 
 
 def _merge(a: dict[str, object], b: dict[str, object]) -> dict[str, object]:
