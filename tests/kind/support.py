@@ -12,7 +12,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,6 @@ class Kind:
 
     cluster: Any  # pytest_kind.KindCluster
     images: dict[str, dict[str, str]]
-    removed: list[str] = field(default_factory=list)
 
     @property
     def kubeconfig(self) -> str:
@@ -124,7 +123,6 @@ class Kind:
         podman("rm", "--force", "--time", "0", "--volumes", node)
         for volume in volumes.split():
             podman("volume", "rm", "--force", volume, check=False)
-        self.removed.append(node)
 
     def helm_install(self) -> None:
         """The chart as the README installs it; values only for the image (and to act)."""
