@@ -7,9 +7,14 @@ A Remediation is a channel, not an authority (DESIGN §3 invariant 7): whoever w
 node steps are refused (each reported as `refused`, with the reason, in
 `status.nodeActions`, and counted in `unstick_refusals_total{reason}`) unless, right
 before they run:
-- the request is fresh: `spec.nodeStepsRequestedAt` is at most `max_request_age_s` old and
-  at most `max_request_skew_s` in the future (a request the agent missed while it was down
-  may no longer be wanted: the policy may be dryRun now, the pod opted out);
+- the request was fresh when it reached the agent: `spec.nodeStepsRequestedAt` is at most
+  `max_request_age_s` older and at most `max_request_skew_s` newer than the moment the
+  agent received it (its watch event or list). A request the agent missed while it was
+  down, or an old one written again, arrives old and is refused; one that waited only in
+  the agent's own queue is not (the pod and the policy are re-read right before acting
+  anyway). A refused request as a whole is also noted in `status.nodeRefusals` (action
+  `node-steps`, its reason, `time` = that answer's `nodeStepsDoneAt`): the controller
+  asks again after a `stale` one;
 - the pod is the one named: GET `spec.podName` in the Remediation's namespace exists, its
   uid is `spec.podUID`, it is bound to this node, and its deletionTimestamp is set and in
   the past (the pod is Terminating and overdue);
@@ -152,6 +157,29 @@ def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
         )
 
 
+#: `status.nodeRefusals[].action` of a request of node steps refused as a whole; its
+#: `time` is the `status.nodeStepsDoneAt` of that answer.
+NODE_STEPS = "node-steps"
+
+
+def refusal_entry(action: str, refusal: Refusal, message: str, at: datetime) -> JSON:
+    """One `status.nodeRefusals` entry."""
+    return {
+        "action": action,
+        "reason": str(refusal),
+        "message": message[:1000],
+        "time": rfc3339(at),
+        "by": "agent",
+    }
+
+
+def with_refusal(status: JSON, entry: JSON) -> list[JSON]:
+    """`status.nodeRefusals` with `entry` appended, the newest MAX_NODE_REFUSALS kept."""
+    current = status.get("nodeRefusals")
+    kept = [e for e in current if isinstance(e, dict)] if isinstance(current, list) else []
+    return [*kept, entry][-MAX_NODE_REFUSALS:]
+
+
 # steps run one at a time on the node: the restart's once-an-hour check is not raced (CSI
 # calls are serialised per volume by the executor, as the CSI spec asks)
 CALLS_OUT = frozenset({"restart-kubelet"})
@@ -193,8 +221,10 @@ class Handler:
         finally:
             self.on_probe_duration(time.monotonic() - started)
 
-    def handle(self, obj: JSON) -> None:
-        """React to one Remediation (ADDED/MODIFIED or listed)."""
+    def handle(self, obj: JSON, received: datetime | None = None) -> None:
+        """React to one Remediation (ADDED/MODIFIED or listed) that the agent `received`
+        at that time (its watch event or list; None: now) — the request's age is judged
+        then, not after the agent's own queue (docs/agent.md, "Request age")."""
         meta = obj.get("metadata") or {}
         ns, name, key = meta.get("namespace"), meta.get("name"), meta.get("uid") or ""
         if not isinstance(ns, str) or not isinstance(name, str):
@@ -204,11 +234,13 @@ class Handler:
         if spec.get("incident"):
             return  # a node incident (docs/incidents.md) asks no agent anything
         try:
-            self._handle(ns, name, key, spec, status)
+            self._handle(ns, name, key, spec, status, received=received or self.clock())
         except BadRemediation as exc:
             log.warning("remediation %s/%s: %s", ns, name, exc)
 
-    def _handle(self, ns: str, name: str, key: str, spec: JSON, status: JSON) -> None:
+    def _handle(
+        self, ns: str, name: str, key: str, spec: JSON, status: JSON, *, received: datetime
+    ) -> None:
         if spec.get("nodeName") not in (None, self.settings.node_name):
             raise BadRemediation(f"spec.nodeName: {spec.get('nodeName')!r} is not this node")
         uid = _uid(spec)
@@ -218,7 +250,7 @@ class Handler:
         steps_due = steps_at and (done_at is None or steps_at > done_at)
         if steps_at and steps_due and self.served_steps.get(key) != steps_at_raw:
             self.served_steps[key] = str(steps_at_raw)
-            self._run_steps(ns, name, uid, spec, steps_at)
+            self._run_steps(ns, name, uid, spec, status, asked=(steps_at, received))
             return
         probe_at_raw = spec.get("probeRequestedAt")
         probe_at = parse_time(probe_at_raw, "spec.probeRequestedAt")
@@ -238,16 +270,8 @@ class Handler:
     def _refuse_probe(self, ns: str, name: str, status: JSON, exc: BadRemediation) -> None:
         """No probe for a pod that fails the pod check: a refusal on record instead."""
         self.on_refusal(exc.refusal)
-        entry = {
-            "action": "probe",
-            "reason": str(exc.refusal),
-            "message": str(exc)[:1000],
-            "time": rfc3339(self.clock()),
-            "by": "agent",
-        }
-        current = status.get("nodeRefusals")
-        kept = [e for e in current if isinstance(e, dict)] if isinstance(current, list) else []
-        self.patch_status(ns, name, {"nodeRefusals": [*kept, entry][-MAX_NODE_REFUSALS:]})
+        entry = refusal_entry("probe", exc.refusal, str(exc), self.clock())
+        self.patch_status(ns, name, {"nodeRefusals": with_refusal(status, entry)})
 
     def _check_pod(self, ns: str, spec: JSON) -> JSON:
         """The pod named in spec, from the API: this uid, on this node, overdue Terminating."""
@@ -266,10 +290,11 @@ class Handler:
         assert pod is not None
         return pod
 
-    def _check_request(self, ns: str, spec: JSON, requested: datetime) -> Mandate:
-        """The request is fresh and names an overdue Terminating pod of this node; returns
-        the policy in force for that pod, read from the API."""
-        check_request_age(requested, self.clock(), self.settings)
+    def _check_request(self, ns: str, spec: JSON, asked: tuple[datetime, datetime]) -> Mandate:
+        """The request (`asked`: its time and when the agent received it) was fresh when
+        it came and names an overdue Terminating pod of this node; returns the policy in
+        force for that pod, read from the API."""
+        check_request_age(asked[0], asked[1], self.settings)
         pod = self._check_pod(ns, spec)
         return read_mandate(self.policies, ns, pod)
 
@@ -286,18 +311,19 @@ class Handler:
         return [self._refused(a, t, refusal, message) for a, t in steps]
 
     def _authorised(
-        self, ns: str, spec: JSON, requested: datetime, steps: list[tuple[str, str]]
-    ) -> tuple[list[StepResult], Mandate | None]:
-        """(refusals, None) or ([], the mandate every step is permitted under)."""
+        self, ns: str, spec: JSON, asked: tuple[datetime, datetime], steps: list[tuple[str, str]]
+    ) -> tuple[list[StepResult], Mandate | Refusal]:
+        """(refusals, why) or ([], the mandate every step is permitted under)."""
         try:
-            m = self._check_request(ns, spec, requested)
+            m = self._check_request(ns, spec, asked)
         except BadRemediation as exc:
-            return self._refuse_all(steps, exc.refusal, str(exc)), None
+            return self._refuse_all(steps, exc.refusal, str(exc)), exc.refusal
         for action, _target in steps:
             narrowed = permit(m, Action(action))
             if not narrowed:
                 assert narrowed.refusal is not None
-                return self._refuse_all(steps, narrowed.refusal, narrowed.message), None
+                why = narrowed.refusal
+                return self._refuse_all(steps, why, narrowed.message), why
         assert m.policy is not None
         limit = m.policy.rate_limits.node_per_minute
         wait = self.budget.try_take(self.clock().timestamp(), limit)
@@ -308,7 +334,7 @@ class Handler:
                 f"--max-node-actions-per-minute {self.budget.cap}, or a stricter policy's "
                 f"in the last minute) is used up for {wait:.0f}s"
             )
-            return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), None
+            return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), Refusal.POLICY_FORBIDS
         return [], m
 
     def _act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
@@ -330,28 +356,43 @@ class Handler:
                 break
         return results
 
-    def _run_steps(self, ns: str, name: str, uid: str, spec: JSON, requested: datetime) -> None:
+    def _run_steps(
+        self,
+        ns: str,
+        name: str,
+        uid: str,
+        spec: JSON,
+        status: JSON,
+        *,
+        asked: tuple[datetime, datetime],
+    ) -> None:
         results: list[StepResult] = []
+        why: Refusal | None = None
         try:
             steps = parse_steps(spec)
         except BadRemediation as exc:
             results = self._refuse_all([("(none)", "")], exc.refusal, str(exc))
-            steps = []
+            steps, why = [], exc.refusal
         m: Mandate | None = None
         if steps:
-            results, m = self._authorised(ns, spec, requested, steps)
-            if m is None:
+            results, granted = self._authorised(ns, spec, asked, steps)
+            if isinstance(granted, Refusal):
                 log.warning(
                     "remediation %s/%s: node steps refused: %s", ns, name, results[0].message
                 )
-                steps = []
+                steps, why = [], granted
+            else:
+                m = granted
         lazy = bool(m is not None and m.policy is not None and m.policy.lazy_unmount)
         results.extend(self._act(uid, steps, lazy=lazy))
-        done = max(self.clock(), requested)  # never earlier than the request (clock skew)
+        done = max(self.clock(), asked[0])  # never earlier than the request (clock skew)
         patch: JSON = {
             "nodeActions": [r.to_json() for r in results],
             "nodeStepsDoneAt": rfc3339(done),
         }
+        if why is not None:  # the request as a whole, with its reason (the controller's cue)
+            entry = refusal_entry(NODE_STEPS, why, results[0].message, done)
+            patch["nodeRefusals"] = with_refusal(status, entry)
         if m is not None:  # a refused request gets no probe either (same pod check)
             try:
                 patch["probe"] = self.probe(uid)

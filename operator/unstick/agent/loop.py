@@ -16,6 +16,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote
@@ -252,16 +253,17 @@ class Agent:
         pod_uid = (obj.get("spec") or {}).get("podUID")
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
-        self.workers().submit(key, lambda: self._handle(obj))
+        received = self.handler.clock()  # a request's age is judged at its arrival
+        self.workers().submit(key, lambda: self._handle(obj, received))
 
     def _forget(self, key: str) -> None:
         self.handler.served_probes.pop(key, None)
         self.handler.served_steps.pop(key, None)
         self.scope.forget(key)
 
-    def _handle(self, obj: JSON) -> None:
+    def _handle(self, obj: JSON, received: datetime) -> None:
         try:
-            self.handler.handle(obj)
+            self.handler.handle(obj, received)
         except Exception:  # one bad object or failed patch never stops the loop
             meta = obj.get("metadata") or {}
             log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
