@@ -1,8 +1,8 @@
 """Issue #25 at the agent, on real parts: a real process in uninterruptible sleep (a vfork()ed
 parent waits in D while its child runs; a tiny C program built here with gcc) and a real
 cgroup v1 freezer cgroup, frozen by the test — both named like a container cgroup of the
-pod. The probe reports them; the diagnosis names them. Every process and cgroup is gone at
-the end, also on failure."""
+pod. The probe reports them; the diagnosis names them; the node step `thaw` thaws exactly
+the pod's frozen cgroup. Every process and cgroup is gone at the end, also on failure."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from unstick.agent.executor import Executor
 from unstick.agent.probe import probe_pod
 from unstick.agent.settings import AgentSettings
 from unstick.core.diagnosis import diagnose
@@ -228,8 +229,8 @@ def test_a_frozen_container_cgroup_is_container_frozen(
     messages = [e.message for e in d.evidence]
     assert any(m.startswith(f"cgroup {path} (container fff999) is FROZEN") for m in messages[:3])
     p = plan(d, None)
-    assert p.actions == (Action.OBSERVE,)
-    assert not set(p.actions) & CHANGING_ACTIONS
+    assert p.actions == (Action.THAW,)  # every action permitted: only the thaw
+    assert not set(p.actions) & (CHANGING_ACTIONS - {Action.THAW})
     assert {r.action for r in p.refused} >= {Action.FORCE_DELETE, Action.UNMOUNT}
 
 
@@ -247,3 +248,67 @@ def test_a_thawed_container_is_containers_still_running(
     probe = probe_pod(_node(tmp_path), UID, now=NOW, plugins={})
     assert probe["frozenCgroups"] == []
     assert _diagnose(probe).cause is Cause.ContainersStillRunning
+
+
+# --- thaw: the node step (issue #25) ------------------------------------------------------
+
+
+def _state_of(cgroup: Path) -> str:
+    return (cgroup / "freezer.state").read_text().strip()
+
+
+@pytest.mark.mountns
+def test_thaw_thaws_exactly_the_pods_frozen_cgroup(
+    tmp_path: Path, frozen_container: tuple[Path, int]
+) -> None:
+    """The planned step thaws the pod's frozen container cgroup: the process runs again (a
+    SIGTERM then ends it), and the next probe shows ContainersStillRunning, not frozen."""
+    cgroup, pid = frozen_container
+    settings = _node(tmp_path)
+    d = _diagnose(probe_pod(settings, UID, now=NOW, plugins={}))
+    steps = plan(d, None).steps
+    path = "/" + str(cgroup.relative_to(FREEZER_CGROUP))
+    assert [(s.action, s.target) for s in steps] == [(Action.THAW, path)]
+    ex = Executor(settings)
+    dry = ex.run_step(UID, "thaw", path, dry_run=True, lazy_unmount=False)
+    assert dry.result == "dry_run" and _state_of(cgroup) == "FROZEN", dry
+    done = ex.run_step(UID, "thaw", path, dry_run=False, lazy_unmount=False)
+    assert done.result == "succeeded", done
+    assert "wrote THAWED to freezer.state" in done.message
+    wait_until(lambda: _state_of(cgroup) == "THAWED", timeout=10, what="the cgroup THAWED")
+    assert _diagnose(probe_pod(settings, UID, now=NOW, plugins={})).cause is (
+        Cause.ContainersStillRunning
+    )
+    os.kill(pid, signal.SIGTERM)  # the runtime's kill now lands
+    wait_until(lambda: not _procs(cgroup), timeout=10, what="the thawed process gone")
+
+
+OTHER = "ffffffff-6666-4666-8666-ffffffffffff"
+
+
+@pytest.mark.mountns
+def test_thaw_refuses_a_cgroup_that_is_not_the_pods_frozen_one(
+    tmp_path: Path, frozen_container: tuple[Path, int]
+) -> None:
+    """A target from a Remediation is only matched against the agent's own fresh scan of
+    this pod: another pod's frozen cgroup, a path with `..`, a parent, a thawed cgroup and
+    the right path under another pod's UID are all refused, and nothing is thawed."""
+    cgroup, _ = frozen_container
+    path = "/" + str(cgroup.relative_to(FREEZER_CGROUP))
+    ex = Executor(_node(tmp_path))
+    targets = [
+        (UID, path.replace(UID, OTHER)),
+        (UID, path + "/../cri-containerd-fff999.scope"),
+        (UID, str(Path(path).parent.parent)),  # above the pod's cgroup
+        (UID, "/"),
+        (UID, ""),
+        (OTHER, path),  # right path, another pod's request
+    ]
+    for uid, target in targets:
+        r = ex.run_step(uid, "thaw", target, dry_run=False, lazy_unmount=False)
+        assert r.result == "refused", (target, r)
+        assert _state_of(cgroup) == "FROZEN"
+    _freeze(cgroup, "THAWED")
+    wait_until(lambda: _state_of(cgroup) == "THAWED", timeout=10, what="the cgroup THAWED")
+    r = ex.run_step(UID, "thaw", path, dry_run=False, lazy_unmount=False)
+    assert r.result == "refused" and "not a frozen cgroup of pod" in r.message, r

@@ -42,7 +42,7 @@ from bundles import (
 )
 
 OUT = Path(__file__).resolve().parent.parent / "scenarios"
-ALL_NODE = ["replay-unpublish", "unmount", "rmdir-stale", "restart-kubelet"]
+ALL_NODE = ["replay-unpublish", "unmount", "rmdir-stale", "thaw", "restart-kubelet"]
 CHANGING = [*ALL_NODE, "force-delete", "remove-finalizer"]
 EVERYTHING = {"actions": ["observe", *CHANGING], "dryRun": False}
 CSI = {"pvcs": [pvc()], "pvs": [pv()], "the_csi_node": csi_node([DRIVER])}
@@ -210,7 +210,7 @@ def cases() -> dict[str, dict[str, Any]]:
             ],
         ),
     )
-    # ContainerFrozen (issue #25): before ContainersStillRunning; observe only
+    # ContainerFrozen (issue #25): before ContainersStillRunning; thaw where permitted
     c["container-frozen-v1-freezer"] = bundle(
         the_pod=pod(statuses=[("app", "running")]),
         the_probe=probe(
@@ -219,8 +219,8 @@ def cases() -> dict[str, dict[str, Any]]:
         ),
         expect=e(
             "ContainerFrozen",
-            plan=["observe"],
-            never=CHANGING,
+            plan=["thaw"],
+            never=[a for a in CHANGING if a != "thaw"],
             refused=["force-delete", "unmount"],
             evidence=["(container id-app) is FROZEN (cgroup v1 freezer, frozen itself)"],
         ),
@@ -241,8 +241,9 @@ def cases() -> dict[str, dict[str, Any]]:
             "ContainerFrozen",
             plan=["observe"],
             never=CHANGING,
-            refused=["force-delete", "unmount"],
+            refused=["force-delete", "unmount", "thaw"],
             evidence=["(the pod's own cgroup) is FREEZING", "uninterruptible sleep"],
+            policy=EVERYTHING | {"actions": ["observe", "force-delete", "unmount"]},
         ),
     )
     # MountBusy

@@ -1,7 +1,8 @@
 """Issue #25's safety, as properties over the generated bundles of test_safety_properties: a
 frozen cgroup or a task in D state never leads to a force-delete or a node step that a pod
 with a running container would not get — ContainerFrozen plans nothing that changes
-anything — and a bundle without the new probe keys reads as before."""
+anything except an allowed `thaw` of the pod's own frozen cgroups — and a bundle without
+the new probe keys reads as before."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from hypothesis import strategies as st
 
 from unstick.core.diagnosis import diagnose
 from unstick.core.planner import plan
+from unstick.core.pod_tasks import is_pod_cgroup
 from unstick.core.policy import parse_policy
 from unstick.core.snapshot import BundleError, parse_bundle
 from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
 
-from .bundles import bundle, pod, probe
+from .bundles import OTHER_UID, UID, bundle, pod, probe
 from .test_safety_properties import cases, fresh, run
 
 API_DECIDED = (Cause.NotStuck, Cause.FinalizerBlocked, Cause.NodeGone, Cause.NodeUnreachable)
@@ -25,52 +27,81 @@ API_DECIDED = (Cause.NotStuck, Cause.FinalizerBlocked, Cause.NodeGone, Cause.Nod
 
 @settings(max_examples=500, deadline=None)
 @given(cases())
-def test_a_frozen_cgroup_never_leads_to_a_change_beyond_the_api_rules(case: Any) -> None:
+def test_a_frozen_cgroup_never_leads_to_a_change_beyond_the_api_rules_but_a_thaw(
+    case: Any,
+) -> None:
     facts, p = run(case)
     d = diagnose(facts, case[1].settings if case[1] else None)
     if d.cause is Cause.ContainerFrozen:
-        assert not set(p.actions) & CHANGING_ACTIONS, p
+        assert not set(p.actions) & (CHANGING_ACTIONS - {Action.THAW}), p
         assert {Action.FORCE_DELETE, Action.UNMOUNT} <= {r.action for r in p.refused}
+        assert not d.nothing_left
     probe_ = facts.probe
     if probe_ is not None and probe_.frozen_cgroups and fresh(facts) and facts.pod.node_name:
         # fresh: rule 3a decides unless an API-only rule (1-3) came first
         assert d.cause in (Cause.ContainerFrozen, *API_DECIDED), d.cause
-        if d.cause is Cause.ContainerFrozen:
-            assert not d.nothing_left
-    if probe_ is not None and (probe_.frozen_cgroups or probe_.d_tasks):
-        assert d.cause is not Cause.KubeletNotProgressing or not fresh(facts)
+    if probe_ is not None and (probe_.frozen_cgroups or probe_.d_tasks) and fresh(facts):
+        assert d.cause is not Cause.KubeletNotProgressing
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
+@given(cases())
+def test_thaw_only_for_container_frozen_and_only_the_pods_own_frozen_cgroups(case: Any) -> None:
+    facts, p = run(case)
+    thaws = [s for s in p.steps if s.action is Action.THAW]
+    if not thaws:
+        return
+    d = diagnose(facts, case[1].settings if case[1] else None)
+    assert d.cause is Cause.ContainerFrozen and fresh(facts)
+    assert facts.probe is not None
+    frozen = {c.path for c in facts.probe.frozen_cgroups if c.self_frozen is not False}
+    for s in thaws:
+        assert is_pod_cgroup(s.target, facts.pod.uid), s.target
+        assert s.target in frozen
+        assert ".." not in s.target.split("/")
+
+
+OWN = f"/kubepods/pod{UID}/cri-containerd-id-app"
+PATHS = [OWN, f"/kubepods/pod{OTHER_UID}/c", f"/kubepods/pod{UID}/../x", "/", "/kubepods"]
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     actions=st.lists(st.sampled_from([a.value for a in Action]), unique=True),
     opted_in=st.booleans(),
-    dry=st.booleans(),
     state=st.sampled_from(["FROZEN", "FREEZING"]),
     version=st.sampled_from(["v1", "v2"]),
+    path=st.sampled_from(PATHS),
+    own=st.sampled_from([True, False, None]),
     tasks=st.lists(st.integers(1, 99999), max_size=5, unique=True),
 )
-def test_container_frozen_plans_only_observe_under_any_policy(
-    actions: list[str], opted_in: bool, dry: bool, state: str, version: str, tasks: list[int]
+def test_container_frozen_plans_a_thaw_of_its_own_cgroup_or_only_observe(
+    actions: list[str],
+    opted_in: bool,
+    state: str,
+    version: str,
+    path: str,
+    own: bool | None,
+    tasks: list[int],
 ) -> None:
+    entry = {"path": path, "state": state, "version": version, "selfFrozen": own}
     b = bundle(
         the_pod=pod(statuses=[("app", "running")]),
         the_probe=probe(
             containers=[("app", "running")],
             sight={
-                "frozenCgroups": [
-                    {"path": "/kubepods/pod-x/c", "state": state, "version": version}
-                ],
+                "frozenCgroups": [entry],
                 "dTasks": [{"pid": t, "comm": "app", "wchan": "__refrigerator"} for t in tasks],
             },
         ),
     )
     d = diagnose(parse_bundle(b))
     assert d.cause is Cause.ContainerFrozen
-    policy = parse_policy({"actions": actions, "dryRun": dry})
-    p = plan(d, policy, opted_in=opted_in)
-    assert p.actions == (Action.OBSERVE,)
-    assert not set(p.actions) & (NODE_ACTIONS | {Action.FORCE_DELETE})
+    p = plan(d, parse_policy({"actions": actions}), opted_in=opted_in)
+    thaw = "thaw" in actions and opted_in and path == OWN and own is not False
+    assert p.actions == ((Action.THAW,) if thaw else (Action.OBSERVE,))
+    assert all(s.target == OWN for s in p.steps if s.action is Action.THAW)
+    assert not set(p.actions) & (NODE_ACTIONS - {Action.THAW} | {Action.FORCE_DELETE})
 
 
 def test_an_older_probe_without_the_new_keys_reads_as_before() -> None:

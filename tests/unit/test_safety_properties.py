@@ -27,6 +27,7 @@ from .bundles import (
     OTHER_UID,
     PV,
     ROOT,
+    UID,
     bundle,
     csi_mount_path,
     csi_node,
@@ -45,6 +46,11 @@ from .bundles import (
 
 SEEN: set[Cause] = set()  # causes the generated cases reached
 FROZEN_CGROUP = {"path": "/kubepods/podx/cri-containerd-id-app", "state": "FROZEN", "version": "v1"}
+CGROUPS = [  # the pod's own container cgroup, another pod's, one escaping with ..
+    f"/kubepods/pod{UID}/cri-containerd-id-app",
+    f"/kubepods/pod{OTHER_UID}/cri-containerd-id-app",
+    f"/kubepods/pod{UID}/../pod{OTHER_UID}",
+]
 D_TASK = {"pid": 4711, "comm": "dd", "container": "id-app", "wchan": "nfs_wait_bit_killable"}
 NOW = datetime.fromisoformat("2026-11-20T10:00:00+00:00")
 FINALIZERS = ["example.com/protect", "other.io/keep", "kubernetes.io/pvc-protection"]
@@ -150,7 +156,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
         )
         # issue #25: a tenth of the probes show a frozen cgroup of the pod, some a task in D
         if draw(st.integers(0, 9)) == 0:
-            the_probe["frozenCgroups"] = [FROZEN_CGROUP]
+            the_probe["frozenCgroups"] = [FROZEN_CGROUP | {"path": draw(st.sampled_from(CGROUPS))}]
         if draw(st.integers(0, 9)) == 0:
             the_probe["dTasks"] = [D_TASK]
     b = bundle(

@@ -36,6 +36,7 @@ from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounts import MountTable
 from unstick.agent.mounttable import MountWatch, lines_under, watch_for
 from unstick.agent.plugins import Plugin, registered_plugins
+from unstick.agent.pod_tasks import ThawRefused, thaw_cgroup
 from unstick.agent.probe import rfc3339
 from unstick.agent.refused import Refused
 from unstick.agent.replay import replay_volume
@@ -290,6 +291,7 @@ class Executor:
             "unmount": lambda u, t, d: self.unmount(u, t, d, lazy=lazy_unmount),
             "rmdir-stale": self.rmdir_stale,
             "restart-kubelet": self.restart_kubelet,
+            "thaw": self.thaw,
         }
         fn = actions.get(action)
         if fn is None:
@@ -505,6 +507,15 @@ class Executor:
             if not isinstance(data.get(key), str) or not data[key]:
                 raise Refused(f"{path}: {key} missing or not a string")
         return {k: v for k, v in data.items() if isinstance(v, str)}
+
+    # --- thaw (issue #25; agent/pod_tasks.py) --------------------------------------
+
+    def thaw(self, uid: str, target: str, dry_run: bool) -> str:
+        """Thaw one frozen cgroup of the pod, re-found by a fresh scan from the pod UID."""
+        try:
+            return thaw_cgroup(self.settings.host_proc, uid, target, dry_run)
+        except ThawRefused as exc:
+            raise Refused(str(exc)) from None
 
     # --- restart-kubelet -----------------------------------------------------------
 

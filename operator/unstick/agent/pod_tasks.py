@@ -11,8 +11,12 @@ Both start from the pod's processes as the cgroup scan found them
   own cgroup, the freezer state — cgroup v1 `freezer.state` (FROZEN / FREEZING; THAWED is
   not reported) with `freezer.self_freezing`, cgroup v2 `cgroup.events` `frozen 1`
   (FROZEN) or `cgroup.freeze` 1 without it (FREEZING). Where a cgroup path is in the
-  filesystem comes from the agent's own mountinfo (each cgroup mount's root and mount
-  point); a cgroup outside every mount the agent sees is a blind spot, never "not frozen".
+  filesystem comes from a mount table (each cgroup mount's root and mount point): the
+  host's, through `<host-proc>/1/root`, where the agent may enter it, else the agent's own;
+  a cgroup outside every mount the agent sees is a blind spot, never "not frozen".
+- `thaw_cgroup`: the node step `thaw` — thaws one cgroup, only when the agent's own scan,
+  right now, finds it among this pod's frozen cgroups (the target from a Remediation is
+  matched against that list, never used as a path).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from unstick.agent.containers import Member
+from unstick.agent.containers import Member, pod_component, scan_cgroups
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
 
 MAX_TASKS = 16  # the Remediation CRD's bounds (probe.dTasks, probe.frozenCgroups)
@@ -119,8 +123,7 @@ class CgroupMount:
     mount_point: str
 
 
-def cgroup_mounts(mountinfo_path: str = "/proc/self/mountinfo") -> list[CgroupMount]:
-    """The v1 freezer and v2 mounts the agent itself sees."""
+def _cgroup_mounts(mountinfo_path: str, prefix: str) -> list[CgroupMount]:
     text = _read(mountinfo_path, 1 << 22)
     try:
         mounts = parse_mountinfo(text or "")
@@ -128,11 +131,21 @@ def cgroup_mounts(mountinfo_path: str = "/proc/self/mountinfo") -> list[CgroupMo
         return []
     out = []
     for m in mounts:
+        where = prefix + m.mount_point
         if m.fstype == "cgroup2":
-            out.append(CgroupMount(V2, m.root, m.mount_point))
+            out.append(CgroupMount(V2, m.root, where))
         elif m.fstype == "cgroup" and "freezer" in m.super_options:
-            out.append(CgroupMount(V1, m.root, m.mount_point))
-    return out
+            out.append(CgroupMount(V1, m.root, where))
+    return [m for m in out if os.path.isdir(m.mount_point)]
+
+
+def cgroup_mounts(host_proc: str) -> list[CgroupMount]:
+    """The v1 freezer and v2 mounts: the host's (PID 1's mount table, reached through
+    `<host-proc>/1/root`) where the agent can enter them, else the agent's own."""
+    host = os.path.join(host_proc, "1")
+    return _cgroup_mounts(os.path.join(host, "mountinfo"), os.path.join(host, "root")) or (
+        _cgroup_mounts("/proc/self/mountinfo", "")
+    )
 
 
 def _where(path: str, version: str, mounts: list[CgroupMount]) -> str | None:
@@ -196,3 +209,37 @@ def frozen_cgroups(
         elif state in (FROZEN, FREEZING):
             frozen.append(FrozenCgroup(path, state, version, container, own))
     return frozen[:MAX_FROZEN], blind
+
+
+class ThawRefused(Exception):
+    """The thaw's own check, right before acting, does not hold."""
+
+
+def pod_frozen_now(host_proc: str, uid: str) -> list[FrozenCgroup]:
+    """The pod's frozen cgroups as a fresh scan finds them (ThawRefused if it is blind)."""
+    scan = scan_cgroups(host_proc, uid)
+    if scan.gap:
+        raise ThawRefused(f"cgroup scan incomplete: {scan.gap}")
+    frozen, blind = frozen_cgroups(scan.members, pod_component(uid), cgroup_mounts(host_proc))
+    if blind and not frozen:
+        raise ThawRefused("; ".join(blind[:2]))
+    return frozen
+
+
+def thaw_cgroup(host_proc: str, uid: str, target: str, dry_run: bool) -> str:
+    """Thaw `target` if it is, right now, a frozen cgroup of pod `uid` (frozen itself: one
+    frozen only through its parent thaws with the parent). Raises ThawRefused otherwise."""
+    found = next((c for c in pod_frozen_now(host_proc, uid) if c.path == target), None)
+    if found is None:
+        raise ThawRefused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
+    if found.self_frozen is False:
+        raise ThawRefused(f"{target} is frozen only through its parent: thaw the parent")
+    directory = _where(found.path, found.version, cgroup_mounts(host_proc))
+    if directory is None:
+        raise ThawRefused(f"{target}: not under a cgroup mount the agent sees")
+    file, value = ("freezer.state", "THAWED") if found.version == V1 else ("cgroup.freeze", "0")
+    if dry_run:
+        return f"would write {value} to {file} of {target} ({found.state})"
+    with open(os.path.join(directory, file), "w", encoding="ascii") as f:
+        f.write(value)
+    return f"wrote {value} to {file} of {target} (was {found.state})"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from unstick.core import safety
 from unstick.core.diagnosis import Diagnosis
 from unstick.core.kubelet_paths import depth
+from unstick.core.pod_tasks import thaw_safe
 from unstick.core.policy import RemediationPolicy
 from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
 
@@ -93,6 +94,10 @@ class _Builder:
                 (m.driver_registered for m in d.mounts if m.mount_point == target), None
             )
             return safety.replay_unpublish_safe(target, root, d.uid, registered)
+        if action is Action.THAW:  # issue #25: only the pod's own frozen cgroups
+            if d.cause is not Cause.ContainerFrozen:
+                return safety.refuse("thaw is only for ContainerFrozen")
+            return thaw_safe(target, d.uid, d.frozen_cgroups)
         if action is Action.FORCE_DELETE:  # invariant 3
             return safety.force_delete_safe(d.cause, d.fenced, d.nothing_left, d.probe_fresh)
         if action is Action.REMOVE_FINALIZER:  # invariant 4
@@ -144,6 +149,10 @@ def _cause_plan(b: _Builder) -> None:
             )
             b.refuse_all(node_actions, f"node {d.node} is unreachable: its agent cannot act")
         case Cause.ContainersStillRunning | Cause.ContainerFrozen:  # frozen: running, unkillable
+            for c in d.frozen_cgroups:
+                if c.self_frozen is False:
+                    continue  # thaws with its parent (one above the pod is not ours)
+                b.step(Action.THAW, c.path, f"cgroup {c.path} is {c.state}: the kill waits")
             running = ", ".join(d.running_containers)
             b.refuse(Action.FORCE_DELETE, f"{running} still running")
             b.refuse(Action.UNMOUNT, f"{running} still running: the volumes are in use")

@@ -8,9 +8,11 @@ with nothing reported.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from unstick.core import fields as f
+from unstick.core import safety
 from unstick.core.facts import FREEZER_STATES, DTask, FrozenCgroup
 
 CGROUP_VERSIONS = ("v1", "v2")
@@ -100,3 +102,32 @@ def frozen_words(c: FrozenCgroup) -> str:
         f"cgroup {c.path} ({_container(c.container)}) is {c.state} ({detail}): its processes "
         "cannot run, so the runtime cannot stop them until it is thawed"
     )
+
+
+def pod_cgroup_component(uid: str) -> re.Pattern[str]:
+    """The cgroup path component naming pod `uid`: `pod<uid>` (cgroupfs driver) or
+    `kubepods[-<qos>]-pod<uid with _>.slice` (systemd driver)."""
+    dashed, underscored = re.escape(uid), re.escape(uid.replace("-", "_"))
+    return re.compile(rf"^(pod{dashed}|kubepods(-[a-z]+)?-pod{underscored}\.slice)$")
+
+
+def is_pod_cgroup(path: str, uid: str) -> bool:
+    """`path` is an absolute, normal cgroup path at or below a component naming the pod."""
+    parts = path.split("/")
+    if not uid or parts[0] != "" or any(p in ("", ".", "..") for p in parts[1:]):
+        return False
+    pattern = pod_cgroup_component(uid)
+    return any(pattern.match(p) for p in parts[1:])
+
+
+def thaw_safe(path: str, uid: str, frozen: tuple[FrozenCgroup, ...]) -> safety.Verdict:
+    """`thaw`: only a cgroup of this pod that the fresh probe reports frozen itself (one
+    frozen only through its parent thaws with the parent)."""
+    if not is_pod_cgroup(path, uid):
+        return safety.refuse(f"{path} is not a cgroup of pod {uid}")
+    found = next((c for c in frozen if c.path == path), None)
+    if found is None:
+        return safety.refuse(f"{path} is not among the pod's frozen cgroups")
+    if found.self_frozen is False:
+        return safety.refuse(f"{path} is frozen only through its parent")
+    return safety.SAFE

@@ -32,6 +32,7 @@ class Action(StrEnum):
     REPLAY_UNPUBLISH = "replay-unpublish"
     UNMOUNT = "unmount"
     RMDIR_STALE = "rmdir-stale"
+    THAW = "thaw"  # issue #25: thaw the pod's frozen cgroups (ContainerFrozen only)
     RESTART_KUBELET = "restart-kubelet"
     FORCE_DELETE = "force-delete"
     REMOVE_FINALIZER = "remove-finalizer"
@@ -39,7 +40,13 @@ class Action(StrEnum):
 
 #: Actions run by the node agent on the pod's node.
 NODE_ACTIONS: frozenset[Action] = frozenset(
-    {Action.REPLAY_UNPUBLISH, Action.UNMOUNT, Action.RMDIR_STALE, Action.RESTART_KUBELET}
+    {
+        Action.REPLAY_UNPUBLISH,
+        Action.UNMOUNT,
+        Action.RMDIR_STALE,
+        Action.THAW,
+        Action.RESTART_KUBELET,
+    }
 )
 
 #: Actions run by the controller against the Kubernetes API.
