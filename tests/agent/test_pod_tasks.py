@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from unstick.agent.containers import Member, pod_component
 from unstick.agent.executor import Executor
+from unstick.agent.pod_tasks import CgroupMount, frozen_cgroups
 from unstick.agent.probe import probe_pod
 from unstick.agent.settings import AgentSettings
 from unstick.core.diagnosis import diagnose
@@ -312,3 +314,42 @@ def test_thaw_refuses_a_cgroup_that_is_not_the_pods_frozen_one(
     wait_until(lambda: _state_of(cgroup) == "THAWED", timeout=10, what="the cgroup THAWED")
     r = ex.run_step(UID, "thaw", path, dry_run=False, lazy_unmount=False)
     assert r.result == "refused" and "not a frozen cgroup of pod" in r.message, r
+
+
+# --- cgroup v2 and what cannot be seen (files laid out like a cgroup2 mount) -------------
+
+
+def _v2_member(path: str, container: str = "abc123") -> Member:
+    return Member(4242, container, ("0::" + path,))
+
+
+def test_v2_frozen_freezing_and_thawed_cgroups_are_read_from_cgroup_events(
+    tmp_path: Path,
+) -> None:
+    """This machine has the v1 freezer; the v2 reading is checked on files laid out like a
+    cgroup2 hierarchy (the kernel's own files cannot be made here)."""
+    pod_cg = f"/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice"
+    paths = {
+        pod_cg: ("frozen 1\n", "1\n"),  # frozen itself
+        f"{pod_cg}/cri-containerd-a.scope": ("populated 1\nfrozen 1\n", "0\n"),  # via parent
+        f"{pod_cg}/cri-containerd-b.scope": ("frozen 0\n", "1\n"),  # freezing
+        f"{pod_cg}/cri-containerd-c.scope": ("frozen 0\n", "0\n"),  # thawed
+    }
+    for path, (events, freeze) in paths.items():
+        (tmp_path / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (tmp_path / path.lstrip("/") / "cgroup.events").write_text(events)
+        (tmp_path / path.lstrip("/") / "cgroup.freeze").write_text(freeze)
+    members = [_v2_member(f"{pod_cg}/cri-containerd-{c}.scope", c) for c in "abc"]
+    mounts = [CgroupMount("v2", "/", str(tmp_path))]
+    frozen, blind = frozen_cgroups(members, pod_component(UID), mounts)
+    assert blind == []
+    assert [(c.path, c.state, c.container, c.self_frozen) for c in frozen] == [
+        (pod_cg, "FROZEN", "", True),
+        (f"{pod_cg}/cri-containerd-a.scope", "FROZEN", "a", False),
+        (f"{pod_cg}/cri-containerd-b.scope", "FREEZING", "b", True),
+    ]
+    # a cgroup under no mount the agent sees is a blind spot, never "not frozen"
+    frozen, blind = frozen_cgroups(members[:1], pod_component(UID), [])
+    assert frozen == [] and any("not under a cgroup mount" in b for b in blind)
+    # another pod's processes are never looked at
+    assert frozen_cgroups(members, pod_component(OTHER), mounts) == ([], [])
