@@ -353,3 +353,7 @@ def test_v2_frozen_freezing_and_thawed_cgroups_are_read_from_cgroup_events(
     assert frozen == [] and any("not under a cgroup mount" in b for b in blind)
     # another pod's processes are never looked at
     assert frozen_cgroups(members, pod_component(OTHER), mounts) == ([], [])
+    # a path seen from another cgroup namespace ("/../..") is never followed: a blind spot
+    outside = _v2_member(f"/../..{pod_cg}/cri-containerd-a.scope", "a")
+    frozen, blind = frozen_cgroups([outside], pod_component(UID), mounts)
+    assert frozen == [] and blind and all("not a plain path" in b for b in blind)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from unstick.agent.containers import Member, pod_component, scan_cgroups
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
+from unstick.core.pod_tasks import is_pod_cgroup
 
 MAX_TASKS = 16  # the Remediation CRD's bounds (probe.dTasks, probe.frozenCgroups)
 MAX_STACK_LINES = 4
@@ -175,6 +176,13 @@ def _pod_paths(members: Iterable[Member], pod: re.Pattern[str]) -> dict[tuple[st
     return out
 
 
+def _normal(path: str) -> bool:
+    """An absolute cgroup path with no empty, `.` or `..` component (a process in another
+    cgroup namespace than the agent's shows `..` components: never followed)."""
+    parts = path.split("/")
+    return parts[0] == "" and all(p not in ("", ".", "..") for p in parts[1:])
+
+
 def _v1_state(directory: str) -> tuple[str | None, bool | None]:
     state = _read(os.path.join(directory, "freezer.state"), 64)
     own = _read(os.path.join(directory, "freezer.self_freezing"), 8)
@@ -199,6 +207,9 @@ def frozen_cgroups(
     frozen: list[FrozenCgroup] = []
     blind: list[str] = []
     for (version, path), container in sorted(_pod_paths(members, pod).items()):
+        if not _normal(path):  # e.g. "/../../kubepods/…" from another cgroup namespace
+            blind.append(f"cgroup path {path} ({version}) is not a plain path from the root")
+            continue
         directory = _where(path, version, mounts)
         if directory is None:
             blind.append(f"freezer state of cgroup {path} ({version}): not under a cgroup mount")
@@ -229,6 +240,8 @@ def pod_frozen_now(host_proc: str, uid: str) -> list[FrozenCgroup]:
 def thaw_cgroup(host_proc: str, uid: str, target: str, dry_run: bool) -> str:
     """Thaw `target` if it is, right now, a frozen cgroup of pod `uid` (frozen itself: one
     frozen only through its parent thaws with the parent). Raises ThawRefused otherwise."""
+    if not is_pod_cgroup(target, uid):  # the planner's check, again at the act
+        raise ThawRefused(f"{target!r} is not a plain cgroup path of pod {uid}")
     found = next((c for c in pod_frozen_now(host_proc, uid) if c.path == target), None)
     if found is None:
         raise ThawRefused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
