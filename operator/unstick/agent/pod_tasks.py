@@ -125,9 +125,11 @@ class CgroupMount:
 
 
 def _cgroup_mounts(mountinfo_path: str, prefix: str) -> list[CgroupMount]:
-    text = _read(mountinfo_path, 1 << 22)
+    text = _read(mountinfo_path, 1 << 24) or ""
+    # only the cgroup lines are parsed: a node's table can hold thousands of mounts
+    lines = [line for line in text.splitlines() if " - cgroup" in line]
     try:
-        mounts = parse_mountinfo(text or "")
+        mounts = parse_mountinfo("\n".join(lines))
     except MountinfoError:
         return []
     out = []

@@ -92,7 +92,7 @@ def probe_pod(
     holders = scan_holders(settings.host_proc, mine, kubelet_root=root)
     blind = list(answer.gaps)
     tasks = d_tasks(settings.host_proc, answer.members)
-    mounts = cgroup_mounts(settings.host_proc)
+    mounts = cgroup_mounts(settings.host_proc) if answer.members else []
     frozen, unread = frozen_cgroups(answer.members, pod_component(uid), mounts)
     blind.extend(unread[:2])
     if holders.unknown:
