@@ -118,6 +118,28 @@ def test_chart_runs_on_every_node(kind: Kind) -> None:
     assert "STUCK PODS (0)" in out, out
 
 
+def test_pod_network_dns_and_services(kind: Kind, namespaces: list[str]) -> None:
+    """A pod on the worker without the controller reaches the controller's pod on the
+    other worker by its IP, and by its Service's DNS name (CoreDNS, kube-proxy)."""
+    controller = controller_pod(kind)
+    node = next(w for w in kind.workers() if w != controller["spec"]["nodeName"])
+    ns = "kind-net"
+    namespaces.append(ns)
+    kind.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kind.apply(busybox_pod(kind, "client", ns, node))
+    kind.kubectl("wait", "--for=condition=Ready", "pod/client", "-n", ns, "--timeout=120s")
+    # busybox's own resolver (nslookup) and nc: Debian's static busybox crashes in
+    # glibc's resolver (wget), which a static binary cannot load.
+    service = f"unstick-controller-metrics.{NAMESPACE}.svc.cluster.local"
+    answer = kind.kubectl("exec", "-n", ns, "client", "--", "nslookup", service)
+    service_ip = answer.strip().splitlines()[-1].split()[-1]
+    assert service_ip.startswith("10.96."), answer
+    request = "printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' | nc -w 10 %s 9100"
+    for ip in (controller["status"]["podIP"], service_ip):
+        out = kind.kubectl("exec", "-n", ns, "client", "--", "sh", "-c", request % ip)
+        assert "# TYPE unstick_stuck_pods gauge" in out, ip
+
+
 def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:
     """A worker cut off (its container paused: the kubelet and the pods frozen, still
     there): NotReady, not fenced -> nothing done; the `node.kubernetes.io/out-of-service`
