@@ -19,7 +19,7 @@ from unstick.controller.policies import Policy
 from unstick.controller.trust import ProbeRequests
 from unstick.core.diagnosis import Diagnosis
 from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
-from unstick.core.vocabulary import NODE_ACTIONS, Action
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, parse_time
 
@@ -28,6 +28,12 @@ _RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
 log = logging.getLogger("unstick.decisions")
 
 AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
+#: Refusals of a whole request that say nothing about the steps (the request reached the
+#: agent too old, or from the future of its clock): asked again after a backoff. A refusal
+#: for a safety reason (forged, unsafe, not opted in, policy, dry-run) is not.
+RETRIED_REFUSALS = frozenset({str(Refusal.STALE)})
+RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
+NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 
 
@@ -131,6 +137,39 @@ def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def refused_request(rem: JSON) -> tuple[str, int] | None:
+    """(reason, how many times in a row) when the agent refused the latest node-step
+    request as a whole: every result `refused`, and its `status.nodeRefusals` entry
+    (action node-steps) is of that answer (time = nodeStepsDoneAt). None otherwise."""
+    status = rem.get("status") or {}
+    if not agent_results(rem) or any(r[2] != "refused" for r in agent_results(rem)):
+        return None
+    entries = [
+        e
+        for e in status.get("nodeRefusals") or []
+        if isinstance(e, dict) and e.get("action") == NODE_STEPS
+    ]
+    try:
+        if not entries or parse_time(str(entries[-1].get("time"))) != parse_time(
+            str(status.get("nodeStepsDoneAt"))
+        ):
+            return None
+    except ValueError:
+        return None
+    reason = str(entries[-1].get("reason"))
+    times = 0
+    for entry in reversed(entries):
+        if entry.get("reason") != reason:
+            break
+        times += 1
+    return reason, times
+
+
+def retry_backoff_s(times: int, ceiling_s: float) -> float:
+    """Seconds from a refusal to the re-ask: RETRY_FIRST_S, doubled each time in a row."""
+    return min(RETRY_FIRST_S * 2.0 ** min(max(times - 1, 0), 20), ceiling_s)
+
+
 class NodeSide:
     """Mixin of the Reconciler: everything that goes through the agent."""
 
@@ -179,8 +218,13 @@ class NodeSide:
             return self._wait_for_probe(p)
         if requested and spec.get("nodeSteps") == steps and not finished:
             self._write(p, "Remediating")
-            # Never a time already past: that would re-run this pass back to back.
-            return max(parse_time(requested) + p.dec.policy.probe_max_age_s * 2, p.now + 1.0)
+            # Never a time already past: that would re-run this pass back to back (a long
+            # agent backlog is many such passes). The agent's answer pokes the pod anyway.
+            deadline = parse_time(requested) + p.dec.policy.probe_max_age_s * 2
+            return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
+        refused = refused_request(p.rem) if finished else None
+        if refused and refused[0] in RETRIED_REFUSALS and spec.get("nodeSteps") == steps:
+            return self._ask_again(p, steps, *refused)
         if finished:
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
             if p.probe is None or not probed or parse_time(probed) < parse_time(done_at):
@@ -209,6 +253,9 @@ class NodeSide:
         if wait > 0:
             self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait
+        return self._request_steps(p, steps, "requested-from-agent")
+
+    def _request_steps(self, p: Pass, steps: list[dict[str, Any]], result: str) -> float:
         self._ask(
             p,
             {
@@ -219,14 +266,28 @@ class NodeSide:
             },
         )
         log.info(
-            "pod=%s uid=%s cause=%s action=%s result=requested-from-agent",
+            "pod=%s uid=%s cause=%s action=%s result=%s",
             p.record.key,
             p.record.uid,
             p.dec.diagnosis.cause,
             ",".join(s["action"] for s in steps),
+            result,
         )
-        self._write(p, "Remediating")
+        self._write(p, "Remediating", waitingFor=None)
         return p.now + p.dec.policy.probe_max_age_s * 2
+
+    def _ask_again(self, p: Pass, steps: list[dict[str, Any]], reason: str, times: int) -> float:
+        """The agent refused our request as `reason` (stale): nothing ran, so this is not a
+        failed action; the same steps are asked again after a backoff (RETRY_FIRST_S,
+        doubled each refusal in a row, at most the re-check period), without a budget
+        slot (the first request took it; the agent keeps its own node budget too)."""
+        done_at = parse_time((p.rem.get("status") or {}).get("nodeStepsDoneAt") or "")
+        at = done_at + retry_backoff_s(times, self.settings.recheck_s)
+        if p.now < at:
+            why = f"the agent refused the node steps ({reason}); asking again at {rfc3339(at)}"
+            self._write(p, "Remediating", waitingFor=why)
+            return at
+        return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
     def record_agent_results(self, p: Pass) -> None:
         """Copy the agent's finished node actions into status.actions (by: agent), once."""

@@ -1,0 +1,167 @@
+"""A node-step request the agent refused as a whole, against a real API server (the test
+plays the agent as test_controller_agent_channel.py does): refused `stale` (it reached the
+agent too old), nothing ran, so the controller asks again after a backoff — never a failed
+action, never `Failed` — and the re-asked steps are carried out; refused for a safety
+reason (`forged`, `unsafe`) it is not asked again: the refusal stays on record and the pod
+ends `Failed` when a probe after the answer shows the steps still needed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from controller_support import Controller, Objects, await_, crds_installed
+from controller_support import policy_spec as spec
+from test_controller_agent_channel import _as_agent, _now, _probe, _ready
+
+from unstick.devcluster import ControlPlane
+
+pytestmark = pytest.mark.envtest
+
+POLICY = "t-stale"
+
+
+@pytest.fixture(scope="module")
+def channel(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Controller, Objects]]:
+    with crds_installed(control_plane):
+        objects = Objects(control_plane)
+        before = objects.replace_policy(POLICY, spec(probeMaxAgeSeconds=60))
+        ctl = Controller(control_plane, tmp_path_factory.mktemp("stale") / "controller.log")
+        try:
+            ctl.start()
+            await_(lambda: objects.policy_valid(POLICY) == "True", 30, "policy valid")
+            yield ctl, objects
+        finally:
+            ctl.stop()
+            print(ctl.log()[-4000:])
+            objects.replace_policy(POLICY, before)
+            objects.api_client.close()
+
+
+def _steps_requested(
+    objects: Objects, namespace: str, make_node: Any
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A stuck pod whose probe shows an empty volume dir left: the controller hands
+    rmdir-stale to the agent. Returns (pod, its Remediation, the stale dir)."""
+    node = make_node(kubelet=False)
+    _ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt"),
+        60,
+        "a probe request",
+    )
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None
+    stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
+    probe = _probe(node, [{"path": stale, "empty": True}], pod["uid"])
+    _as_agent(objects, namespace, rem, {"probe": probe})
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+        30,
+        "node steps for the agent",
+    )
+    return pod, rem, stale
+
+
+def _refuse(objects: Objects, namespace: str, rem: dict[str, Any], stale: str, reason: str) -> str:
+    """The agent's answer to a request refused as a whole (handler._run_steps)."""
+    done = _now()
+    refused = {
+        "action": "rmdir-stale",
+        "target": stale,
+        "result": "refused",
+        "message": f"refused: {reason}",
+        "time": done,
+    }
+    entry = {
+        "action": "node-steps",
+        "reason": reason,
+        "message": f"refused: {reason}",
+        "time": done,
+        "by": "agent",
+    }
+    status = {"nodeActions": [refused], "nodeStepsDoneAt": done, "nodeRefusals": [entry]}
+    _as_agent(objects, namespace, rem, status)
+    return done
+
+
+def test_a_request_refused_as_stale_is_asked_again_and_carried_out(
+    channel: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    controller, objects = channel
+    pod, rem, stale = _steps_requested(objects, namespace, make_node)
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    _refuse(objects, namespace, rem, stale, "stale")
+
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod))
+            and r["spec"]["nodeStepsRequestedAt"] != first
+            and r
+        ),
+        60,
+        "the same steps asked again",
+    )
+    assert [s["action"] for s in rem["spec"]["nodeSteps"]] == ["rmdir-stale"]
+    assert rem["status"]["phase"] == "Remediating"
+    results = {(a["action"], a["result"]) for a in rem["status"]["actions"]}
+    assert ("rmdir-stale", "refused") in results and ("rmdir-stale", "failed") not in results
+
+    # The agent runs the re-asked steps; a probe after them shows nothing left.
+    done = _now()
+    ran = {"action": "rmdir-stale", "target": stale, "result": "succeeded", "message": "ok"}
+    _as_agent(
+        objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
+    )
+    await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+        30,
+        "a probe request after the node steps",
+    )
+    _as_agent(objects, namespace, rem, {"probe": _probe(rem["spec"]["nodeName"], [], pod["uid"])})
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
+        60,
+        "Resolved",
+    )
+    recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
+    assert ("rmdir-stale", "succeeded", "agent") in recorded
+    assert not [a for a in recorded if a[1] == "failed"], recorded
+    assert "result=asked-again-after-stale-refusal-1" in controller.log()
+    labels = {"action": "rmdir-stale", "cause": "StaleVolumeDirs"}
+    assert controller.sample("unstick_remediations_total", **labels, result="failed") == 0
+
+
+@pytest.mark.parametrize("reason", ["forged", "unsafe"])
+def test_a_request_refused_for_safety_is_not_asked_again(
+    channel: tuple[Controller, Objects], namespace: str, make_node: Any, reason: str
+) -> None:
+    _controller, objects = channel
+    pod, rem, stale = _steps_requested(objects, namespace, make_node)
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    done = _refuse(objects, namespace, rem, stale, reason)
+
+    # Judged, as any answer, by a probe taken after it: the dir is still there.
+    await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+        30,
+        "a probe request after the refusal",
+    )
+    probe = _probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
+    _as_agent(objects, namespace, rem, {"probe": probe})
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
+        30,
+        "Failed",
+    )
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None
+    assert rem["spec"]["nodeStepsRequestedAt"] == first, "a refusal for safety was re-asked"
+    (entry,) = status["nodeRefusals"]
+    assert entry["reason"] == reason
+    assert ("rmdir-stale", "refused") in {(a["action"], a["result"]) for a in status["actions"]}
