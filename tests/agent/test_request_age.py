@@ -33,7 +33,8 @@ def request(node: Node, requested_ago_s: float, received_ago_s: float | None) ->
         },
         None if received_ago_s is None else NOW - timedelta(seconds=received_ago_s),
     )
-    return node.patches[-1]
+    patch: dict[str, Any] = node.patches[-1]
+    return patch
 
 
 def test_a_request_fresh_when_received_runs_after_a_long_queue(tmp_path: Path) -> None:

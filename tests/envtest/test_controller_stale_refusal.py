@@ -7,7 +7,11 @@ ends `Failed` when a probe after the answer shows the steps still needed."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +19,10 @@ from controller_support import Controller, Objects, await_, crds_installed
 from controller_support import policy_spec as spec
 from test_controller_agent_channel import _as_agent, _now, _probe, _ready
 
+from unstick.agent.loop import Agent, LoopSettings
+from unstick.agent.settings import AgentSettings
 from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import free_port
 
 pytestmark = pytest.mark.envtest
 
@@ -70,7 +77,7 @@ def _steps_requested(
 
 def _refuse(objects: Objects, namespace: str, rem: dict[str, Any], stale: str, reason: str) -> str:
     """The agent's answer to a request refused as a whole (handler._run_steps)."""
-    done = _now()
+    done = str(_now())
     refused = {
         "action": "rmdir-stale",
         "target": stale,
@@ -165,3 +172,104 @@ def test_a_request_refused_for_safety_is_not_asked_again(
     (entry,) = status["nodeRefusals"]
     assert entry["reason"] == reason
     assert ("rmdir-stale", "refused") in {(a["action"], a["result"]) for a in status["actions"]}
+
+
+# --- with the real agent: a request that reached it too old (the agent was down) ---------
+
+
+@contextmanager
+def _agent(control_plane: ControlPlane, node: str, root: Path, tmp: Path) -> Iterator[Agent]:
+    """The real agent loop of `node` (kubelet root `root`, the mount table an empty file),
+    in a thread; shut down and joined at the end."""
+    (tmp / "mountinfo").write_text("")
+    settings = AgentSettings(
+        node_name=node,
+        kubelet_root=str(root),
+        host_proc="/proc",  # a complete cgroup scan: no process of the pod runs here
+        mountinfo_path=str(tmp / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        state_dir=str(tmp / "state"),
+        max_request_age_s=AGE_S,
+    )
+    loop = LoopSettings(
+        kubeconfig=str(control_plane.kubeconfig),
+        metrics_port=free_port(),
+        metrics_host="127.0.0.1",
+        watch_timeout_s=5,
+    )
+    agent = Agent(settings, loop)
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        agent.shutdown()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+AGE_S = 2.0  # the agent's --max-request-age here
+
+
+def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again(
+    control_plane: ControlPlane,
+    channel: tuple[Controller, Objects],
+    namespace: str,
+    make_node: Any,
+    tmp_path: Path,
+) -> None:
+    controller, objects = channel
+    node = make_node(kubelet=False)
+    _ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY)
+    root = tmp_path / "kubelet"
+    stale = root / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    stale.mkdir(parents=True)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    # The agent is down: the probe it took before (as it writes it), then the steps.
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt") and r
+        ),
+        60,
+        "a probe request",
+    )
+    probe = {**_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
+    probe["kubeletRoot"] = str(root)
+    _as_agent(objects, namespace, rem, {"probe": probe})
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+        30,
+        "node steps for the agent",
+    )
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    older = datetime.fromisoformat(first.replace("Z", "+00:00")) + timedelta(seconds=AGE_S)
+    await_(lambda: datetime.now(UTC) > older, 30, "the request older than --max-request-age")
+
+    with _agent(control_plane, node, root, tmp_path):
+        # its list brings the missed request: refused stale, nothing done on the node
+        status = await_(
+            lambda: (s := objects.status(namespace, pod)).get("nodeRefusals") and s,
+            30,
+            "the agent's refusal",
+        )
+        assert status["nodeRefusals"][-1]["action"] == "node-steps"
+        assert status["nodeRefusals"][-1]["reason"] == "stale"
+        assert status["nodeActions"][0]["result"] == "refused"
+        # the controller asks again; the agent gets it fresh and runs it
+        status = await_(
+            lambda: (
+                (s := objects.status(namespace, pod))
+                and any(a.get("result") == "succeeded" for a in s.get("nodeActions") or [])
+                and s
+            ),
+            60,
+            "the steps asked again and run",
+        )
+    assert not stale.exists()
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None and rem["spec"]["nodeStepsRequestedAt"] != first
+    assert status.get("phase") != "Failed"
+    results = {(a["action"], a["result"]) for a in status.get("actions") or []}
+    assert ("rmdir-stale", "failed") not in results
+    assert "result=asked-again-after-stale-refusal-1" in controller.log()
