@@ -75,20 +75,27 @@ def _steps_requested(
     return pod, rem, stale
 
 
-def _refuse(objects: Objects, namespace: str, rem: dict[str, Any], stale: str, reason: str) -> str:
+def _refuse(
+    objects: Objects,
+    namespace: str,
+    rem: dict[str, Any],
+    stale: str,
+    reason: str,
+    message: str = "",
+) -> str:
     """The agent's answer to a request refused as a whole (handler._run_steps)."""
     done = str(_now())
     refused = {
         "action": "rmdir-stale",
         "target": stale,
         "result": "refused",
-        "message": f"refused: {reason}",
+        "message": message or f"refused: {reason}",
         "time": done,
     }
     entry = {
         "action": "node-steps",
         "reason": reason,
-        "message": f"refused: {reason}",
+        "message": message or f"refused: {reason}",
         "time": done,
         "by": "agent",
     }
@@ -97,13 +104,25 @@ def _refuse(objects: Objects, namespace: str, rem: dict[str, Any], stale: str, r
     return done
 
 
-def test_a_request_refused_as_stale_is_asked_again_and_carried_out(
-    channel: tuple[Controller, Objects], namespace: str, make_node: Any
+@pytest.mark.parametrize(
+    ("reason", "message", "word"),
+    [
+        ("stale", "spec.nodeStepsRequestedAt: the request is 130s old", "stale"),
+        ("policy_forbids", "rate limit: this node's budget (10 per minute ...", "busy"),
+    ],
+)
+def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
+    channel: tuple[Controller, Objects],
+    namespace: str,
+    make_node: Any,
+    reason: str,
+    message: str,
+    word: str,
 ) -> None:
     controller, objects = channel
     pod, rem, stale = _steps_requested(objects, namespace, make_node)
     first = rem["spec"]["nodeStepsRequestedAt"]
-    _refuse(objects, namespace, rem, stale, "stale")
+    _refuse(objects, namespace, rem, stale, reason, message)
 
     rem = await_(
         lambda: (
@@ -139,7 +158,8 @@ def test_a_request_refused_as_stale_is_asked_again_and_carried_out(
     recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
     assert ("rmdir-stale", "succeeded", "agent") in recorded
     assert not [a for a in recorded if a[1] == "failed"], recorded
-    assert "result=asked-again-after-stale-refusal-1" in controller.log()
+    asked_again = f"uid={pod['uid']} cause=StaleVolumeDirs action=rmdir-stale result=asked-again"
+    assert f"{asked_again}-after-{word}-refusal-1" in controller.log()
     labels = {"action": "rmdir-stale", "cause": "StaleVolumeDirs"}
     assert controller.sample("unstick_remediations_total", **labels, result="failed") == 0
 
@@ -272,4 +292,5 @@ def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again
     assert status.get("phase") != "Failed"
     results = {(a["action"], a["result"]) for a in status.get("actions") or []}
     assert ("rmdir-stale", "failed") not in results
-    assert "result=asked-again-after-stale-refusal-1" in controller.log()
+    asked_again = f"uid={pod['uid']} cause=StaleVolumeDirs action=rmdir-stale result=asked-again"
+    assert f"{asked_again}-after-stale-refusal-1" in controller.log()

@@ -56,10 +56,19 @@ def test_what_is_not_a_refusal_of_the_latest_request() -> None:
     )
 
 
-def test_only_stale_is_retried() -> None:
-    assert frozenset({"stale"}) == RETRIED_REFUSALS
+def test_only_stale_and_the_agents_budget_are_retried() -> None:
+    assert frozenset({"stale", "busy"}) == RETRIED_REFUSALS
     for reason in ("forged", "unsafe", "not_opted_in", "policy_forbids", "dry_run"):
         assert reason not in RETRIED_REFUSALS
+
+
+def test_the_agents_node_budget_is_busy_a_policy_that_forbids_is_not() -> None:
+    busy = {**refusal("policy_forbids"), "message": "rate limit: this node's budget (10 ..."}
+    assert refused_request(rem(["refused"], [busy])) == ("busy", 1)
+    forbids = {**refusal("policy_forbids"), "message": "RemediationPolicy 'x' does not permit"}
+    assert refused_request(rem(["refused"], [forbids])) == ("policy_forbids", 1)
+    before = {**busy, "time": "2026-03-01T11:59:00Z"}
+    assert refused_request(rem(["refused"], [before, refusal("stale")])) == ("stale", 1)
 
 
 def test_the_backoff_doubles_up_to_the_recheck_period() -> None:

@@ -28,10 +28,13 @@ _RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
 log = logging.getLogger("unstick.decisions")
 
 AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
-#: Refusals of a whole request that say nothing about the steps (the request reached the
-#: agent too old, or from the future of its clock): asked again after a backoff. A refusal
-#: for a safety reason (forged, unsafe, not opted in, policy, dry-run) is not.
-RETRIED_REFUSALS = frozenset({str(Refusal.STALE)})
+#: Refusals of a whole request that say nothing about the steps — the request reached the
+#: agent too old or from the future of its clock (`stale`), or the agent's own node budget
+#: was used up (`policy_forbids` with a message starting BUSY): asked again after a
+#: backoff. A refusal for a safety reason (forged, unsafe, not opted in, a policy that does
+#: not permit the step, dry-run) is not.
+RETRIED_REFUSALS = frozenset({str(Refusal.STALE), "busy"})
+BUSY = "rate limit:"  # how the agent's refusal for its node budget begins (agent/handler.py)
 RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
 NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
@@ -137,10 +140,19 @@ def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def _word(entry: dict[str, Any]) -> str:
+    """The refusal's reason, `busy` for the agent's node budget (counted policy_forbids)."""
+    reason = str(entry.get("reason"))
+    if reason == str(Refusal.POLICY_FORBIDS) and str(entry.get("message", "")).startswith(BUSY):
+        return "busy"
+    return reason
+
+
 def refused_request(rem: JSON) -> tuple[str, int] | None:
     """(reason, how many times in a row) when the agent refused the latest node-step
     request as a whole: every result `refused`, and its `status.nodeRefusals` entry
-    (action node-steps) is of that answer (time = nodeStepsDoneAt). None otherwise."""
+    (action node-steps) is of that answer (time = nodeStepsDoneAt). None otherwise.
+    The reason is `busy` for a refusal by the agent's node budget (`_word`)."""
     status = rem.get("status") or {}
     if not agent_results(rem) or any(r[2] != "refused" for r in agent_results(rem)):
         return None
@@ -156,10 +168,10 @@ def refused_request(rem: JSON) -> tuple[str, int] | None:
             return None
     except ValueError:
         return None
-    reason = str(entries[-1].get("reason"))
+    reason = _word(entries[-1])
     times = 0
     for entry in reversed(entries):
-        if entry.get("reason") != reason:
+        if _word(entry) != reason:
             break
         times += 1
     return reason, times
@@ -277,8 +289,8 @@ class NodeSide:
         return p.now + p.dec.policy.probe_max_age_s * 2
 
     def _ask_again(self, p: Pass, steps: list[dict[str, Any]], reason: str, times: int) -> float:
-        """The agent refused our request as `reason` (stale): nothing ran, so this is not a
-        failed action; the same steps are asked again after a backoff (RETRY_FIRST_S,
+        """The agent refused our request as `reason` (stale, busy): nothing ran, so this is
+        not a failed action; the same steps are asked again after a backoff (RETRY_FIRST_S,
         doubled each refusal in a row, at most the re-check period), without a budget
         slot (the first request took it; the agent keeps its own node budget too)."""
         done_at = parse_time((p.rem.get("status") or {}).get("nodeStepsDoneAt") or "")
