@@ -34,7 +34,7 @@ class Recorder:
         self.served_probes: dict[str, str] = {}
         self.served_steps: dict[str, str] = {}
 
-    def handle(self, obj: dict[str, Any]) -> None:
+    def handle(self, obj: dict[str, Any], _received: object = None) -> None:
         key, n = obj["metadata"]["uid"], obj["n"]
         if key == self.hold and not self.release.wait(20):
             self.handled.append((key, -1))

@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote
@@ -253,7 +253,7 @@ class Agent:
         pod_uid = (obj.get("spec") or {}).get("podUID")
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
-        received = self.handler.clock()  # a request's age is judged at its arrival
+        received = datetime.now(UTC)  # a request's age is judged at its arrival
         self.workers().submit(key, lambda: self._handle(obj, received))
 
     def _forget(self, key: str) -> None:
