@@ -240,9 +240,10 @@ def test_mount_busy_on_a_worker(kind: Kind, quick_policy: None, namespaces: list
             rem = rems[0] if rems else {}
             return rem if rem.get("status", {}).get("cause") == "MountBusy" else None
 
-        status = wait_until(diagnosed, timeout=120, what="a Remediation with cause MountBusy")[
-            "status"
-        ]
+        try:
+            status = wait_until(diagnosed, timeout=240, what="cause MountBusy")["status"]
+        except TimeoutError:
+            pytest.fail(f"no MountBusy; the record: {json.dumps(kind.remediations(ns), indent=1)}")
         kubelet_log = podman("exec", node, "journalctl", "-u", "kubelet", "--no-pager")
         assert "target is busy" in kubelet_log
         probe = status["probe"]
@@ -280,7 +281,7 @@ def test_orphaned_mount_on_a_worker(kind: Kind, quick_policy: None, namespaces: 
     try:
         kind.kubectl("delete", "pod", "orphan", "-n", ns, "--wait=false")
         try:
-            wait_until(lambda: not kind.pods(ns), timeout=180, what="the pod gone")
+            wait_until(lambda: not kind.pods(ns), timeout=300, what="the pod gone")
         except TimeoutError:
             pytest.fail(
                 f"the pod stayed; its record: {json.dumps(kind.remediations(ns), indent=1)}"
