@@ -129,3 +129,21 @@ def test_a_bad_new_key_is_a_clear_error_naming_the_field(key: str, value: Any, f
     with pytest.raises(BundleError) as err:
         parse_bundle(b)
     assert field in str(err.value)
+
+
+def test_a_task_in_d_state_is_something_left_even_when_the_runtime_lists_none() -> None:
+    """Found by the property above: a fresh probe whose runtime lists no container but that
+    saw a task of the pod in D state said KubeletNotProgressing (nothing left → force-delete).
+    A process of the pod is still on the node: ContainersStillRunning, observe only."""
+    b = bundle(
+        the_pod=pod(),
+        the_probe=probe(
+            containers=[],
+            sight={"dTasks": [{"pid": 4711, "comm": "dd", "container": "id-app", "wchan": "x"}]},
+        ),
+    )
+    d = diagnose(parse_bundle(b))
+    assert d.cause is Cause.ContainersStillRunning
+    assert not d.nothing_left
+    p = plan(d, parse_policy({"actions": [a.value for a in Action]}), opted_in=True)
+    assert not set(p.actions) & CHANGING_ACTIONS

@@ -63,7 +63,7 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
     if probe is not None and probe.frozen_cgroups:
         return Cause.ContainerFrozen, _frozen(facts, probe, on_node, ev)
     before = len(ev)
-    running = _running(probe, on_node, _api_running(facts), ev)
+    running = _running(probe, on_node, _api_running(facts), ev) or _left_tasks(probe, ev)
     if running:
         # what cannot be killed goes first: the Event message carries the first lines
         ev[before:before] = _stuck_tasks(probe)
@@ -164,6 +164,28 @@ def _frozen(
         running_containers=running,
         frozen_cgroups=probe.frozen_cgroups,
     )
+
+
+def _left_tasks(probe: Probe | None, ev: list[Evidence]) -> tuple[str, ...]:
+    """Tasks of the pod in D state when the runtime lists no running container: a process
+    of the pod is still on the node (its container's stop did not end it), so something of
+    the pod is left — never "nothing left" (safety invariant 3), whatever the runtime says."""
+    if probe is None or not probe.d_tasks:
+        return ()
+    left = tuple(
+        dict.fromkeys(
+            f"container {t.container}" if t.container else "the pod's own cgroup"
+            for t in probe.d_tasks
+        )
+    )
+    ev.append(
+        Evidence(
+            "container",
+            f"tasks of {', '.join(left)} still on the node in uninterruptible sleep, "
+            "though the runtime lists no running container",
+        )
+    )
+    return left
 
 
 def _stuck_tasks(probe: Probe | None) -> list[Evidence]:
