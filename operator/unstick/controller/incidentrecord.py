@@ -21,7 +21,6 @@ JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after 
 MAX_MESSAGE = 512
 MAX_BACKOFF_S = 60.0
 GIVE_UP_AFTER = 6  # failed writes in a row after which a record whose pods are gone is let go
-DELETING = "deleting"  # an intent on record: the DELETE may have been sent, its answer not yet
 GONE = "gone"  # an intent settled by a restarted controller: the pod was gone when it looked
 
 

@@ -43,7 +43,6 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import failpoints, records
 from unstick.controller.incidentrecord import (
-    DELETING,
     FLUSH_S,
     GATHER_S,
     GIVE_UP_AFTER,
@@ -62,6 +61,7 @@ from unstick.controller.incidentrecord import (
 from unstick.controller.inputs import rfc3339
 from unstick.controller.nodeside import Decision
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue, pod_label
+from unstick.core.remediation import DELETING
 from unstick.kube.client import Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
 

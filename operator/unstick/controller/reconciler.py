@@ -42,6 +42,7 @@ from unstick.controller.nodeside import (
 from unstick.controller.policies import BUILTIN, Policy
 from unstick.core import safety
 from unstick.core.ratelimit import ActionBudget
+from unstick.core.remediation import INTENTS
 from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube import actions
@@ -52,7 +53,6 @@ log = logging.getLogger("unstick.decisions")
 
 __all__ = ["RECHECK_AFTER_CONFLICT_S", "ActionInputs", "Reconciler"]
 
-INTENTS = ("deleting", "removing")  # an act of a per-pod record on record before it happens
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
 
 

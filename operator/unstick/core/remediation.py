@@ -72,6 +72,12 @@ PROBED_AT = "probedAt"
 NODE_ACTIONS_FIELD = "nodeActions"
 NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
 
+# Results of an API action on record before it is sent (record before act, design.md §3
+# invariant 10): `status.actions` of a per-pod record, `status.pods` of a node incident.
+DELETING = "deleting"  # a force-delete: the DELETE may have been sent, its answer not yet
+REMOVING = "removing"  # a finalizer removal, likewise
+INTENTS = (DELETING, REMOVING)
+
 
 class RemediationError(ValueError):
     """A Remediation field that cannot be used; the message names the field."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from unstick.core.remediation import GROUP, PLURAL, VERSION
+from unstick.core.remediation import GROUP, INTENTS, PLURAL, VERSION
 from unstick.demo import cluster
 from unstick.demo.backend import Backend
 from unstick.demo.scenarios import GONE_NODE, NAMESPACE
@@ -137,6 +137,7 @@ def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Ro
                 actions=" → ".join(done),
                 pod_gone=sc.pod not in present,
                 kubelet=backend.kubelet_view(sc.pod),
+                pending=any(a.get("result") in INTENTS for a in status.get("actions", [])),
             )
         )
     return rows

@@ -18,6 +18,7 @@ class Row:
     actions: str  # actions carried out, with results, in order
     pod_gone: bool
     kubelet: str = ""  # the real kubelet's last log line about the pod's volumes
+    pending: bool = False  # an action on record as an intent whose answer is not written yet
 
     @property
     def causes(self) -> tuple[str, ...]:
@@ -29,7 +30,10 @@ class Row:
 
     @property
     def done(self) -> bool:
-        """The expected outcome is reached (left-alone pods: diagnosed and observed)."""
+        """The expected outcome is reached (left-alone pods: diagnosed and observed) and
+        every action on record has its answer (record before act: an intent comes first)."""
+        if self.pending:
+            return False
         if self.scenario.fixed:
             return self.pod_gone
         return self.causes[-1:] == (self.scenario.cause,) and self.phase in (
