@@ -112,6 +112,20 @@ def test_read_write_once_pod_replacement_waits_for_the_stuck_holder(
         timeout=60,
         what="db-next gone",
     )
+    # The kubelet unstages a volume only after its last pod is gone, and until then a new
+    # pod would again get only a NodePublish (refused): wait until the node no longer lists
+    # the volume in use (the kubelet's own word that it unmounted the device).
+    handle = seed.volume_handle()
+    wait_until(
+        lambda: (
+            not any(
+                handle in v
+                for v in core.read_node(real_node.settings.name).status.volumes_in_use or []
+            )
+        ),
+        timeout=120,
+        what="the kubelet to unstage the claim's volume (gone from the node's volumesInUse)",
+    )
     seed.create_pod("db-next-2", claim=False)
     wait_until(
         lambda: core.read_namespaced_pod("db-next-2", ns).status.phase == "Running",
