@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from unstick.agent.admission_check import API, admission_problem
+from unstick.agent.admission_check import API, RECHECK_S, AdmissionGate, admission_problem
 
 from .render import one, template
 
@@ -98,3 +98,30 @@ def test_a_policy_that_cannot_be_read_is_not_in_force() -> None:
     assert admission_problem(NAME, get) == (
         f"cannot read ValidatingAdmissionPolicy '{NAME}' or its binding: 403 Forbidden"
     )
+
+
+def test_a_refusing_verdict_is_read_again_when_a_request_needs_it(
+    rendered: dict[str, Any],
+) -> None:
+    """An agent that started before `helm install` made the policy (the DaemonSet comes
+    first) refused every request until its next watch cycle (found on kind): a refusing
+    verdict is read again for a request once it is RECHECK_S old; an "in force" one is not."""
+    objects: dict[str, Any] = {}
+    reads: list[str] = []
+
+    def get(path: str) -> Any:
+        reads.append(path)
+        return objects.get(path)
+
+    gate = AdmissionGate(NAME)
+    gate.check(get, now=0.0)
+    assert gate.problem is not None and "does not exist" in gate.problem
+    objects.update(rendered)  # the policy and its binding arrive
+    assert gate.problem_now(get, now=RECHECK_S / 2) is not None  # not read again so soon
+    assert gate.problem_now(get, now=RECHECK_S) is None
+    read = len(reads)
+    assert gate.problem_now(get, now=RECHECK_S * 10) is None
+    assert len(reads) == read  # in force: not re-read per request
+    objects.clear()  # removed: seen at the next check (relist, watch cycle), not per request
+    gate.check(get, now=RECHECK_S * 11)
+    assert gate.problem_now(get, now=RECHECK_S * 11) is not None

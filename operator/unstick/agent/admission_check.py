@@ -30,6 +30,7 @@ Getter = Callable[[str], JSON | None]  # API path -> the object, None when it do
 API = "/apis/admissionregistration.k8s.io/v1"
 GUARDED = {"CREATE", "UPDATE", "DELETE"}
 READ_GRACE_S = 600.0  # a verdict "in force" outlives read errors this long
+RECHECK_S = 5.0  # a verdict "not in force" is read again this often when a request needs it
 
 
 def _obj(value: object) -> JSON:
@@ -124,11 +125,13 @@ class AdmissionGate:
         self.name = name
         self.problem: str | None = None
         self.verified: float | None = None  # monotonic time of the last "in force"
+        self.checked = -float("inf")  # monotonic time of the last check
 
     def check(self, get: Getter, now: float | None = None) -> None:
         if not self.name:
             return
         now = time.monotonic() if now is None else now
+        self.checked = now
         try:
             problem = judge(self.name, get)
         except Unreadable as exc:
@@ -145,3 +148,14 @@ class AdmissionGate:
             else:
                 log.info("admission policy %s in force", self.name)
         self.problem = problem
+
+    def problem_now(self, get: Getter, now: float | None = None) -> str | None:
+        """The verdict for a request arriving now. A refusing verdict older than RECHECK_S
+        is read again first: the policy may have come after the agent started (`helm
+        install` creates the DaemonSet before the ValidatingAdmissionPolicy; found on kind,
+        where an agent refused every request until its next watch cycle). An "in force"
+        verdict is not re-read per request; it is read at every relist and watch cycle."""
+        now = time.monotonic() if now is None else now
+        if self.problem is not None and now - self.checked >= RECHECK_S:
+            self.check(get, now)
+        return self.problem

@@ -245,7 +245,7 @@ class Agent:
         if not self.scope.allows(meta.get("namespace")):
             self.workers().submit(key, lambda: self.scope.refuse(obj))
             return
-        problem = self.admission.problem
+        problem = self.admission.problem_now(self.kube.get)
         if problem is not None:
             why = refusal_message(problem)
             self.workers().submit(key, lambda: self.scope.refuse(obj, why, Refusal.UNSAFE))
