@@ -69,6 +69,8 @@ class Controller:
             "0",
             "--recheck-seconds",
             "30",
+            "--kubelet-finish-seconds",
+            "3",
             *self.extra_args,
         ]
         log = self.log_path.open("ab")

@@ -13,6 +13,7 @@ import pytest
 from controller_support import GROUP, VERSION, Controller, Objects, await_, crds_installed
 from controller_support import policy_spec as spec
 
+from unstick.controller.nodeside import KUBELET_FINISHING
 from unstick.devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
@@ -146,8 +147,14 @@ def test_probe_request_node_steps_then_force_delete(
     )
     assert objects.read_pod(namespace, pod["name"]) is not None
 
-    # A fresh probe shows nothing of the pod left: KubeletNotProgressing → force-delete.
+    # A fresh probe shows nothing of the pod left: KubeletNotProgressing. The kubelet gets
+    # --kubelet-finish-seconds (3 s here) to finish the pod itself, then force-delete.
     _as_agent(objects, namespace, rem, {"probe": _probe(node, [], pod["uid"])})
+    await_(
+        lambda: objects.status(namespace, pod).get("waitingFor") == KUBELET_FINISHING,
+        30,
+        "waiting for the kubelet after the node steps",
+    )
     await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
     status = await_(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,

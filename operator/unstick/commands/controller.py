@@ -100,6 +100,15 @@ def add_parser(sub: Any) -> None:
         help="look again at a stuck pod nothing changed about after S seconds (default 300)",
     )
     p.add_argument(
+        "--kubelet-finish-seconds",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="after the agent's node steps left nothing of a pod on its node, give the "
+        "kubelet S seconds to finish the pod itself before a KubeletNotProgressing "
+        "force-delete (default 20)",
+    )
+    p.add_argument(
         "--max-actions-per-minute",
         type=int,
         default=DEFAULT_CLUSTER_CAP,
@@ -182,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             reconcile=ReconcileSettings(
                 recheck_s=args.recheck_seconds,
+                kubelet_finish_s=args.kubelet_finish_seconds,
                 max_cluster_per_minute=args.max_actions_per_minute,
                 max_node_per_minute=args.max_node_actions_per_minute,
             ),

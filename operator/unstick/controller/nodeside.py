@@ -38,12 +38,17 @@ BUSY = "rate limit:"  # how the agent's refusal for its node budget begins (agen
 RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
 NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
+KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
 
 
 @dataclass(frozen=True, slots=True)
 class ReconcileSettings:
     recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+    # After the agent's node steps left nothing of the pod on the node, the kubelet gets
+    # this long to finish the pod itself (its volume reconciler and status sync, about
+    # 10 s) before KubeletNotProgressing force-deletes it.
+    kubelet_finish_s: float = 20.0
     # Caps on the action budget that no policy can raise (--max-actions-per-minute,
     # --max-node-actions-per-minute).
     max_cluster_per_minute: int = DEFAULT_CLUSTER_CAP

@@ -31,6 +31,7 @@ from unstick.controller.incidentpath import (
 from unstick.controller.incidentrecord import takes_incident_path
 from unstick.controller.inputs import fetch_pod, rfc3339
 from unstick.controller.nodeside import (
+    KUBELET_FINISHING,
     RATE_LIMITED,
     Decision,
     NodeSide,
@@ -284,6 +285,11 @@ class Reconciler(NodeSide, IncidentPath):
         if step is None:
             self._write(p, "Remediating")
             return now + self.settings.recheck_s
+        if step.action == Action.FORCE_DELETE and d.cause is Cause.KubeletNotProgressing:
+            finish_by = self._kubelet_finish_by(p)
+            if finish_by > now:
+                self._write(p, "Remediating", waitingFor=KUBELET_FINISHING)
+                return finish_by
         # Only a look at the budget (no slot taken: that happens right before acting), so
         # pods waiting for it do not re-read pod and Node every time a slot frees.
         wait = self._budget_wait(dec.policy, record.node, now)
@@ -291,6 +297,25 @@ class Reconciler(NodeSide, IncidentPath):
             self._write(p, "Remediating", waitingFor=RATE_LIMITED)
             return now + wait
         return self._act_on_api(p, step)
+
+    def _kubelet_finish_by(self, p: Pass) -> float:
+        """When the agent's node steps for this pod succeeded, the time until which the
+        kubelet may still finish the pod itself (0 when no node step ran): the on-call
+        engineer's "unmounted it, now give the kubelet a moment", so a force-delete is only
+        for a kubelet that really does not progress."""
+        if not any(
+            a.get("by") == "agent" and a.get("result") == "succeeded"
+            for a in p.done
+            if isinstance(a, dict)
+        ):
+            return 0.0
+        done_at = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
+        if not isinstance(done_at, str) or not done_at:
+            return 0.0
+        try:
+            return parse_time(done_at) + self.settings.kubelet_finish_s
+        except ValueError:
+            return 0.0
 
     def _act_on_api(self, p: Pass, step: Any) -> float | None:
         record = p.record
