@@ -1,13 +1,15 @@
 """The lean pod watcher: paginated LIST + WATCH that keeps only terminating pods.
 
 Why not Kopf's pod watch: it LISTs everything in one response and keeps per-object state;
-at 100k pods that is the difference between megabytes and an OOM (DESIGN §5). Here:
+at 100k pods that is the difference between megabytes and an OOM (design.md §5). Here:
 
-- LIST in pages of 500 (limit + continue), each page parsed and dropped;
-- WATCH from the list's resourceVersion with allowWatchBookmarks=true;
-- 410 Gone (resourceVersion too old) → relist; any other error → reconnect with backoff;
+- the one watch loop (`listwatch.ListWatch`): LIST in pages of 500 (limit + continue),
+  each page parsed and dropped; WATCH from the list's resourceVersion with
+  allowWatchBookmarks=true; resume after a watch ends; 410 Gone (resourceVersion too old)
+  → relist; any other error → reconnect with backoff;
 - raw JSON only (no client model objects); from each pod only a small `TerminatingPod`
-  record is kept, and only while the pod has `metadata.deletionTimestamp`.
+  record is kept, and only while the pod has `metadata.deletionTimestamp`; a relist
+  replaces them all, so a pod deleted while the watch was down is reported gone.
 
 The watcher runs in its own thread (the `kubernetes` client is blocking) and reports every
 change through `on_change(uid, record_or_None)`; the controller hands that to its asyncio
@@ -17,19 +19,25 @@ loop with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
-from kubernetes.client.exceptions import ApiException
-
+from unstick.core.remediation import REMEDIATE, parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
-from unstick.kube.listwatch import WatchStream, list_watch
+from unstick.kube.listwatch import ListWatch, WatchSpec
+
+__all__ = [
+    "OnChange",
+    "PodWatcher",
+    "TerminatingPod",
+    "WatchSettings",
+    "parse_time",  # core.remediation's, for the controller modules that import it here
+    "pod_json",
+    "terminating_record",
+]
 
 log = logging.getLogger(__name__)
 
-REMEDIATE_ANNOTATION = "unstick.dev/remediate"
 # Not kept in the record: large and never read by the diagnosis.
 BULKY_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 
@@ -45,7 +53,7 @@ class TerminatingPod:
     deletion_timestamp: float  # epoch seconds
     deletion_grace_period_s: int | None
     finalizers: tuple[str, ...]
-    remediate: str | None  # value of the unstick.dev/remediate annotation
+    remediate: str | None  # value of the opt-in annotation (core.remediation.REMEDIATE)
     containers_running: bool
     # What the diagnosis reads of the pod besides the above, so a stuck pod can be
     # diagnosed from memory the moment it becomes stuck (see `pod_json`):
@@ -64,11 +72,6 @@ class TerminatingPod:
         return f"{self.namespace}/{self.name}"
 
 
-def parse_time(value: str) -> float:
-    """RFC3339 from the API server (always UTC, 'Z') → epoch seconds."""
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 def terminating_record(pod: JSON) -> TerminatingPod | None:
     """The small record of a pod, or None when it is not terminating (or malformed)."""
     meta = pod.get("metadata") or {}
@@ -76,6 +79,8 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
     if not stamp or not meta.get("uid"):
         return None
     try:
+        if not isinstance(stamp, str):
+            raise TypeError(stamp)
         deletion = parse_time(stamp)
     except (TypeError, ValueError):
         log.warning(
@@ -102,7 +107,7 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         deletion_timestamp=deletion,
         deletion_grace_period_s=grace if isinstance(grace, int) else None,
         finalizers=tuple(meta.get("finalizers") or ()),
-        remediate=annotations.get(REMEDIATE_ANNOTATION),
+        remediate=annotations.get(REMEDIATE),
         containers_running=running,
         annotations=tuple(
             sorted(
@@ -168,9 +173,7 @@ def pod_json(record: TerminatingPod) -> JSON:
         "namespace": record.namespace,
         "name": record.name,
         "uid": record.uid,
-        "deletionTimestamp": datetime.fromtimestamp(record.deletion_timestamp, UTC).strftime(
-            "%Y-%m-%dT%H:%M:%S.%fZ"
-        ),
+        "deletionTimestamp": rfc3339(record.deletion_timestamp),
         "finalizers": list(record.finalizers),
         "annotations": dict(record.annotations),
     }
@@ -197,53 +200,53 @@ class WatchSettings:
 
 
 class PodWatcher:
-    """LIST+WATCH of pods in one thread; keeps `pods` = the terminating ones, by uid."""
+    """Keeps `pods` = the terminating pods, by uid, fed by the one watch loop
+    (`listwatch.ListWatch`, in a thread of its own); it is that loop's `Sink`."""
 
     def __init__(self, kube: Kube, settings: WatchSettings, on_change: OnChange) -> None:
-        self.kube = kube
         self.settings = settings
         self.on_change = on_change
         self.pods: dict[str, TerminatingPod] = {}
-        self.synced = threading.Event()  # set after the first complete LIST
-        self.lists = 0  # how many (re)lists were done: visible to tests and logs
-        self._stop = threading.Event()
-        self._stream = WatchStream()
-        self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
+        self._seen: dict[str, TerminatingPod] = {}  # the (re)list in progress
+        spec = WatchSpec(
+            self.path,
+            "pod-watcher",
+            page_size=settings.page_size,
+            watch_timeout_s=settings.watch_timeout_s,
+            backoff_max_s=settings.backoff_max_s,
+        )
+        self.loop = ListWatch(kube, spec, self)
+        self.synced = self.loop.synced  # set after the first complete LIST
 
     @property
     def path(self) -> str:
         ns = self.settings.namespace
         return f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods"
 
+    @property
+    def lists(self) -> int:
+        """How many complete (re)lists were done: visible to tests and logs."""
+        return self.loop.stats.lists
+
     def start(self) -> None:
-        self._thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._stream.shutdown()
-        self._thread.join(timeout=5)
+        self.loop.stop()
 
-    # -- the loop ----------------------------------------------------------------------
+    # -- the Sink ----------------------------------------------------------------------
 
-    def _run(self) -> None:
-        list_watch(
-            self._stop,
-            self._relist,
-            self._watch,
-            log=log,
-            what="pod watch",
-            backoff_max_s=self.settings.backoff_max_s,
-        )
+    def relist_begin(self) -> None:
+        self._seen = {}
 
-    def _relist(self) -> str:
-        seen: dict[str, TerminatingPod] = {}
-        version = ""
-        for page in self.kube.list_pages(self.path, limit=self.settings.page_size):
-            version = (page.get("metadata") or {}).get("resourceVersion") or version
-            for pod in page.get("items") or []:
-                record = terminating_record(pod)
-                if record is not None:
-                    seen[record.uid] = record
+    def listed(self, obj: JSON) -> None:
+        record = terminating_record(obj)
+        if record is not None:
+            self._seen[record.uid] = record
+
+    def relist_end(self) -> None:
+        """The list replaces what was known: a pod gone meanwhile is reported gone."""
+        seen, self._seen = self._seen, {}
         for uid in [u for u in self.pods if u not in seen]:
             del self.pods[uid]
             self.on_change(uid, None)
@@ -251,35 +254,12 @@ class PodWatcher:
             if _changed(self.pods.get(uid), record):
                 self.pods[uid] = record
                 self.on_change(uid, record)
-        self.lists += 1
-        self.synced.set()
-        log.info("pod list: %d terminating pods, resourceVersion %s", len(seen), version)
-        return version
+        log.info("pod list: %d terminating pods", len(seen))
 
-    def _watch(self, version: str) -> str:
-        query = {"resourceVersion": version, "allowWatchBookmarks": "true"}
-        return self._stream.follow(
-            self.kube,
-            self.path,
-            query,
-            timeout_s=self.settings.watch_timeout_s,
-            stop=self._stop,
-            apply=self._apply,
-        )
-
-    def _apply(self, event: JSON) -> str | None:
-        kind = event.get("type")
-        obj = event.get("object") or {}
-        if kind == "ERROR":
-            code = obj.get("code")
-            raise ApiException(status=code, reason=obj.get("message") or "watch error")
-        meta = obj.get("metadata") or {}
-        version: str | None = meta.get("resourceVersion")
-        if kind == "BOOKMARK":
-            return version
-        uid = meta.get("uid")
+    def changed(self, kind: str, obj: JSON) -> None:
+        uid = (obj.get("metadata") or {}).get("uid")
         if not uid:
-            return version
+            return
         record = None if kind == "DELETED" else terminating_record(obj)
         if record is None:
             if self.pods.pop(uid, None) is not None:
@@ -287,7 +267,6 @@ class PodWatcher:
         elif _changed(self.pods.get(uid), record):
             self.pods[uid] = record
             self.on_change(uid, record)
-        return version
 
 
 def _changed(old: TerminatingPod | None, new: TerminatingPod) -> bool:
