@@ -1,29 +1,24 @@
-"""The agent's main loop: list+watch the Remediations labelled for this node, hand each
-to the Handler, serve /metrics and /healthz, and refresh the node-wide orphaned-mount gauge.
+"""The agent's main loop: watch the Remediations labelled for this node (on the one watch
+loop, `unstick.kube.listwatch.ListWatch`), hand each to the Handler on its worker thread,
+serve /metrics and /healthz, and refresh the node-wide orphaned-mount gauge.
 
-Standalone: no Kopf, no peering. Relists on 410 Gone (resourceVersion too old); after any
-other watch error it reconnects with backoff (`unstick.kube.listwatch`).
+Standalone: no Kopf, no peering. The watch loop lists, watches, resumes, relists on 410
+Gone and reconnects after errors with backoff; this module is its `Sink`: every object of
+a (re)list and every event is dispatched, and a Remediation that a relist no longer shows
+(deleted while the watch was down) is forgotten. The admission policy's verdict is read
+at every relist and at the start of every watch cycle (`agent/admission_check.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
-import socket
 import threading
 import time
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 from urllib.parse import quote
-
-from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from unstick import __version__
 from unstick.agent.admission_check import AdmissionGate, refusal_message
@@ -35,17 +30,19 @@ from unstick.agent.orphan_events import OrphanReporter
 from unstick.agent.orphans import OrphanPass
 from unstick.agent.probe import orphaned_mounts
 from unstick.agent.scope import ScopeGate
+from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
+from unstick.agent.workers import KeyedWorkers
 from unstick.core.aftermath import ORPHAN_MIN_AGE_S
+from unstick.core.remediation import ALL_REMEDIATIONS, NODE_LABEL, POD_UID, POLICIES
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import ClientSettings, Kube, remediation_path
-from unstick.kube.listwatch import WatchStream, list_watch
+from unstick.kube.listwatch import ListWatch, WatchSpec
+
+__all__ = ["Agent", "AgentMetrics", "KeyedWorkers", "LoopSettings", "_HTTPServer6"]
 
 log = logging.getLogger(__name__)
 
-REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
-POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
-NODE_LABEL = "unstick.dev/node"
 BUDGET_FILE = "node-budget"  # in the state dir: authority.NodeBudget
 
 
@@ -60,90 +57,6 @@ class LoopSettings:
     node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
     workers: int = 4  # Remediations handled at once (one key's events always in order)
     orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
-
-
-class AgentMetrics:
-    """The agent's own registry: `unstick_node_orphaned_mounts{node}`,
-    `unstick_node_probe_duration_seconds` and `unstick_refusals_total{reason}`."""
-
-    def __init__(self, node: str) -> None:
-        self.registry = CollectorRegistry()
-        self.node = node
-        self.orphaned = Gauge(
-            "unstick_node_orphaned_mounts",
-            "Volume/subpath mounts of pods on this node that are stuck or unknown to the API",
-            ["node"],
-            registry=self.registry,
-        )
-        self.probe_duration = Histogram(
-            "unstick_node_probe_duration_seconds",
-            "Time to probe one pod on this node",
-            registry=self.registry,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-        )
-        self.orphaned_dirs = Gauge(
-            "unstick_node_orphaned_pod_dirs",
-            "Pod directories on this node whose pod is not in the API (DESIGN §9)",
-            ["node"],
-            registry=self.registry,
-        )
-        self.refusals = Counter(
-            "unstick_refusals_total",
-            "Requests refused by this node's agent (forged, stale, not opted in, policy "
-            "forbids, dry-run, unsafe)",
-            ["reason"],
-            registry=self.registry,
-        )
-
-
-class KeyedWorkers:
-    """Runs jobs on `count` threads: all jobs of one key on the same thread, in the order
-    they were submitted; jobs of other keys meanwhile on the others. A job that raises is
-    logged and the thread goes on."""
-
-    def __init__(self, count: int, name: str = "worker") -> None:
-        self._stopping = threading.Event()
-        self._queues: list[queue.SimpleQueue[Callable[[], None] | None]] = [
-            queue.SimpleQueue() for _ in range(max(1, count))
-        ]
-        self._threads = [
-            threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
-            for i, q in enumerate(self._queues)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def shard(self, key: str) -> int:
-        """The thread a key's jobs run on (stable for the process's life)."""
-        return zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(self._queues)
-
-    def submit(self, key: str, job: Callable[[], None]) -> None:
-        self._queues[self.shard(key)].put(job)
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """Let the jobs that run finish (at most `timeout_s` in all); those not started
-        are dropped (after a restart the relist hands every Remediation over again)."""
-        self._stopping.set()
-        for q in self._queues:
-            q.put(None)
-        deadline = time.monotonic() + timeout_s
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-
-    def _run(self, jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
-        while (job := jobs.get()) is not None:
-            if self._stopping.is_set():
-                continue
-            try:
-                job()
-            except Exception:
-                log.exception("worker job failed")
-
-
-class _HTTPServer6(ThreadingHTTPServer):
-    """/metrics on an IPv6 address (a node IP from the downward API may be one)."""
-
-    address_family = socket.AF_INET6
 
 
 class Agent:
@@ -189,9 +102,18 @@ class Agent:
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
         self.stop = threading.Event()
-        self.last_sync = 0.0
-        self._stream = WatchStream()
+        self._started = 0.0  # time.monotonic() of run(): healthy until the first list
+        self._listed: set[str] = set()  # uids of the relist in progress
         self._workers: KeyedWorkers | None = None
+        spec = WatchSpec(
+            ALL_REMEDIATIONS,
+            "remediation-watch",
+            query={"labelSelector": f"{NODE_LABEL}={settings.node_name}"},
+            watch_timeout_s=loop.watch_timeout_s,
+            backoff_s=1.0,
+            backoff_max_s=loop.backoff_max_s,
+        )
+        self.watch = ListWatch(self.kube, spec, self, stop=self.stop, before_watch=self._recheck)
 
     def workers(self) -> KeyedWorkers:
         """The handler's threads (started on first use): a slow Remediation (its API round
@@ -231,9 +153,6 @@ class Agent:
     def get_policy(self, name: str) -> JSON | None:
         return self.kube.get(f"{POLICIES}/{quote(name, safe='')}")
 
-    def _query(self) -> dict[str, Any]:
-        return {"labelSelector": f"{NODE_LABEL}={self.settings.node_name}"}
-
     def _dispatch(self, obj: JSON, deleted: bool = False) -> None:
         """Book-keeping here; the handling on the Remediation's worker (in event order)."""
         meta = obj.get("metadata") or {}
@@ -250,7 +169,7 @@ class Agent:
             why = refusal_message(problem)
             self.workers().submit(key, lambda: self.scope.refuse(obj, why, Refusal.UNSAFE))
             return
-        pod_uid = (obj.get("spec") or {}).get("podUID")
+        pod_uid = (obj.get("spec") or {}).get(POD_UID)
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
         received = datetime.now(UTC)  # a request's age is judged at its arrival
@@ -268,60 +187,36 @@ class Agent:
             meta = obj.get("metadata") or {}
             log.exception("handling remediation %s/%s", meta.get("namespace"), meta.get("name"))
 
-    def _relist(self) -> str:
+    # --- the watch loop's Sink (called from the watch thread, in order) ----------------
+
+    def _recheck(self) -> None:
+        """The admission verdict, read again at every relist and watch cycle."""
         self.admission.check(self.kube.get)
-        version = ""
-        seen = set()
-        for page in self.kube.list_pages(REMEDIATIONS, self._query()):
-            version = (page.get("metadata") or {}).get("resourceVersion") or version
-            for obj in page.get("items") or []:
-                seen.add((obj.get("metadata") or {}).get("uid"))
-                self._dispatch(obj)
-        for key in [k for k in self.stuck_uids if k not in seen]:
+
+    def relist_begin(self) -> None:
+        self._recheck()
+        self._listed = set()
+
+    def listed(self, obj: JSON) -> None:
+        self._listed.add((obj.get("metadata") or {}).get("uid") or "")
+        self._dispatch(obj)
+
+    def relist_end(self) -> None:
+        """A Remediation known before but not in the list was deleted meanwhile."""
+        listed, self._listed = self._listed, set()
+        for key in [k for k in self.stuck_uids if k not in listed]:
             self._dispatch({"metadata": {"uid": key}}, deleted=True)
-        self.last_sync = time.monotonic()
-        return version
 
-    def _watch(self, version: str) -> str:
-        self.admission.check(self.kube.get)
-        query = {**self._query(), "resourceVersion": version, "allowWatchBookmarks": "true"}
-        version = self._stream.follow(
-            self.kube,
-            REMEDIATIONS,
-            query,
-            timeout_s=self.loop.watch_timeout_s,
-            stop=self.stop,
-            apply=self._apply,
-        )
-        self.last_sync = time.monotonic()  # a watch that timed out quietly is healthy too
-        return version
-
-    def _apply(self, event: JSON) -> str | None:
-        kind, obj = event.get("type"), event.get("object") or {}
-        if kind == "ERROR":
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-        self.last_sync = time.monotonic()
-        if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._dispatch(obj, deleted=kind == "DELETED")
-        version: str | None = (obj.get("metadata") or {}).get("resourceVersion")
-        return version
+    def changed(self, kind: str, obj: JSON) -> None:
+        self._dispatch(obj, deleted=kind == "DELETED")
 
     def shutdown(self) -> None:
         """Stop the loop now: also ends a watch that is waiting for the next event."""
-        self.stop.set()
-        self._stream.shutdown()
+        self.watch.stop()
 
     def run_watch(self) -> None:
-        """List+watch until stopped; relist on 410, reconnect after errors (with backoff)."""
-        list_watch(
-            self.stop,
-            self._relist,
-            self._watch,
-            log=log,
-            what="watch",
-            backoff_s=1.0,
-            backoff_max_s=self.loop.backoff_max_s,
-        )
+        """List+watch until stopped (`ListWatch.run`, in the calling thread)."""
+        self.watch.run()
 
     # --- node summary --------------------------------------------------------------
 
@@ -372,47 +267,23 @@ class Agent:
 
     # --- HTTP ----------------------------------------------------------------------
 
+    @property
+    def last_sync(self) -> float:
+        """time.monotonic() of the watch's last list, event or quiet end (or of the start)."""
+        return max(self._started, self.watch.stats.last_activity)
+
     def healthy(self) -> bool:
         """Live while the watch thread synced within twice the watch timeout."""
         return time.monotonic() - self.last_sync < 2 * self.loop.watch_timeout_s + 60
 
     def serve_http(self) -> ThreadingHTTPServer:
-        agent = self
-
-        class Endpoints(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path == "/metrics":
-                    body, ctype, code = (
-                        generate_latest(agent.metrics.registry),
-                        CONTENT_TYPE_LATEST,
-                        200,
-                    )
-                elif self.path == "/healthz":
-                    ok = agent.healthy()
-                    body, ctype, code = (
-                        (b"ok" if ok else b"stale"),
-                        "text/plain",
-                        (200 if ok else 500),
-                    )
-                else:
-                    body, ctype, code = b"not found", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        server_class = _HTTPServer6 if ":" in self.loop.metrics_host else ThreadingHTTPServer
-        server = server_class((self.loop.metrics_host, self.loop.metrics_port), Endpoints)
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-        return server
+        return serve_http(
+            self.metrics, self.healthy, self.loop.metrics_host, self.loop.metrics_port
+        )
 
     def run(self) -> None:
         """Run until `stop` is set (SIGTERM/SIGINT in the command)."""
-        self.last_sync = time.monotonic()
+        self._started = time.monotonic()
         server = self.serve_http()
         threading.Thread(target=self.run_summary, name="summary", daemon=True).start()
         try:

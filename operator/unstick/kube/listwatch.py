@@ -7,10 +7,10 @@ last version seen when it ends → relist on 410 Gone (also when it comes as an 
 `ListWatch` runs it for one collection and hands what it sees to a `Sink`: the objects of
 a (re)list one by one between `relist_begin` and `relist_end` (a watcher that keeps a store
 replaces it at the end, so an object deleted while the watch was down is known gone), and
-each ADDED / MODIFIED / DELETED event. Used by the Node/CSINode/VolumeAttachment/Namespace
-watchers (`kube/objectwatch.py`) and the attach-failure Event feeds (`controller/blocked.py`).
-`list_watch` and `WatchStream` are its parts, still used directly by the lean pod watcher
-(`kube/podwatch.py`) and the agent's Remediation watch (`agent/loop.py`).
+each ADDED / MODIFIED / DELETED event. Every watcher runs on it: the lean pod watcher
+(`kube/podwatch.py`), the Node/CSINode/VolumeAttachment/Namespace watchers
+(`kube/objectwatch.py`), the attach-failure Event feeds (`kube/events.py`) and the agent's
+Remediation watch (`agent/loop.py`). `list_watch` and `WatchStream` are its parts.
 """
 
 from __future__ import annotations
@@ -162,13 +162,27 @@ class WatchSpec:
 
 class ListWatch:
     """`list_watch` over one collection into a `Sink`; `run()` in the calling thread, or
-    `start()` a thread of its own and `stop()` it (which also ends a watch in progress)."""
+    `start()` a thread of its own and `stop()` it (which also ends a watch in progress).
 
-    def __init__(self, kube: Any, spec: WatchSpec, sink: Sink) -> None:
+    `stop`: an event of the caller's that ends the loop when set (default: its own);
+    `before_watch`: called at the start of every watch cycle (the agent re-reads its
+    admission verdict there), in the loop's thread; an exception from it counts as a
+    failed watch (reconnect with backoff)."""
+
+    def __init__(
+        self,
+        kube: Any,
+        spec: WatchSpec,
+        sink: Sink,
+        *,
+        stop: threading.Event | None = None,
+        before_watch: Callable[[], None] | None = None,
+    ) -> None:
         self.kube, self.spec, self.sink = kube, spec, sink
         self.stats = WatchStats()
         self.synced = threading.Event()  # set after the first complete list
-        self._stop = threading.Event()
+        self._stop = stop if stop is not None else threading.Event()
+        self._before_watch = before_watch
         self._stream = WatchStream()
         self._thread = threading.Thread(target=self.run, name=spec.what, daemon=True)
 
@@ -210,6 +224,8 @@ class ListWatch:
         return version
 
     def _watch(self, version: str) -> str:
+        if self._before_watch is not None:
+            self._before_watch()
         query = {**self.spec.query, "resourceVersion": version, "allowWatchBookmarks": "true"}
         version = self._stream.follow(
             self.kube,
