@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from unstick.core.remediation import GROUP, PLURAL
+
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
@@ -47,13 +49,11 @@ def _policy_problem(policy: JSON | None) -> str | None:
     covered: set[str] = set()
     for raw in rules if isinstance(rules, list) else []:
         rule = _obj(raw)
-        if "unstick.dev" in (rule.get("apiGroups") or []) and "remediations" in (
-            rule.get("resources") or []
-        ):
+        if GROUP in (rule.get("apiGroups") or []) and PLURAL in (rule.get("resources") or []):
             covered |= {str(op) for op in rule.get("operations") or []}
     if "*" not in covered and not covered >= GUARDED:
         missing = ", ".join(sorted(GUARDED - covered))
-        return f"does not guard {missing} of remediations.unstick.dev"
+        return f"does not guard {missing} of {PLURAL}.{GROUP}"
     return None
 
 

@@ -1,4 +1,4 @@
-"""What the agent re-derives from the API before it probes or acts (DESIGN §3 invariant 7).
+"""What the agent re-derives from the API before it probes or acts (design.md §3 invariant 7).
 
 A Remediation is a channel, not an authority: whoever wrote it, the agent reads from the
 API itself that the pod is the one named, Terminating and overdue on this node (`check_pod`
@@ -22,6 +22,7 @@ from typing import Any
 from unstick.core.mandate import Mandate, PolicyLookup, mandate, policy_name
 from unstick.core.policy import PolicyError, parse_policy
 from unstick.core.ratelimit import WINDOW_S, Grant, SlidingWindow
+from unstick.core.remediation import REMEDIATE
 from unstick.core.vocabulary import Refusal
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class PolicySources:
 def read_mandate(sources: PolicySources, namespace: str, pod: JSON) -> Mandate:
     """The policy in force for `pod` (from the API), or why nothing may be done."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    annotation = annotations.get("unstick.dev/remediate")
+    annotation = annotations.get(REMEDIATE)
     if annotation is not None and not isinstance(annotation, str):
         annotation = None
     try:

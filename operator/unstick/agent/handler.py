@@ -3,7 +3,7 @@
 Decisions read only `spec` (written by the controller) and the agent's own `status` keys.
 Bad input in a Remediation gets a clear message naming the field and never an action.
 
-A Remediation is a channel, not an authority (DESIGN §3 invariant 7): whoever wrote it,
+A Remediation is a channel, not an authority (design.md §3 invariant 7): whoever wrote it,
 node steps are refused (each reported as `refused`, with the reason, in
 `status.nodeActions`, and counted in `unstick_refusals_total{reason}`) unless, right
 before they run:
@@ -25,7 +25,8 @@ before they run:
 - the batch fits this node's budget (`authority.NodeBudget`).
 A probe is only taken for a pod that passes the same pod check: the probe of any other UID
 would write another pod's mounts, holders and containers into the asker's record. A probe
-refused is noted in `status.nodeRefusals` (no probe is written).
+refused is noted in `status.nodeRefusals` (no probe is written). The checks themselves and
+the refusal entries are in `agent/request_checks.py`.
 """
 
 from __future__ import annotations
@@ -43,13 +44,38 @@ from typing import Any
 from unstick.agent.authority import NodeBudget, PolicySources, read_mandate
 from unstick.agent.executor import DRY_RUN, REFUSED, Executor, StepResult
 from unstick.agent.keylocks import KeyLocks
-
-__all__ = ["CALLS_OUT", "BadRemediation", "Handler", "KeyLocks", "check_pod", "parse_steps"]
-from unstick.agent.probe import probe_pod, rfc3339
+from unstick.agent.probe import probe_pod
+from unstick.agent.request_checks import (
+    MAX_NODE_REFUSALS,
+    NODE_STEPS,
+    BadRemediation,
+    as_obj,
+    check_pod,
+    check_request_age,
+    parse_steps,
+    pod_uid,
+    refusal_entry,
+    time_of,
+    with_refusal,
+)
+from unstick.agent.request_checks import PROBE as PROBE_REFUSAL
 from unstick.agent.scangroup import shared_scans
 from unstick.agent.settings import AgentSettings
+from unstick.core import remediation as rem
 from unstick.core.mandate import Mandate, permit
-from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
+from unstick.core.remediation import rfc3339
+from unstick.core.vocabulary import Action, Refusal
+
+__all__ = [
+    "CALLS_OUT",
+    "MAX_NODE_REFUSALS",
+    "NODE_STEPS",
+    "BadRemediation",
+    "Handler",
+    "KeyLocks",
+    "check_pod",
+    "parse_steps",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,126 +84,10 @@ _POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS subdomain
 JSON = dict[str, Any]
 StatusPatcher = Callable[[str, str, JSON], None]  # (namespace, name, status patch)
 PodLookup = Callable[[str, str], JSON | None]  # (namespace, name) -> the pod, None if absent
-MAX_NODE_REFUSALS = 20  # status.nodeRefusals keeps the newest entries
 
 #: Reads nothing, so every pod counts as not opted in: the safe default for a Handler
 #: built without access to namespaces and policies.
 NO_POLICIES = PolicySources(namespace=lambda _name: None, policy=lambda _name: None)
-
-
-class BadRemediation(ValueError):
-    """A Remediation field the agent cannot use; the message names the field."""
-
-    def __init__(self, message: str, refusal: Refusal = Refusal.FORGED) -> None:
-        super().__init__(message)
-        self.refusal = refusal
-
-
-def parse_time(value: object, field_name: str) -> datetime | None:
-    """An RFC3339 time from the CR, None when absent."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise BadRemediation(f"{field_name}: expected an RFC3339 time string")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRemediation(f"{field_name}: {value!r} is not an RFC3339 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _obj(value: object) -> JSON:
-    return value if isinstance(value, dict) else {}
-
-
-def _uid(spec: JSON) -> str:
-    uid = spec.get("podUID")
-    if not isinstance(uid, str) or not uid or "/" in uid or uid in (".", ".."):
-        raise BadRemediation("spec.podUID: missing or not a pod UID")
-    return uid
-
-
-def parse_steps(spec: JSON) -> list[tuple[str, str]]:
-    """(action, target) of spec.nodeSteps, validated."""
-    steps = spec.get("nodeSteps") or []
-    if not isinstance(steps, list):
-        raise BadRemediation("spec.nodeSteps: expected a list")
-    parsed = []
-    for i, step in enumerate(steps):
-        if not isinstance(step, dict):
-            raise BadRemediation(f"spec.nodeSteps[{i}]: expected an object")
-        action, target = step.get("action"), step.get("target", "")
-        if not isinstance(action, str) or action not in NODE_ACTIONS:
-            raise BadRemediation(f"spec.nodeSteps[{i}].action: {action!r} is not a node action")
-        if target is None:
-            target = ""
-        if not isinstance(target, str):
-            raise BadRemediation(f"spec.nodeSteps[{i}].target: expected a string")
-        parsed.append((action, target))
-    return parsed
-
-
-def check_request_age(requested: datetime, now: datetime, settings: AgentSettings) -> None:
-    """BadRemediation unless the node-step request is fresh (see the module docstring)."""
-    age = (now - requested).total_seconds()
-    if age > settings.max_request_age_s:
-        raise BadRemediation(
-            f"spec.nodeStepsRequestedAt: the request is {age:.0f}s old, older than "
-            f"--max-request-age ({settings.max_request_age_s:.0f}s); not running stale steps, "
-            "the controller re-requests them if it still wants them",
-            Refusal.STALE,
-        )
-    if -age > settings.max_request_skew_s:
-        raise BadRemediation(
-            f"spec.nodeStepsRequestedAt: the request is {-age:.0f}s in the future, more than "
-            f"the allowed clock skew ({settings.max_request_skew_s:.0f}s)",
-            Refusal.STALE,
-        )
-
-
-def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
-    """BadRemediation unless `pod` (from the API) is spec's pod, on `node`, overdue."""
-    name, uid = spec.get("podName"), spec.get("podUID")
-    if pod is None:
-        raise BadRemediation(f"spec.podName: pod {name!r} does not exist in this namespace")
-    meta, pod_spec = _obj(pod.get("metadata")), _obj(pod.get("spec"))
-    if meta.get("uid") != uid:
-        raise BadRemediation(f"spec.podUID: pod {name!r} has uid {meta.get('uid')!r}, not {uid!r}")
-    if pod_spec.get("nodeName") != node:
-        raise BadRemediation(
-            f"spec.podName: pod {name!r} is bound to {pod_spec.get('nodeName')!r}, not this node"
-        )
-    deleted = parse_time(meta.get("deletionTimestamp"), "pod metadata.deletionTimestamp")
-    if deleted is None:
-        raise BadRemediation(f"spec.podName: pod {name!r} is not terminating")
-    if deleted > now:
-        raise BadRemediation(
-            f"spec.podName: pod {name!r} is still within its grace period (until "
-            f"{rfc3339(deleted)})"
-        )
-
-
-#: `status.nodeRefusals[].action` of a request of node steps refused as a whole; its
-#: `time` is the `status.nodeStepsDoneAt` of that answer.
-NODE_STEPS = "node-steps"
-
-
-def refusal_entry(action: str, refusal: Refusal, message: str, at: datetime) -> JSON:
-    """One `status.nodeRefusals` entry."""
-    return {
-        "action": action,
-        "reason": str(refusal),
-        "message": message[:1000],
-        "time": rfc3339(at),
-        "by": "agent",
-    }
-
-
-def with_refusal(status: JSON, entry: JSON) -> list[JSON]:
-    """`status.nodeRefusals` with `entry` appended, the newest MAX_NODE_REFUSALS kept."""
-    current = status.get("nodeRefusals")
-    kept = [e for e in current if isinstance(e, dict)] if isinstance(current, list) else []
-    return [*kept, entry][-MAX_NODE_REFUSALS:]
 
 
 # steps run one at a time on the node: the restart's once-an-hour check is not raced (CSI
@@ -229,9 +139,9 @@ class Handler:
         ns, name, key = meta.get("namespace"), meta.get("name"), meta.get("uid") or ""
         if not isinstance(ns, str) or not isinstance(name, str):
             return
-        spec = _obj(obj.get("spec"))
-        status = _obj(obj.get("status"))
-        if spec.get("incident"):
+        spec = as_obj(obj.get("spec"))
+        status = as_obj(obj.get("status"))
+        if spec.get(rem.INCIDENT):
             return  # a node incident (docs/incidents.md) asks no agent anything
         try:
             self._handle(ns, name, key, spec, status, received=received or self.clock())
@@ -241,21 +151,22 @@ class Handler:
     def _handle(
         self, ns: str, name: str, key: str, spec: JSON, status: JSON, *, received: datetime
     ) -> None:
-        if spec.get("nodeName") not in (None, self.settings.node_name):
-            raise BadRemediation(f"spec.nodeName: {spec.get('nodeName')!r} is not this node")
-        uid = _uid(spec)
-        steps_at_raw = spec.get("nodeStepsRequestedAt")
-        steps_at = parse_time(steps_at_raw, "spec.nodeStepsRequestedAt")
-        done_at = parse_time(status.get("nodeStepsDoneAt"), "status.nodeStepsDoneAt")
+        node = spec.get(rem.NODE_NAME)
+        if node not in (None, self.settings.node_name):
+            raise BadRemediation(f"spec.{rem.NODE_NAME}: {node!r} is not this node")
+        uid = pod_uid(spec)
+        steps_at_raw = spec.get(rem.NODE_STEPS_REQUESTED_AT)
+        steps_at = time_of(spec, rem.NODE_STEPS_REQUESTED_AT, f"spec.{rem.NODE_STEPS_REQUESTED_AT}")
+        done_at = time_of(status, rem.NODE_STEPS_DONE_AT, f"status.{rem.NODE_STEPS_DONE_AT}")
         steps_due = steps_at and (done_at is None or steps_at > done_at)
         if steps_at and steps_due and self.served_steps.get(key) != steps_at_raw:
             self.served_steps[key] = str(steps_at_raw)
             self._run_steps(ns, name, uid, spec, status, asked=(steps_at, received))
             return
-        probe_at_raw = spec.get("probeRequestedAt")
-        probe_at = parse_time(probe_at_raw, "spec.probeRequestedAt")
-        probe = _obj(status.get("probe"))
-        probed_at = parse_time(probe.get("probedAt"), "status.probe.probedAt")
+        probe_at_raw = spec.get(rem.PROBE_REQUESTED_AT)
+        probe_at = time_of(spec, rem.PROBE_REQUESTED_AT, f"spec.{rem.PROBE_REQUESTED_AT}")
+        probe = as_obj(status.get(rem.PROBE))
+        probed_at = time_of(probe, rem.PROBED_AT, f"status.{rem.PROBE}.{rem.PROBED_AT}")
         probe_due = probe_at and (probed_at is None or probe_at > probed_at)
         if probe_due and self.served_probes.get(key) != probe_at_raw:
             self.served_probes[key] = str(probe_at_raw)
@@ -265,26 +176,26 @@ class Handler:
                 log.warning("remediation %s/%s: probe refused: %s", ns, name, exc)
                 self._refuse_probe(ns, name, status, exc)
                 return
-            self.patch_status(ns, name, {"probe": self.probe(uid)})
+            self.patch_status(ns, name, {rem.PROBE: self.probe(uid)})
 
     def _refuse_probe(self, ns: str, name: str, status: JSON, exc: BadRemediation) -> None:
         """No probe for a pod that fails the pod check: a refusal on record instead."""
         self.on_refusal(exc.refusal)
-        entry = refusal_entry("probe", exc.refusal, str(exc), self.clock())
-        self.patch_status(ns, name, {"nodeRefusals": with_refusal(status, entry)})
+        entry = refusal_entry(PROBE_REFUSAL, exc.refusal, str(exc), self.clock())
+        self.patch_status(ns, name, {rem.NODE_REFUSALS: with_refusal(status, entry)})
 
     def _check_pod(self, ns: str, spec: JSON) -> JSON:
         """The pod named in spec, from the API: this uid, on this node, overdue Terminating."""
-        name = spec.get("podName")
+        name = spec.get(rem.POD_NAME)
         if not isinstance(name, str) or not _POD_NAME.fullmatch(name):
-            raise BadRemediation("spec.podName: missing or not a pod name")
+            raise BadRemediation(f"spec.{rem.POD_NAME}: missing or not a pod name")
         try:
             pod = self.lookup_pod(ns, name)
         except Exception as exc:  # API down, forbidden, ...: never act on an unchecked pod
             status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
             why = f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
             raise BadRemediation(
-                f"spec.podName: cannot GET pod {name!r}: {why}", Refusal.UNSAFE
+                f"spec.{rem.POD_NAME}: cannot GET pod {name!r}: {why}", Refusal.UNSAFE
             ) from None
         check_pod(pod, spec, self.settings.node_name, self.clock())
         assert pod is not None
@@ -388,15 +299,15 @@ class Handler:
         results.extend(self._act(uid, steps, lazy=lazy))
         done = max(self.clock(), asked[0])  # never earlier than the request (clock skew)
         patch: JSON = {
-            "nodeActions": [r.to_json() for r in results],
-            "nodeStepsDoneAt": rfc3339(done),
+            rem.NODE_ACTIONS_FIELD: [r.to_json() for r in results],
+            rem.NODE_STEPS_DONE_AT: rfc3339(done),
         }
         if why is not None:  # the request as a whole, with its reason (the controller's cue)
             entry = refusal_entry(NODE_STEPS, why, results[0].message, done)
-            patch["nodeRefusals"] = with_refusal(status, entry)
+            patch[rem.NODE_REFUSALS] = with_refusal(status, entry)
         if m is not None:  # a refused request gets no probe either (same pod check)
             try:
-                patch["probe"] = self.probe(uid)
+                patch[rem.PROBE] = self.probe(uid)
             except Exception as exc:  # steps are reported even if the probe fails
                 log.warning("probe after node steps failed: %s", exc)
         self.patch_status(ns, name, patch)

@@ -22,18 +22,23 @@ from datetime import datetime
 from typing import Any
 
 from unstick.agent.executor import REFUSED, StepResult
-from unstick.agent.handler import MAX_NODE_REFUSALS, BadRemediation, parse_steps, parse_time
-from unstick.agent.probe import rfc3339
+from unstick.agent.request_checks import (
+    PROBE,
+    BadRemediation,
+    as_obj,
+    parse_steps,
+    refusal_entry,
+    time_of,
+    with_refusal,
+)
+from unstick.core import remediation as rem
+from unstick.core.remediation import rfc3339
 from unstick.core.vocabulary import Refusal
 
 log = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 StatusPatcher = Callable[[str, str, JSON], None]
-
-
-def _obj(value: object) -> JSON:
-    return value if isinstance(value, dict) else {}
 
 
 class ScopeGate:
@@ -72,14 +77,14 @@ class ScopeGate:
         """Record the refusal of the requests this Remediation carries (each once), for
         `why`, by default: outside the scope."""
         meta, spec, status = (
-            _obj(obj.get("metadata")),
-            _obj(obj.get("spec")),
-            _obj(obj.get("status")),
+            as_obj(obj.get("metadata")),
+            as_obj(obj.get("spec")),
+            as_obj(obj.get("status")),
         )
         ns, name, uid = meta.get("namespace"), meta.get("name"), str(meta.get("uid") or "")
-        if not isinstance(ns, str) or not isinstance(name, str) or spec.get("incident"):
+        if not isinstance(ns, str) or not isinstance(name, str) or spec.get(rem.INCIDENT):
             return
-        requests = (spec.get("nodeStepsRequestedAt"), spec.get("probeRequestedAt"))
+        requests = (spec.get(rem.NODE_STEPS_REQUESTED_AT), spec.get(rem.PROBE_REQUESTED_AT))
         with self._lock:
             if self._refused.get(uid) == requests:
                 return
@@ -99,29 +104,22 @@ class ScopeGate:
     def _patch(self, spec: JSON, status: JSON, message: str, reason: Refusal) -> JSON:
         now = self.clock()
         patch: JSON = {}
-        steps_at = parse_time(spec.get("nodeStepsRequestedAt"), "spec.nodeStepsRequestedAt")
-        done_at = parse_time(status.get("nodeStepsDoneAt"), "status.nodeStepsDoneAt")
+        steps_at = time_of(spec, rem.NODE_STEPS_REQUESTED_AT, f"spec.{rem.NODE_STEPS_REQUESTED_AT}")
+        done_at = time_of(status, rem.NODE_STEPS_DONE_AT, f"status.{rem.NODE_STEPS_DONE_AT}")
         if steps_at is not None and (done_at is None or steps_at > done_at):
             try:
                 steps = parse_steps(spec) or [("(none)", "")]
             except BadRemediation:
                 steps = [("(none)", "")]
             stamp = rfc3339(now)
-            patch["nodeActions"] = [
+            patch[rem.NODE_ACTIONS_FIELD] = [
                 StepResult(a, t, REFUSED, message, stamp).to_json() for a, t in steps
             ]
-            patch["nodeStepsDoneAt"] = rfc3339(max(now, steps_at))
-        probe_at = parse_time(spec.get("probeRequestedAt"), "spec.probeRequestedAt")
-        probed_at = parse_time(_obj(status.get("probe")).get("probedAt"), "status.probe.probedAt")
+            patch[rem.NODE_STEPS_DONE_AT] = rfc3339(max(now, steps_at))
+        probe_at = time_of(spec, rem.PROBE_REQUESTED_AT, f"spec.{rem.PROBE_REQUESTED_AT}")
+        probe = as_obj(status.get(rem.PROBE))
+        probed_at = time_of(probe, rem.PROBED_AT, f"status.{rem.PROBE}.{rem.PROBED_AT}")
         if probe_at is not None and (probed_at is None or probe_at > probed_at):
-            entry = {
-                "action": "probe",
-                "reason": str(reason),
-                "message": message[:1000],
-                "time": rfc3339(now),
-                "by": "agent",
-            }
-            current = status.get("nodeRefusals")
-            kept = [e for e in current if isinstance(e, dict)] if isinstance(current, list) else []
-            patch["nodeRefusals"] = [*kept, entry][-MAX_NODE_REFUSALS:]
+            entry = refusal_entry(PROBE, reason, message, now)
+            patch[rem.NODE_REFUSALS] = with_refusal(status, entry)
         return patch

@@ -71,6 +71,8 @@ PROBE = "probe"
 PROBED_AT = "probedAt"
 NODE_ACTIONS_FIELD = "nodeActions"
 NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
+#: The agent's refusals of a request as a whole (a probe, or a batch of node steps).
+NODE_REFUSALS = "nodeRefusals"
 
 # Results of an API action on record before it is sent (record before act, design.md §3
 # invariant 10): `status.actions` of a per-pod record, `status.pods` of a node incident.
@@ -230,18 +232,24 @@ def _step(value: object, field: str) -> NodeStep:
     return NodeStep(Action(action), target or "", reason or "")
 
 
+def parse_steps(spec: Mapping[str, Any]) -> tuple[NodeStep, ...]:
+    """The steps of `spec.nodeSteps` (none when absent). RemediationError naming the field
+    (e.g. `spec.nodeSteps[0].action`) when one is malformed."""
+    raw = spec.get(NODE_STEPS)
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise RemediationError(f"spec.{NODE_STEPS}", "expected a list")
+    return tuple(_step(item, f"spec.{NODE_STEPS}[{i}]") for i, item in enumerate(raw))
+
+
 def parse_node_steps(spec: Mapping[str, Any]) -> NodeStepsRequest | None:
     """The node-steps request in a Remediation's spec, None when there is none (no
     `nodeStepsRequestedAt`). RemediationError naming the field when it is malformed."""
     requested = field_time(spec, NODE_STEPS_REQUESTED_AT, f"spec.{NODE_STEPS_REQUESTED_AT}")
     if requested is None:
         return None
-    raw = spec.get(NODE_STEPS)
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise RemediationError(f"spec.{NODE_STEPS}", "expected a list")
-    steps = tuple(_step(item, f"spec.{NODE_STEPS}[{i}]") for i, item in enumerate(raw))
+    steps = parse_steps(spec)
     flags = {}
     for key in (DRY_RUN, LAZY_UNMOUNT):
         value = spec.get(key)
