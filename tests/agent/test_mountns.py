@@ -46,8 +46,14 @@ def test_probe_finds_exactly_this_pods_mounts_and_cleanup_leaves_dirs_clean(
     assert not any(UID_A in m for m in mounts_after)
     assert {paths["b_csi"], paths["b_projected"], paths["staging"]} <= mounts_after
     pod_a = str(work / "kubelet" / "pods" / UID_A)
-    assert r["pod_a_tree_after"] == [pod_a + "/volumes"]  # volumes/ itself and the pod dir stay
-    assert r["probe_after"]["mountinfo"] == "" and r["probe_after"]["volumeDirs"] == []
+    # volumes/ itself and the pod dir stay; so does the kubelet's vol_data.json of the CSI
+    # volume: no driver is registered here, so the kubelet cannot have torn it down
+    csi = pod_a + "/volumes/kubernetes.io~csi"
+    kept = [csi, csi + "/pvc-a", csi + "/pvc-a/vol_data.json"]
+    assert r["pod_a_tree_after"] == [pod_a + "/volumes", *kept]
+    assert "CSI driver hostpath.csi.k8s.io is not registered" in r["rmdir"]["message"]
+    assert r["probe_after"]["mountinfo"] == ""
+    assert {d["path"] for d in r["probe_after"]["volumeDirs"]} == {csi, csi + "/pvc-a"}
 
 
 def test_dry_run_changes_nothing(scenario, work: Path) -> None:

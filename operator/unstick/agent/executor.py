@@ -23,7 +23,6 @@ import errno
 import json
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,9 +43,14 @@ from unstick.agent.safepath import PathGone, UnsafePath, check_path, parent_fd, 
 from unstick.agent.scangroup import ScanGroup, shared_scans
 from unstick.agent.settings import AgentSettings
 from unstick.agent.umount import MNT_DETACH, umount2
+from unstick.agent.vol_data import (
+    VOL_DATA,
+    is_csi_mount_dir,
+    left_for_kubelet,
+    settle_after_mount_rmdir,
+)
 from unstick.agent.volumedirs import volume_dirs
 from unstick.core.kubelet_paths import (
-    CSI_PLUGIN,
     SUBPATHS,
     classify,
     depth,
@@ -77,7 +81,6 @@ def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
 
 SUCCEEDED, FAILED, REFUSED, DRY_RUN = "succeeded", "failed", "refused", "dry_run"
 FRESH = "each right after its own checks"  # in a step's message: see ActLog
-VOL_DATA = "vol_data.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +389,10 @@ class Executor:
 
     def rmdir_stale(self, uid: str, target: str, dry_run: bool) -> str:
         """Remove the pod's empty volume directories, deepest first, never recursively and
-        never through a symlink; also the kubelet's own `vol_data.json` of a CSI volume
-        whose `mount` dir is gone (the kubelet deletes it the same way). `volumes/` itself
-        and everything above it stay."""
+        never through a symlink. The kubelet's own `vol_data.json` of a CSI volume goes only
+        with its `mount` dir and only while the volume's driver is registered (else the
+        kubelet still needs it: agent/vol_data.py); a dir left for the kubelet is reported
+        as kept, not as a failure. `volumes/` itself and everything above it stay."""
         table = self._pod_table(uid)
         dirs = [d.path for d in volume_dirs(self.root, uid, table.mount_points())]
         subpaths = os.path.join(pod_dir(self.root, uid), SUBPATHS)
@@ -403,17 +407,21 @@ class Executor:
             self._check_pod(uid)
         if dry_run:
             return "would remove the empty ones of " + ", ".join(selected)
-        removed, kept = [], []
+        removed: list[str] = []
+        kept: list[str] = []
+        notes: list[str] = []
         for path in selected:
-            if self._rmdir_one(uid, path):
+            if self._rmdir_one(uid, path, notes):
                 removed.append(path)
+            elif left_for_kubelet(path, self.root, uid):
+                notes.append(f"{path} left for the kubelet (it holds only {VOL_DATA})")
             else:
                 kept.append(path)
         if kept:
             raise RuntimeError(f"not empty, kept: {', '.join(kept)}; removed: {len(removed)}")
-        return f"removed {len(removed)} empty directories"
+        return "; ".join([f"removed {len(removed)} empty directories", *dict.fromkeys(notes)])
 
-    def _rmdir_one(self, uid: str, path: str) -> bool:
+    def _rmdir_one(self, uid: str, path: str, notes: list[str]) -> bool:
         table = self._pod_table(uid)  # `path` is under the pod's directory
         inside = [m.mount_point for m in table.mounts if m.mount_point.startswith(path + "/")]
         if path in table.mount_points() or inside:
@@ -422,29 +430,29 @@ class Executor:
         if not (is_pod_volume_path(path, self.root, uid) or path == subpaths):
             raise Refused(f"{path} is not a volume directory of pod {uid}")
         self._check_pod(uid)  # right before acting: a container may have started meanwhile
+        existed: list[str] = []
         try:
-            return rmdir_at(path, lambda fd, name: self._before_rmdir(uid, path, name, fd))
+            removed = rmdir_at(path, lambda fd, name: self._before_rmdir(existed, name))
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
+        if removed and existed and is_csi_mount_dir(path, self.root, uid):
+            try:
+                note = settle_after_mount_rmdir(os.path.dirname(path), self._driver_names)
+            except (PathGone, FileNotFoundError):
+                note = ""
+            except UnsafePath as exc:
+                raise Refused(f"unsafe path: {exc}") from None
+            if note:
+                notes.append(note)
+        return removed
 
-    def _before_rmdir(self, uid: str, path: str, name: str, parent: int) -> None:
-        self._remove_vol_data(uid, path, name, parent)
+    def _before_rmdir(self, existed: list[str], name: str) -> None:
+        existed.append(name)  # the dir was there right before the rmdir: this act removes it
         self.acts.act(needs_holders=False)
 
-    def _remove_vol_data(self, uid: str, path: str, name: str, parent: int) -> None:
-        info = classify(path, self.root, uid)
-        if info is None or info.plugin != CSI_PLUGIN or info.rest or info.kind != "volume":
-            return
-        dfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=parent)
-        try:
-            entries = set(os.listdir(f"/proc/self/fd/{dfd}"))
-            if entries != {VOL_DATA}:
-                return  # `mount` (or anything else) still there: leave it all
-            st = os.stat(VOL_DATA, dir_fd=dfd, follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode):
-                os.unlink(VOL_DATA, dir_fd=dfd)
-        finally:
-            os.close(dfd)
+    def _driver_names(self) -> set[str]:
+        """The CSI drivers registered on this node now (the kubelet's registry)."""
+        return set((self.plugins or self._registered)())
 
     # --- replay-unpublish ----------------------------------------------------------
 
