@@ -46,27 +46,26 @@ is unknown; `HolderScan.unknown` (None when complete) is the field to report.
 
 from __future__ import annotations
 
-import errno
 import os
-import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from unstick.agent.scangroup import current_group
-from unstick.core.mount_identity import (
-    MountTable,
-    Target,
-    holding_copies,
-    is_copy,
-    overlaps,
-    targets_in,
-    under,
-    uses,
+from unstick.agent.holders_copies import namespace_copies
+from unstick.agent.holders_proc import (
+    PARSED,
+    Gaps,
+    Namespace,
+    Process,
+    list_pids,
+    own_pid,
+    read,
+    readlink,
 )
-from unstick.core.mountinfo import Mount, MountinfoError, parse_relevant
+from unstick.agent.scangroup import current_group
+from unstick.core.mount_identity import MountTable, Target, overlaps, targets_in, under, uses
+from unstick.core.mountinfo import Mount, MountinfoError
 
 _DELETED = " (deleted)"
-_DENIED = (errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,144 +89,6 @@ class HolderScan:
     unknown: str | None = None
 
 
-@dataclass
-class _Gaps:
-    """What could not be read (for lack of permission) in live processes: the first path
-    of each kind of entry (`fd`, `ns/mnt`, ...) and how many more of that kind."""
-
-    first: dict[str, str] = field(default_factory=dict)
-    more: dict[str, int] = field(default_factory=dict)
-
-    def denied(self, path: str, exc: OSError) -> None:
-        if exc.errno not in _DENIED:
-            return  # gone meanwhile: an exited process holds nothing
-        kind = (
-            path.rsplit("/", 2)[-2]
-            if path.rsplit("/", 1)[-1].isdigit()
-            else path.rsplit("/", 1)[-1]
-        )
-        if kind in self.first:
-            self.more[kind] = self.more.get(kind, 0) + 1
-        else:
-            self.first[kind] = f"cannot read {path}: {exc.strerror}"
-
-    def note(self, kind: str, text: str) -> None:
-        """Something other than a denied read left the scan incomplete."""
-        if kind in self.first:
-            self.more[kind] = self.more.get(kind, 0) + 1
-        else:
-            self.first[kind] = text
-
-    def merge(self, other: _Gaps) -> None:
-        for kind, text in other.first.items():
-            if kind in self.first:
-                self.more[kind] = self.more.get(kind, 0) + 1 + other.more.get(kind, 0)
-            else:
-                self.first[kind] = text
-                if kind in other.more:
-                    self.more[kind] = other.more[kind]
-
-    def text(self) -> str | None:
-        parts = [
-            text + (f" (and {self.more[kind]} more like it)" if kind in self.more else "")
-            for kind, text in self.first.items()
-        ]
-        return "; ".join(parts) if parts else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Process:
-    pid: int
-    comm: str
-    ns: str
-
-
-@dataclass
-class _Namespace:
-    table: MountTable | None
-    first: _Process
-    user_ns: str | None
-
-
-def _readlink(path: str, gaps: _Gaps) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError as exc:
-        gaps.denied(path, exc)
-        return None
-
-
-def _read(path: str, gaps: _Gaps) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
-    except OSError as exc:
-        gaps.denied(path, exc)
-        return None
-
-
-def _pids(host_proc: str) -> tuple[list[int], str | None]:
-    """The pids under `host_proc`, or why they cannot be trusted to be all of them."""
-    try:
-        pids = sorted(int(n) for n in os.listdir(host_proc) if n.isdigit())
-    except OSError as exc:
-        return [], f"cannot list {host_proc}: {exc.strerror}"
-    if not pids:
-        return [], f"{host_proc} lists no process (not a mounted /proc?)"
-    if not os.path.exists(os.path.join(host_proc, "self")):
-        return pids, (
-            f"{host_proc} does not show the agent's own process: it is the /proc of another "
-            "PID namespace (run the agent with hostPID)"
-        )
-    return pids, None
-
-
-def _own_pid(host_proc: str) -> int | None:
-    """The agent's own pid as `host_proc` numbers it (None: not shown there)."""
-    try:
-        return int(os.readlink(os.path.join(host_proc, "self")))
-    except (OSError, ValueError):
-        return None
-
-
-def _table(text: str, devices: Collection[tuple[int, int]]) -> MountTable:
-    """The namespace's table, in full only for the targets' devices and their parents: no
-    other mount can be a target or a copy of one, hold one or be a copy's parent, and the
-    stubs still stop path lookups and count as children (`MountTable`). Raises
-    MountinfoError."""
-    return MountTable.of(*parse_relevant(text, devices))
-
-
-class _ParsedTables:
-    """The last parse of each namespace's table text (for the devices asked about): a scan
-    reads every table fresh, and parses it again only when the text differs from the one
-    parsed before — the same text gives the same table (MountTable is immutable), so this
-    saves the parse, never the read. Most of a node's namespaces do not change between two
-    scans a moment apart."""
-
-    MAX = 512
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[tuple[str, frozenset[tuple[int, int]]], tuple[str, MountTable]] = {}
-
-    def table(self, ns: str, text: str, devices: frozenset[tuple[int, int]]) -> MountTable:
-        key = (ns, devices)
-        with self._lock:
-            last = self._last.get(key)
-        if last is not None and last[0] == text:
-            return last[1]
-        table = _table(text, devices)  # MountinfoError: nothing kept
-        with self._lock:
-            if len(self._last) >= self.MAX:
-                self._last.clear()
-            self._last[key] = (text, table)
-        return table
-
-
-_PARSED = _ParsedTables()
-
-
 def _as_read(table: MountTable, mount: Mount) -> Mount:
     """The mount as this scan read it: its propagation (`shared:N`, `master:N`) from the
     namespace's table read now, not from the caller's table, which may be a text kept
@@ -246,9 +107,9 @@ class _Scan:
         self.targets = list(targets)
         self.devices = frozenset((t.major, t.minor) for t in self.targets)
         self.kubelet_root = kubelet_root
-        self.gaps = _Gaps()
-        self.processes: list[_Process] = []
-        self.namespaces: dict[str, _Namespace] = {}
+        self.gaps = Gaps()
+        self.processes: list[Process] = []
+        self.namespaces: dict[str, Namespace] = {}
         self.mounts_by_id: dict[int, Mount] = {}
         self.other_ids: set[int] = set()  # mounts of other devices, in any table
         self.could_hold: dict[str, bool] = {}
@@ -260,26 +121,26 @@ class _Scan:
     # --- pass 1: namespaces ----------------------------------------------------------
 
     def collect(self, pids: Iterable[int]) -> None:
-        quiet = _Gaps()  # a namespace link that cannot be read: the process's own table
+        quiet = Gaps()  # a namespace link that cannot be read: the process's own table
         for pid in pids:
-            ns = _readlink(self.path(pid, "ns", "mnt"), quiet) or f"pid:{pid}"
-            process = _Process(pid, "", ns)  # comm: read for the holders found only
+            ns = readlink(self.path(pid, "ns", "mnt"), quiet) or f"pid:{pid}"
+            process = Process(pid, "", ns)  # comm: read for the holders found only
             if ns in self.namespaces:
                 self.processes.append(process)
                 continue
-            text = _read(self.path(pid, "mountinfo"), self.gaps)
+            text = read(self.path(pid, "mountinfo"), self.gaps)
             if text is None:
                 continue  # exited (or denied: recorded)
             self.processes.append(process)
             try:
-                table: MountTable | None = _PARSED.table(ns, text, self.devices)
+                table: MountTable | None = PARSED.table(ns, text, self.devices)
             except MountinfoError as exc:  # never seen from a kernel: the scan is not complete
                 self.gaps.note(
                     "mountinfo-parse", f"cannot parse {self.path(pid, 'mountinfo')}: {exc}"
                 )
                 table = None
-            user_ns = _readlink(self.path(pid, "ns", "user"), quiet)  # unknown: not trusted
-            self.namespaces[ns] = _Namespace(table, process, user_ns)
+            user_ns = readlink(self.path(pid, "ns", "user"), quiet)  # unknown: not trusted
+            self.namespaces[ns] = Namespace(table, process, user_ns)
             if table is not None:
                 for m in table.mounts:
                     self.mounts_by_id.setdefault(m.mount_id, m)
@@ -325,7 +186,7 @@ class _Scan:
             found.update(self._held(table.containing(p), p))
         return found
 
-    def _mnt_id(self, pid: int, fd: str, gaps: _Gaps) -> int | None:
+    def _mnt_id(self, pid: int, fd: str, gaps: Gaps) -> int | None:
         """The `mnt_id:` of the fd's fdinfo (its first lines: `pos`, `flags`, `mnt_id`)."""
         path = self.path(pid, "fdinfo", fd)
         try:
@@ -349,7 +210,7 @@ class _Scan:
         return table.by_id.get(mnt_id) or self.mounts_by_id.get(mnt_id)
 
     def _fd_holds(
-        self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps, *, own: bool
+        self, p: Process, table: MountTable, root: str | None, gaps: Gaps, *, own: bool
     ) -> set[str]:
         """`own`: the process's own table has a mount that can hold (else a path resolved
         in it holds nothing, and only a file of a mount of another table can)."""
@@ -361,7 +222,7 @@ class _Scan:
             return set()
         found: set[str] = set()
         for fd in fds:
-            link = _readlink(f"{fd_dir}/{fd}", gaps)
+            link = readlink(f"{fd_dir}/{fd}", gaps)
             if not link or not link.startswith("/"):
                 continue  # pipes, sockets, anonymous inodes: no mount of a volume
             mnt_id = self._mnt_id(p.pid, fd, gaps)
@@ -375,10 +236,8 @@ class _Scan:
                 found.update(self._held([mount], path))
         return found
 
-    def _maps_holds(
-        self, p: _Process, table: MountTable, root: str | None, gaps: _Gaps
-    ) -> set[str]:
-        text = _read(self.path(p.pid, "maps"), gaps) or ""
+    def _maps_holds(self, p: Process, table: MountTable, root: str | None, gaps: Gaps) -> set[str]:
+        text = read(self.path(p.pid, "maps"), gaps) or ""
         # `address perms offset dev inode   path`: no `/` before the path
         paths = {line[i:] for line in text.split("\n") if (i := line.find("/")) >= 0}
         found: set[str] = set()
@@ -391,21 +250,21 @@ class _Scan:
         and overlapping root): only then can its unreadable entries hide a hold."""
         return any(overlaps(m, t) for m in table.mounts for t in self.targets)
 
-    def process_holders(self, p: _Process) -> list[Holder]:
+    def process_holders(self, p: Process) -> list[Holder]:
         table = self.namespaces[p.ns].table
         if table is None:
             return []
-        gaps = _Gaps()
+        gaps = Gaps()
         own = self.could_hold.get(p.ns, True)
         if not own:  # cwd, root and maps are resolved in this table: none can hold
             fds = self._fd_holds(p, table, None, gaps, own=False)
             return [Holder(mp, p.pid, p.comm, "fd") for mp in sorted(fds)]
-        root = _readlink(self.path(p.pid, "root"), gaps)
+        root = readlink(self.path(p.pid, "root"), gaps)
         found = [
             Holder(mp, p.pid, p.comm, "fd")
             for mp in sorted(self._fd_holds(p, table, root, gaps, own=True))
         ]
-        for via, link in (("cwd", _readlink(self.path(p.pid, "cwd"), gaps)), ("root", root)):
+        for via, link in (("cwd", readlink(self.path(p.pid, "cwd"), gaps)), ("root", root)):
             if link and link.startswith("/"):
                 held = sorted(self._by_path(table, root, link))
                 found.extend(Holder(mp, p.pid, p.comm, via) for mp in held)
@@ -416,57 +275,14 @@ class _Scan:
         return found
 
     def namespace_holders(self, home: str | None, targets: Sequence[Target]) -> list[Holder]:
-        agent_user = _readlink(os.path.join(self.proc, "self", "ns", "user"), _Gaps())
-        home_info = self.namespaces.get(home) if home is not None else None
-        home_table = home_info.table if home_info is not None else None
-        found: list[Holder] = []
-        exempts = [self._kubelet_copies(home_table, target) for target in targets]
-        for ns, info in self.namespaces.items():
-            if info.table is None or (ns == home and self.kubelet_root is None):
-                continue
-            trusted = info.user_ns is not None and info.user_ns == agent_user
-            for target, kubelet_copies in zip(targets, exempts, strict=True):
-                exempt = kubelet_copies if trusted else []
-                if self._copy_holds(info.table, target, exempt, home=ns == home, trusted=trusted):
-                    first = info.first
-                    found.append(Holder(target.mount.mount_point, first.pid, first.comm, "mountns"))
-        return found
-
-    def _kubelet_copies(self, home: MountTable | None, target: Target) -> list[Target]:
-        """The copies of `target` in the home namespace that are not holders (the kubelet's
-        own, under `kubelet_root`: the volume's staging mount, ...), with their parents:
-        their propagated copies elsewhere go with them, as the target's go with it."""
-        if home is None or self.kubelet_root is None or target.parent is None:
-            return []
+        """One `mountns` holder per namespace with a copy of a target (holders_copies)."""
+        agent_user = readlink(os.path.join(self.proc, "self", "ns", "user"), Gaps())
         return [
-            Target(c, home.by_id.get(c.parent_id))
-            for c in home.mounts
-            if c.mount_id != target.mount.mount_id
-            and is_copy(c, target.mount)
-            and under(c.mount_point, self.kubelet_root)
+            Holder(target.mount.mount_point, info.first.pid, info.first.comm, "mountns")
+            for target, info in namespace_copies(
+                self.namespaces, home, targets, self.kubelet_root, agent_user
+            )
         ]
-
-    def _copy_holds(
-        self,
-        table: MountTable,
-        target: Target,
-        exempt: Sequence[Target],
-        *,
-        home: bool,
-        trusted: bool,
-    ) -> bool:
-        # a namespace of another user namespace has its copies locked: a propagated
-        # unmount may leave them, so none is exempt there
-        copies = (
-            holding_copies(table, target, exempt)
-            if trusted
-            else holding_copies(table, Target(target.mount, None))
-        )
-        if home:
-            root = self.kubelet_root or "/"
-            copies = [c for c in copies if c.mount_id != target.mount.mount_id]
-            copies = [c for c in copies if not under(c.mount_point, root)]
-        return bool(copies)
 
 
 def scan_holders(
@@ -488,12 +304,12 @@ def scan_holders(
 
 
 def _scan_now(host_proc: str, targets: list[Mount], kubelet_root: str | None) -> HolderScan:
-    pids, unknown = _pids(host_proc)
+    pids, unknown = list_pids(host_proc)
     scan = _Scan(host_proc, targets, kubelet_root)
     scan.collect(pids)
     home, with_parents = scan.home()
     holders: list[Holder] = []
-    own = _own_pid(host_proc)
+    own = own_pid(host_proc)
     for process in scan.processes:
         if process.pid != own:  # the agent's own look at the pod is not a use of it
             holders.extend(scan.process_holders(process))
@@ -501,7 +317,7 @@ def _scan_now(host_proc: str, targets: list[Mount], kubelet_root: str | None) ->
     comms: dict[int, str] = {}
     for i, h in enumerate(holders):  # the command names of the holders found
         if h.pid not in comms:
-            comms[h.pid] = (_read(scan.path(h.pid, "comm"), _Gaps()) or "").strip()
+            comms[h.pid] = (read(scan.path(h.pid, "comm"), Gaps()) or "").strip()
         holders[i] = Holder(h.mount_point, h.pid, comms[h.pid], h.via)
     gaps = scan.gaps.text()
     reasons = [r for r in (unknown, gaps) if r]
