@@ -15,6 +15,11 @@ Sources:
   only when `<host-proc>` lists processes, shows pid 1 (not hidden by `hidepid`) and the
   agent's own (`self`: the host's PID namespace), and every process's cgroup file could
   be read (a process that exited meanwhile is not a gap; a permission error is).
+  The files are read by one pass over `<host-proc>` shared by every pod whose check asks
+  at the same moment (the probes' and each act's container check on the worker threads):
+  a caller joins the next pass to start, never one already running, so its answer was
+  read after it asked — as fresh as a scan of its own (`scangroup.NextPass`). Each pod's
+  own pattern then picks its processes from the pass.
 
 The answer is the union: a container running per either source is running (a CRI entry
 whose id the cgroup scan saw with live processes becomes `running`; cgroup-only ids are
@@ -32,6 +37,7 @@ import grpc
 
 from unstick.agent.plugins import stub, unix_target
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
+from unstick.agent.scangroup import NextPass
 from unstick.core.remediation import rfc3339
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
@@ -41,6 +47,7 @@ _STATES = {
     cri_pb2.CONTAINER_EXITED: "exited",
     cri_pb2.CONTAINER_UNKNOWN: "unknown",
 }
+_POD_LIKE = ("pod", "kubepods-")  # the components a pod's pattern can match
 _PREFIXES = ("cri-containerd-", "crio-conmon-", "crio-", "docker-", "containerd-")
 _MAX_GAPS = 3
 UNANSWERED = "unanswered"
@@ -184,47 +191,86 @@ def _proc_pids(host_proc: str) -> tuple[list[str], str | None]:
     return pids, None
 
 
-def _ids_in(lines: list[str], pattern: re.Pattern[str]) -> set[str]:
-    ids: set[str] = set()
-    for line in lines:
-        parts = line.split(":", 2)[-1].split("/")
-        for i, part in enumerate(parts):
-            if pattern.match(part):
-                below = parts[i + 1] if i + 1 < len(parts) else ""
-                ids.add(_container_id(below) if below else "")
-    return ids
-
-
 def _join_gaps(gaps: list[str]) -> str | None:
     if len(gaps) > _MAX_GAPS:
         gaps = [*gaps[:_MAX_GAPS], f"and {len(gaps) - _MAX_GAPS} more"]
     return "; ".join(gaps) if gaps else None
 
 
-def scan_cgroups(host_proc: str, uid: str) -> CgroupScan:
-    """Running containers of the pod from `<host_proc>/*/cgroup`, and whether every
-    process could be seen."""
-    pattern = _pod_component(uid)
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """Every process's cgroup file, read once: the pod-like path components (`pod…`,
+    `kubepods-…`: the only ones a pod's pattern can match) with, for each, the processes
+    whose cgroup path has it and the container id below it."""
+
+    lines: dict[int, tuple[str, ...]]  # pid -> its cgroup lines (processes of some pod)
+    by_component: dict[str, list[tuple[int, str]]]
+    gaps: tuple[str, ...]
+
+
+def _read_cgroup(path: str) -> str:
+    """The file's text (OSError as `open` raises it)."""
+    handle = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(handle, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(handle, 65536))
+    finally:
+        os.close(handle)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
+
+
+def _read_pass(host_proc: str) -> _Pass:
     pids, unusable = _proc_pids(host_proc)
     gaps = [unusable] if unusable else []
-    ids: set[str] = set()
-    members: list[Member] = []
+    lines_of: dict[int, tuple[str, ...]] = {}
+    by_component: dict[str, list[tuple[int, str]]] = {}
     for pid in pids:
-        path = os.path.join(host_proc, pid, "cgroup")
+        path = f"{host_proc}/{pid}/cgroup"
         try:
-            with open(path, encoding="utf-8", errors="surrogateescape") as f:
-                lines = f.read().splitlines()
+            lines = _read_cgroup(path).splitlines()
         except (FileNotFoundError, ProcessLookupError):
             continue  # the process exited meanwhile: nothing of it is missed
         except OSError as exc:
             gaps.append(f"cannot read {path}: {exc.strerror or exc}")
             continue
-        mine = _ids_in(lines, pattern)
-        if mine:
-            ids |= mine
-            members.append(Member(int(pid), max(mine), tuple(lines)))  # "" (pod) last
+        found = False
+        for line in lines:
+            parts = line.split(":", 2)[-1].split("/")
+            for i, part in enumerate(parts):
+                if part.startswith(_POD_LIKE):
+                    below = parts[i + 1] if i + 1 < len(parts) else ""
+                    hit = (int(pid), _container_id(below) if below else "")
+                    by_component.setdefault(part, []).append(hit)
+                    found = True
+        if found:
+            lines_of[int(pid)] = tuple(lines)
+    return _Pass(lines_of, by_component, tuple(gaps))
+
+
+# One pass over the host's processes for every pod whose check asks at the same moment
+# (the probes and each act's container check on the agent's worker threads): each caller
+# gets a pass that started after it asked (scangroup.NextPass), as fresh as its own.
+_PASSES: NextPass[_Pass] = NextPass()
+
+
+def scan_cgroups(host_proc: str, uid: str) -> CgroupScan:
+    """Running containers of the pod from `<host_proc>/*/cgroup`, and whether every
+    process could be seen. The files are read by a pass shared with the callers asking at
+    the same time (for any pod), one that started after this call."""
+    scanned = _PASSES.run(host_proc, lambda: _read_pass(host_proc))
+    pattern = _pod_component(uid)
+    mine: dict[int, set[str]] = {}
+    for component, hits in scanned.by_component.items():
+        if pattern.match(component):
+            for pid, cid in hits:
+                mine.setdefault(pid, set()).add(cid)
+    ids = set().union(*mine.values()) if mine else set()
+    members = [  # in the order /proc listed them; "" (the pod-level cgroup) sorts last
+        Member(pid, max(mine[pid]), lines) for pid, lines in scanned.lines.items() if pid in mine
+    ]
     found = [Container(uid, cid or "(pod)", cid, "running") for cid in sorted(ids)]
-    return CgroupScan(found, _join_gaps(gaps), tuple(members))
+    return CgroupScan(found, _join_gaps(list(scanned.gaps)), tuple(members))
 
 
 def cgroup_containers(host_proc: str, uid: str) -> list[Container] | None:

@@ -32,7 +32,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 if TYPE_CHECKING:  # holders imports this module
     from unstick.agent.holders import HolderScan
@@ -128,3 +128,69 @@ def shared_scans(group: ScanGroup) -> Iterator[None]:
         yield
     finally:
         _SHARING.reset(token)
+
+
+R = TypeVar("R")
+
+
+@dataclass
+class _Pass(Generic[R]):
+    done: threading.Event = field(default_factory=threading.Event)
+    result: R | None = None
+    error: BaseException | None = None
+    callers: int = 0
+
+
+@dataclass
+class NextPass(Generic[R]):
+    """One read of something whole (every process's cgroup file, ...) for the callers that
+    ask at the same time, by the rule of `ScanGroup`: a caller joins the **next** pass to
+    start, never one already running, so what it gets was read after it asked — exactly as
+    fresh as a pass of its own. The first caller of a pass waits for the running pass (if
+    any) to end, closes its batch and runs it; everyone in the batch gets the same result
+    (or the same exception). A result is never handed out after its pass ended."""
+
+    passes: int = 0  # passes run
+    served: int = 0  # callers answered
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idle: threading.Condition = field(init=False)
+    _next: dict[str, _Pass[R]] = field(default_factory=dict)
+    _running: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._idle = threading.Condition(self._lock)
+
+    def run(self, key: str, fn: Callable[[], R]) -> R:
+        """`fn()` run after this call began, shared with the callers of the same `key`
+        waiting for it (`fn` is the same for one key)."""
+        with self._lock:
+            batch = self._next.get(key)
+            leader = batch is None
+            if batch is None:
+                batch = self._next[key] = _Pass()
+            batch.callers += 1
+        if leader:
+            self._lead(key, batch, fn)
+        batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+        with self._lock:
+            self.served += 1
+        return cast(R, batch.result)
+
+    def _lead(self, key: str, batch: _Pass[R], fn: Callable[[], R]) -> None:
+        with self._lock:
+            while key in self._running:
+                self._idle.wait()
+            self._running.add(key)
+            del self._next[key]  # closed: a caller from now on waits for the next pass
+            self.passes += 1
+        try:
+            batch.result = fn()
+        except BaseException as exc:  # every caller of the batch sees it
+            batch.error = exc
+        finally:
+            with self._lock:
+                self._running.discard(key)
+                self._idle.notify_all()
+            batch.done.set()
