@@ -228,14 +228,19 @@ def _read_pass(host_proc: str) -> _Pass:
     for pid in pids:
         path = f"{host_proc}/{pid}/cgroup"
         try:
-            lines = _read_cgroup(path).splitlines()
+            text = _read_cgroup(path)
         except (FileNotFoundError, ProcessLookupError):
             continue  # the process exited meanwhile: nothing of it is missed
         except OSError as exc:
             gaps.append(f"cannot read {path}: {exc.strerror or exc}")
             continue
+        if "pod" not in text:
+            continue  # no component starting with "pod" or "kubepods-": no pod's process
+        lines = text.splitlines()
         found = False
         for line in lines:
+            if "pod" not in line:
+                continue
             parts = line.split(":", 2)[-1].split("/")
             for i, part in enumerate(parts):
                 if part.startswith(_POD_LIKE):
