@@ -2,15 +2,17 @@
 uninstalled (its plugin StatefulSet deleted) while a pod uses one of its volumes, then the
 pod is deleted. The real kubelet cannot tear the volume down: the driver is "not found in
 the list of registered CSI drivers". unstick diagnoses CSIDriverMissing and does what
-DESIGN §3 plans for it: unmount and rmdir-stale (no replay: there is no driver to call),
-then the pod, with nothing of it left on the node, is finalised. Reinstalling the driver
-leaves a consistent state: the volume's data is all there (the StatefulSet's replacement
-reads the file written before) and the claim has one VolumeAttachment, attached to the
-node (the old one was detached by external-attacher once it was back)."""
+DESIGN §3 plans for it: unmount and rmdir-stale (no replay: there is no driver to call).
+rmdir-stale removes the empty `mount` dir but keeps the kubelet's own vol_data.json: the
+kubelet still holds the volume and needs the file to tear it down (docs/csi.md). So the pod
+stays Terminating while the driver is away: nothing of it runs, nothing is mounted, no
+force-delete. Once the driver is reinstalled the kubelet finishes by itself — no kubelet
+restart: it tears the volume down, removes the dir, unstages, and removes the pod. The
+StatefulSet's replacement then starts on the same volume and reads the file written before,
+and the claim has one VolumeAttachment, attached to the node."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,37 +54,36 @@ def test_driver_uninstalled_under_a_mounted_volume(
     assert seed.mounted(uid)
     wait_until(lambda: "wrote" in seed.logs(), timeout=30, what="the pod wrote its file")
     log_start = len(real_node.log_text("kubelet"))
+    vol_data = seed.target(uid).parent / "vol_data.json"
     try:
         driver.stop_plugin()
         core.delete_namespaced_pod(seed.pod_name, ns)
-        seen: dict[str, Any] = {}
 
-        def gone() -> bool:
-            if (rem := remediation_for(cp, ns, uid)) is not None:
-                seen["rem"] = rem
-            return not pod_exists(core, ns, seed.pod_name, uid)
+        def steps_done() -> list[tuple[str, str]] | None:
+            rem = remediation_for(cp, ns, uid) or {}
+            done = [
+                (a["action"], a["result"]) for a in rem.get("status", {}).get("nodeActions", [])
+            ]
+            return done if {"unmount", "rmdir-stale"} <= {a for a, _ in done} else None
 
-        wait_until(gone, timeout=150, what="the pod finalised after unstick's fix")
+        done = wait_until(steps_done, timeout=150, what="unstick's unmount and rmdir-stale")
+        assert all(result == "succeeded" for _, result in done), done
+        assert not seed.mounted(uid)
+        assert not seed.target(uid).exists()  # the empty mount dir removed
+        # the kubelet's own file kept: it has not torn the volume down (no driver)
+        assert '"driverName"' in vol_data.read_text() and DRIVER in vol_data.read_text()
         log = real_node.log_text("kubelet")[log_start:]
         assert any(
             f"driver name {DRIVER} not found in the list of registered CSI drivers" in line
             and uid in line
             for line in log.splitlines()
         ), log[-3000:]
-        final = wait_until(
-            lambda: (r := remediation_for(cp, ns, uid)) and (r.get("status") or {}).get("phase")
-            in ("Resolved",) and r,
-            timeout=60,
-            what="the Remediation marked Resolved",
-        )  # fmt: skip
-        status = final["status"]
-        done = [(a["action"], a["result"]) for a in status.get("nodeActions", [])]
-        assert done and all(result == "succeeded" for _, result in done), done
-        assert {action for action, _ in done} == {"unmount", "rmdir-stale"}, done
-        assert not seed.mounted(uid)
         events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
         assert any("CSIDriverMissing" in (e.message or "") for e in events), events
-        # the replacement cannot start without the driver (its volume cannot be published)
+        # the pod waits for the kubelet, which waits for the driver: no force-delete
+        assert pod_exists(core, ns, seed.pod_name, uid)
+        rem = remediation_for(cp, ns, uid) or {}
+        assert "force-delete" not in str(rem.get("status", {}).get("actions", "")), rem
         assert not driver.registered()
     finally:
         if driver.plugin_pod() is None:
@@ -91,35 +92,29 @@ def test_driver_uninstalled_under_a_mounted_volume(
     # nothing of the volume's data removed: the file is in the driver's data dir
     assert (driver.data_dir / seed.volume_handle() / "file").read_text() == "written\n"
 
-    # the driver back: the replacement should start on the same volume, with its data
-    if not replacement_started(seed, uid, timeout=40):
-        # Known (docs/csi.md, "What the real driver revealed"): rmdir-stale also removed the
-        # kubelet's vol_data.json of the volume the kubelet had not torn down (no driver),
-        # so its volume manager cannot build an unmounter for the old pod, never unstages,
-        # and v1.11.0 (its staging forgotten) refuses the replacement's NodePublish. A
-        # kubelet restart clears it; done here so that the session's node stays usable.
-        log = real_node.log_text("kubelet")[log_start:]
-        assert f"pods/{uid}/volumes/kubernetes.io~csi" in log and "vol_data.json: no such" in log
-        subprocess.run(real_node.in_node([str(real_node.kubelet_service / "restart")]), check=True)
-        seed.wait_running(other_than=uid, timeout=120)
-        pytest.xfail(
-            "after CSIDriverMissing, rmdir-stale removed the kubelet's vol_data.json: the "
-            "kubelet could not finish the old volume and the replacement waited for a restart"
-        )
+    # the driver back: the kubelet finishes the old pod itself, without a restart
+    wait_until(
+        lambda: not pod_exists(core, ns, seed.pod_name, uid),
+        timeout=240,
+        what="the kubelet removing the old pod once the driver is back",
+    )
+    assert not vol_data.parent.exists()  # the kubelet removed the volume dir and its file
+    final = wait_until(
+        lambda: (r := remediation_for(cp, ns, uid)) and (r.get("status") or {}).get("phase")
+        == "Resolved" and r,
+        timeout=60,
+        what="the Remediation marked Resolved",
+    )  # fmt: skip
+    assert "force-delete" not in str(final["status"].get("actions", "")), final["status"]
+    log = real_node.log_text("kubelet")[log_start:]
+    assert "vol_data.json: no such file" not in log, log[-3000:]
+    seed.wait_running(other_than=uid, timeout=180)
     wait_until(lambda: "found: written" in seed.logs(), timeout=30, what="the file read back")
     wait_until(
         lambda: attached_to(seed) == [real_node.settings.name] and len(seed.attachments()) == 1,
         timeout=60,
         what="one VolumeAttachment of the claim, attached to the node",
     )
-
-
-def replacement_started(seed: UpstreamSeed, old_uid: str, timeout: float) -> bool:
-    try:
-        seed.wait_running(other_than=old_uid, timeout=timeout)
-    except TimeoutError:
-        return False
-    return True
 
 
 def attached_to(seed: UpstreamSeed) -> list[str]:
