@@ -222,9 +222,7 @@ class Agent:
 
     def _live_pod_uids(self) -> set[str] | None:
         try:
-            pods = self.kube.list_all(
-                "/api/v1/pods", {"fieldSelector": f"spec.nodeName={self.settings.node_name}"}
-            )
+            pods = self.list_node_pods()
         except Exception as exc:
             log.warning("cannot list this node's pods: %s", exc)
             return None
