@@ -21,6 +21,8 @@ def test_vol_data_kept_while_the_driver_is_missing_and_left_for_the_kubelet(
     scenario, work: Path
 ) -> None:
     r = scenario("driver_missing", work, script=SCRIPT)
+    assert r["core_before"]["cause"] == "CSIDriverMissing", r["core_before"]
+    assert [a for a, _ in r["core_before"]["steps"]] == ["unmount"] + ["rmdir-stale"] * 3
     unmount, rmdir_mount, rmdir_pv, rmdir_csi = r["missing"]
     assert [s["result"] for s in r["missing"]] == ["succeeded"] * 4, r["missing"]
     assert unmount["action"] == "unmount" and r["after_missing"]["mounted"] is False
@@ -34,6 +36,8 @@ def test_vol_data_kept_while_the_driver_is_missing_and_left_for_the_kubelet(
         f"{r['pv_dir']}/{VOL_DATA}",
     ]
     assert r["after_missing"]["vol_data"] == r["vol_data_before"]
+    # what is left is not "nothing left": no force-delete while the kubelet holds the volume
+    assert "force-delete" not in r["core_after"]["actions"], r["core_after"]
     for kept in (rmdir_pv, rmdir_csi):
         assert "left for the kubelet" in kept["message"], kept
     # the driver back (registered): rmdir-stale still leaves the file to the kubelet
