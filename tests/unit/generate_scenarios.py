@@ -42,7 +42,14 @@ from bundles import (
 )
 
 OUT = Path(__file__).resolve().parent.parent / "scenarios"
-ALL_NODE = ["replay-unpublish", "unmount", "rmdir-stale", "thaw", "restart-kubelet"]
+ALL_NODE = [
+    "replay-unpublish",
+    "unmount",
+    "lazy-unmount",
+    "rmdir-stale",
+    "thaw",
+    "restart-kubelet",
+]
 CHANGING = [*ALL_NODE, "force-delete", "remove-finalizer"]
 EVERYTHING = {"actions": ["observe", *CHANGING], "dryRun": False}
 CSI = {"pvcs": [pvc()], "pvs": [pv()], "the_csi_node": csi_node([DRIVER])}
@@ -64,6 +71,14 @@ def frozen(path: str, container: str = "id-app") -> dict[str, Any]:
         "container": container,
         "selfFrozen": True,
     }
+
+
+NFS_VOLUME = pod_path(f"volumes/kubernetes.io~nfs/{PV}")
+
+
+def hung(point: str, fstype: str, **kw: Any) -> dict[str, Any]:
+    """A hungMounts entry of the probe (issue #25)."""
+    return {"mountPoint": point, "fstype": fstype, "source": "", "blocked": []} | kw
 
 
 def e(cause: str, **kw: Any) -> dict[str, Any]:
@@ -244,6 +259,74 @@ def cases() -> dict[str, dict[str, Any]]:
             refused=["force-delete", "unmount", "thaw"],
             evidence=["(the pod's own cgroup) is FREEZING", "uninterruptible sleep"],
             policy=EVERYTHING | {"actions": ["observe", "force-delete", "unmount"]},
+        ),
+    )
+    # HungMount (issue #25): after ContainerFrozen, before ContainersStillRunning
+    c["hung-nfs-server-gone-container-blocked"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "running")]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=None)],
+        the_probe=probe(
+            mounts=[mount_line(1200, NFS_VOLUME, "nfs4", "10.0.0.5:/exports/x")],
+            holders=[holder(NFS_VOLUME, 4711, "dd", "cwd")],
+            containers=[("app", "running")],
+            sight={
+                "dTasks": [D_TASK],
+                "hungMounts": [
+                    hung(
+                        NFS_VOLUME,
+                        "nfs4",
+                        blocked=[
+                            {"pid": 4711, "comm": "dd", "state": "D", "via": "cwd"}
+                            | {"wchan": "rpc_wait_bit_killable"}
+                        ],
+                    )
+                ],
+            },
+        ),
+        expect=e(
+            "HungMount",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["lazy-unmount", "unmount", "force-delete"],
+            evidence=[
+                "NFS server 10.0.0.5 (10.0.0.5:/exports/x) does not answer",
+                "pid 4711 (dd, holds it via cwd) waits in `rpc_wait_bit_killable`",
+            ],
+        ),
+    )
+    c["hung-fuse-daemon-stopped-unheld"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT, "fuse.s3fs", "s3fs")],
+            containers=[("app", "exited")],
+            sight={"hungMounts": [hung(MOUNT, "fuse.s3fs", waiting=2)]},
+        ),
+        expect=e(
+            "HungMount",
+            plan=["lazy-unmount"],
+            never=[a for a in CHANGING if a != "lazy-unmount"],
+            refused=["unmount", "force-delete"],
+            evidence=["the FUSE daemon serving s3fs (fuse.s3fs) does not answer", "2 request(s)"],
+            policy=EVERYTHING | {"actions": ["observe", *CHANGING]},
+        ),
+    )
+    c["hung-fuse-held-by-a-process"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT, "fuse.s3fs", "s3fs")],
+            holders=[holder(MOUNT, 4242, "backup-agent", "fd")],
+            containers=[("app", "exited")],
+            sight={"hungMounts": [hung(MOUNT, "fuse.s3fs", waiting=1)]},
+        ),
+        expect=e(
+            "HungMount",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["lazy-unmount", "unmount", "force-delete"],
+            evidence=["pid 4242 (backup-agent) holds"],
         ),
     )
     # MountBusy

@@ -51,6 +51,7 @@ CGROUPS = [  # the pod's own container cgroup, another pod's, one escaping with 
     f"/kubepods/pod{OTHER_UID}/cri-containerd-id-app",
     f"/kubepods/pod{UID}/../pod{OTHER_UID}",
 ]
+HUNG = {"source": "10.0.0.5:/export", "waiting": 1, "blocked": []}  # issue #25
 D_TASK = {"pid": 4711, "comm": "dd", "container": "id-app", "wchan": "nfs_wait_bit_killable"}
 NOW = datetime.fromisoformat("2026-11-20T10:00:00+00:00")
 FINALIZERS = ["example.com/protect", "other.io/keep", "kubernetes.io/pvc-protection"]
@@ -132,10 +133,12 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
         # a fifth of the probes show a node with nothing of the pod mounted
         quiet = draw(st.integers(0, 4)) == 0
         paths = [] if quiet else draw(st.lists(st.sampled_from(PATHS), max_size=5, unique=True))
+        fstype = draw(st.sampled_from(["ext4", "ext4", "nfs4", "fuse.sshfs"]))  # issue #25
         the_probe = probe(
             node_name=draw(st.sampled_from(["node-1", "node-1", "node-1", "node-2"])),
             probed_at=ts(draw(st.one_of(st.integers(-60, 10), st.integers(-400, 60)))),
-            mounts=[mount_line(1000 + i, p) for i, p in enumerate(paths)] + [staging_line()],
+            mounts=[mount_line(1000 + i, p, fstype) for i, p in enumerate(paths)]
+            + [staging_line()],
             holders=[
                 holder(p, 100 + i)
                 for i, p in enumerate(draw(st.lists(st.sampled_from(paths or PATHS), max_size=2)))
@@ -159,6 +162,11 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
             the_probe["frozenCgroups"] = [FROZEN_CGROUP | {"path": draw(st.sampled_from(CGROUPS))}]
         if draw(st.integers(0, 9)) == 0:
             the_probe["dTasks"] = [D_TASK]
+        # issue #25: some probes report a hung network/FUSE mount (of the pod or not)
+        if draw(st.integers(0, 4)) == 0:
+            the_probe["hungMounts"] = [
+                HUNG | {"mountPoint": draw(st.sampled_from(PATHS)), "fstype": fstype}
+            ]
     b = bundle(
         the_pod=the_pod,
         the_node=the_node,
@@ -263,7 +271,10 @@ def test_1_no_node_action_without_a_fresh_probe_of_that_node(case: Any) -> None:
 def test_2_unmount_only_own_unheld_mounts_with_nothing_running(case: Any) -> None:
     facts, p = run(case)
     for s in p.steps:
-        if s.action is Action.UNMOUNT:
+        if s.action is Action.LAZY_UNMOUNT:  # issue #25: a hung mount, else as UNMOUNT
+            assert facts.probe is not None
+            assert s.target in {h.mount_point for h in facts.probe.hung_mounts}
+        if s.action in (Action.UNMOUNT, Action.LAZY_UNMOUNT):
             assert facts.probe is not None
             assert under_pod_volumes(s.target, facts), s.target
             assert s.target in {m.mount_point for m in facts.probe.mounts}

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from unstick.agent.hung_mounts import lazy_unmount
 from unstick.agent.kubelet_restart import restart_kubelet
 from unstick.agent.mounttable import lines_under
 from unstick.agent.pod_tasks import ThawRefused, thaw_cgroup
@@ -63,6 +64,7 @@ class Executor(RmdirSteps):
             "rmdir-stale": self.rmdir_stale,
             "restart-kubelet": self.restart_kubelet,
             "thaw": self.thaw,
+            "lazy-unmount": self.lazy_unmount,
         }
         fn = actions.get(action)
         if fn is None:
@@ -177,6 +179,12 @@ class Executor(RmdirSteps):
             return thaw_cgroup(self.settings.host_proc, uid, target, dry_run)
         except ThawRefused as exc:
             raise Refused(str(exc)) from None
+
+    # --- lazy-unmount (issue #25; agent/hung_mounts.py) ---------------------------
+
+    def lazy_unmount(self, uid: str, target: str, dry_run: bool) -> str:
+        """MNT_DETACH of one hung network/FUSE mount of the pod, re-checked right before."""
+        return lazy_unmount(self, uid, target, dry_run)
 
     # --- restart-kubelet -----------------------------------------------------------
 

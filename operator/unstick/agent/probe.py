@@ -27,6 +27,9 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
 - `dTasks`: the pod's processes in uninterruptible sleep (state D) — pid, comm, container,
   wchan, stack — and `frozenCgroups`: the pod's cgroups whose freezer state is FROZEN or
   FREEZING (`unstick.agent.pod_tasks`; issue #25). Evidence; an older probe has neither.
+- `hungMounts`: the pod's network/FUSE mounts something waits on — FUSE requests the daemon
+  has not read, processes holding the mount or of the pod waiting in its filesystem
+  (`unstick.agent.hung_mounts`; issue #25), found without touching the mount.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 
 from unstick.agent.containers import pod_component, runtime_answer
 from unstick.agent.holders import scan_holders
+from unstick.agent.hung_mounts import hung_mounts
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.mounts import MountTable, pod_lines, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
@@ -94,6 +98,8 @@ def probe_pod(
     tasks = d_tasks(settings.host_proc, answer.members)
     mounts = cgroup_mounts(settings.host_proc) if answer.members else []
     frozen, unread = frozen_cgroups(answer.members, pod_component(uid), mounts)
+    pids = [m.pid for m in answer.members]
+    hung = hung_mounts(settings.host_proc, mine, holders.holders, pids) if mine else []
     blind.extend(unread[:2])
     if holders.unknown:
         blind.append(f"holder scan incomplete: {holders.unknown}")
@@ -118,6 +124,7 @@ def probe_pod(
         "containersSource": answer.source,
         "dTasks": [t.to_json() for t in tasks],
         "frozenCgroups": [c.to_json() for c in frozen],
+        "hungMounts": [h.to_json() for h in hung],
     }
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.facts import Facts, FrozenCgroup, NodeFacts, VolumeDir
+from unstick.core.facts import Facts, FrozenCgroup, HungMount, NodeFacts, VolumeDir
 from unstick.core.node_facts import PodMount
 from unstick.core.node_rules import NodeView, on_the_node
 from unstick.core.vocabulary import Cause
@@ -59,6 +59,8 @@ class Diagnosis:
     # the Node at that moment, so whoever re-diagnoses on changes must wake up then.
     node_lost_at: datetime | None = None
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # ContainerFrozen: the pod's frozen cgroups
+    hung_mounts: tuple[HungMount, ...] = ()  # HungMount: the pod's hung mounts
+    holders_unknown: bool = False  # HungMount: the holder scan or the runtime was blind
 
     @property
     def pod(self) -> str:
@@ -135,6 +137,8 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         annotations=pod.annotations,
         node_lost_at=_node_lost_at(facts, settings),
         frozen_cgroups=view.frozen_cgroups,
+        hung_mounts=view.hung_mounts,
+        holders_unknown=view.holders_unknown,
     )
 
 
@@ -192,5 +196,5 @@ def _decide(
         if lost:
             return Cause.NodeUnreachable, none
 
-    # 3a (ContainerFrozen), 4-9. What the pod's node shows
+    # 3a (ContainerFrozen), 3b (HungMount), 4-9. What the pod's node shows
     return on_the_node(facts, settings.probe_max_age_s, ev)

@@ -126,6 +126,29 @@ class FrozenCgroup:
     self_frozen: bool | None = None  # frozen itself, not only through its parent
 
 
+@dataclass(frozen=True, slots=True)
+class BlockedTask:
+    """A process waiting inside a network or FUSE filesystem for its server (issue #25)."""
+
+    pid: int
+    comm: str
+    state: str  # the /proc stat state letter: D (uninterruptible) or S (e.g. FUSE's wait)
+    wchan: str  # the kernel function it waits in ("" when not readable)
+    via: str  # how it is tied to the mount: cwd | root | fd | maps | mountns (holder) | pod
+
+
+@dataclass(frozen=True, slots=True)
+class HungMount:
+    """A mount of the pod on a network or FUSE filesystem whose server does not answer, as
+    the agent saw it without touching the mount (mountinfo, /proc, the FUSE connection)."""
+
+    mount_point: str
+    fstype: str
+    source: str
+    waiting: int | None  # FUSE: requests waiting for the daemon (None: not FUSE / unread)
+    blocked: tuple[BlockedTask, ...] = ()
+
+
 RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
 RUNTIME_UNANSWERED = "unanswered"
 HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
@@ -157,6 +180,7 @@ class Probe:
     blind_spots: tuple[str, ...] = ()  # what the agent could not see, in words
     d_tasks: tuple[DTask, ...] = ()  # the pod's processes in state D (older probes: none)
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # the pod's frozen cgroups (older: none)
+    hung_mounts: tuple[HungMount, ...] = ()  # the pod's hung network/FUSE mounts (older: none)
 
     @property
     def runtime_answered(self) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from unstick.core import safety
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.facts import Facts, FrozenCgroup, Probe, VolumeDir
+from unstick.core.facts import Facts, FrozenCgroup, HungMount, Probe, VolumeDir
+from unstick.core.hung_mounts import hung_of_pod, hung_words
 from unstick.core.node_facts import (
     RUNNING,
     PodMount,
@@ -50,6 +51,8 @@ class NodeView:
     running_containers: tuple[str, ...] = ()
     nothing_left: bool = False
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()
+    hung_mounts: tuple[HungMount, ...] = ()
+    holders_unknown: bool = False  # no listed holder is not known to mean no holder
 
 
 def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cause, NodeView]:
@@ -62,6 +65,10 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
     # 3a. ContainerFrozen: a running container that no signal reaches until it is thawed
     if probe is not None and probe.frozen_cgroups:
         return Cause.ContainerFrozen, _frozen(facts, probe, on_node, ev)
+    # 3b. HungMount: a network/FUSE mount of the pod whose server does not answer
+    hung = hung_of_pod(probe, mounts_of_pod(facts, probe)) if probe is not None else ()
+    if probe is not None and hung:
+        return Cause.HungMount, _hung(facts, probe, on_node, hung, ev)
     before = len(ev)
     running = _running(probe, on_node, _api_running(facts), ev) or _left_tasks(probe, ev)
     if running:
@@ -163,6 +170,34 @@ def _frozen(
         kubelet_root=probe.kubelet_root,
         running_containers=running,
         frozen_cgroups=probe.frozen_cgroups,
+    )
+
+
+def _hung(
+    facts: Facts,
+    probe: Probe,
+    on_node: tuple[tuple[str, str], ...] | None,
+    hung: tuple[HungMount, ...],
+    ev: list[Evidence],
+) -> NodeView:
+    """Rule 3b's evidence and view: each hung mount and its server, what holds it, what of
+    the pod still runs (a lazy unmount waits for both to be gone)."""
+    ev.extend(Evidence("mount", hung_words(h)) for h in hung)
+    mounts = mounts_of_pod(facts, probe)
+    for m in mounts:
+        for h in m.holders:
+            ev.append(
+                Evidence("holder", f"pid {h.pid} ({h.comm}) holds {m.mount_point} via {h.via}")
+            )
+    ev.extend(_stuck_tasks(probe))
+    running = _running(probe, on_node, _api_running(facts), ev) or _left_tasks(probe, ev)
+    return NodeView(
+        probe_fresh=True,
+        kubelet_root=probe.kubelet_root,
+        mounts=mounts,
+        running_containers=running,
+        hung_mounts=hung,
+        holders_unknown=_unheld_unknown(probe, ev),
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from unstick.core import safety
 from unstick.core.diagnosis import Diagnosis
+from unstick.core.hung_mounts import lazy_unmount_safe
 from unstick.core.kubelet_paths import depth
 from unstick.core.pod_tasks import thaw_safe
 from unstick.core.policy import RemediationPolicy
@@ -80,6 +81,20 @@ class _Builder:
             return safety.unmount_safe(
                 target, root, d.uid, holders, containers_running=bool(d.running_containers)
             )
+        if action is Action.LAZY_UNMOUNT:  # issue #25: only a hung mount, unheld
+            if d.cause is not Cause.HungMount:
+                return safety.refuse("lazy-unmount is only for HungMount")
+            if d.holders_unknown:
+                return safety.refuse(f"cannot tell whether {target} is held: not unmounting")
+            holders = sum(len(m.holders) for m in d.mounts if m.mount_point == target)
+            return lazy_unmount_safe(
+                target,
+                root,
+                d.uid,
+                d.hung_mounts,
+                holders=holders,
+                containers_running=bool(d.running_containers),
+            )
         if action is Action.RMDIR_STALE:
             # Emptiness as probed, unless a mount or dir at/below it goes first: then the
             # agent's rmdir(2) decides (it never removes a non-empty dir).
@@ -115,6 +130,27 @@ class _Builder:
         for m in self.d.mounts:
             self.step(Action.UNMOUNT, m.mount_point, "orphaned mount of the pod (deepest first)")
 
+    def running(self) -> None:
+        """ContainersStillRunning, ContainerFrozen: thaw the pod's own frozen cgroups."""
+        for c in self.d.frozen_cgroups:
+            if c.self_frozen is False:
+                continue  # thaws with its parent (one above the pod is not ours)
+            self.step(Action.THAW, c.path, f"cgroup {c.path} is {c.state}: the kill waits")
+        running = ", ".join(self.d.running_containers)
+        self.refuse(Action.FORCE_DELETE, f"{running} still running")
+        self.refuse(Action.UNMOUNT, f"{running} still running: the volumes are in use")
+
+    def hung(self) -> None:
+        """HungMount: a lazy unmount of each hung mount (where unheld), nothing plain."""
+        for hung in self.d.hung_mounts:
+            point = hung.mount_point
+            self.step(Action.LAZY_UNMOUNT, point, f"{point} hangs on its server")
+        self.refuse(
+            Action.UNMOUNT,
+            "a plain umount of a hung mount can wait for ever on its server: lazy only",
+        )
+        self.refuse(Action.FORCE_DELETE, "the pod's hung mounts are not gone yet")
+
     def rmdir_all(self) -> None:
         paths = {m.mount_point for m in self.d.mounts} | {v.path for v in self.d.volume_dirs}
         for path in sorted(paths, key=lambda p: (-depth(p), p)):
@@ -149,13 +185,9 @@ def _cause_plan(b: _Builder) -> None:
             )
             b.refuse_all(node_actions, f"node {d.node} is unreachable: its agent cannot act")
         case Cause.ContainersStillRunning | Cause.ContainerFrozen:  # frozen: running, unkillable
-            for c in d.frozen_cgroups:
-                if c.self_frozen is False:
-                    continue  # thaws with its parent (one above the pod is not ours)
-                b.step(Action.THAW, c.path, f"cgroup {c.path} is {c.state}: the kill waits")
-            running = ", ".join(d.running_containers)
-            b.refuse(Action.FORCE_DELETE, f"{running} still running")
-            b.refuse(Action.UNMOUNT, f"{running} still running: the volumes are in use")
+            b.running()
+        case Cause.HungMount:
+            b.hung()
         case Cause.MountBusy:
             for m in d.mounts:
                 for h in m.holders:

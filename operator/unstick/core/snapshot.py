@@ -27,6 +27,7 @@ from unstick.core.facts import (
     ReadyCondition,
     VolumeDir,
 )
+from unstick.core.hung_mounts import parse_hung_mounts
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
 from unstick.core.pod_tasks import parse_d_tasks, parse_frozen_cgroups
 from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
@@ -252,6 +253,7 @@ def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
         blind_spots=f.string_list(p, "blindSpots", "probe"),
         d_tasks=parse_d_tasks(p),
         frozen_cgroups=parse_frozen_cgroups(p),
+        hung_mounts=parse_hung_mounts(p),
     )
 
 

@@ -16,6 +16,7 @@ class Cause(StrEnum):
     NodeGone = "NodeGone"
     NodeUnreachable = "NodeUnreachable"
     ContainerFrozen = "ContainerFrozen"
+    HungMount = "HungMount"  # issue #25: a network/FUSE mount of the pod whose server is gone
     ContainersStillRunning = "ContainersStillRunning"
     MountBusy = "MountBusy"
     CSIDriverMissing = "CSIDriverMissing"
@@ -31,6 +32,7 @@ class Action(StrEnum):
     OBSERVE = "observe"
     REPLAY_UNPUBLISH = "replay-unpublish"
     UNMOUNT = "unmount"
+    LAZY_UNMOUNT = "lazy-unmount"  # issue #25: MNT_DETACH of a hung mount (HungMount only)
     RMDIR_STALE = "rmdir-stale"
     THAW = "thaw"  # issue #25: thaw the pod's frozen cgroups (ContainerFrozen only)
     RESTART_KUBELET = "restart-kubelet"
@@ -43,6 +45,7 @@ NODE_ACTIONS: frozenset[Action] = frozenset(
     {
         Action.REPLAY_UNPUBLISH,
         Action.UNMOUNT,
+        Action.LAZY_UNMOUNT,
         Action.RMDIR_STALE,
         Action.THAW,
         Action.RESTART_KUBELET,

@@ -1,0 +1,191 @@
+"""Hung network/FUSE mounts of a pod (issue #25), found without ever touching the mount.
+
+A hard NFS mount whose server is gone, or a FUSE mount whose daemon stopped answering,
+hangs whatever touches it — a `stat()` of its mount point included, so the agent never
+stats, opens or lists one. It reads only:
+
+- the mount table (already parsed): which mounts of the pod are of a network or FUSE
+  filesystem (`unstick.core.hung_mounts.family`), their source (the server) and device;
+- for FUSE, the connection's `waiting` counter in the fusectl filesystem
+  (`/sys/fs/fuse/connections/<device>/waiting`, seen through `<host-proc>/1/root` where the
+  agent may enter it, else its own): requests the daemon has not answered;
+- `/proc/<pid>/{stat,wchan,stack}` of the processes tied to the mount — its holders (by
+  mount identity, from `unstick.agent.holders`) and the pod's own processes (from the
+  cgroup scan): a process waiting in that filesystem's kernel functions (FUSE's
+  `request_wait_answer`, NFS's `rpc_wait_bit_killable`, ...) is blocked on its server.
+
+The node step `lazy-unmount` (MNT_DETACH; never a plain umount, which can wait for ever
+on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and re-checks,
+right before acting: it is a mount of this pod, of a network or FUSE filesystem, a
+complete holder scan finds nobody holding it, no container of the pod runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from unstick.agent.holders import Holder
+from unstick.agent.refused import Refused
+from unstick.agent.umount import MNT_DETACH, umount2
+from unstick.core.hung_mounts import family
+from unstick.core.kubelet_paths import is_pod_volume_path, normalise
+from unstick.core.mountinfo import Mount
+
+if TYPE_CHECKING:
+    from unstick.agent.executor import Executor
+
+FUSECTL = "sys/fs/fuse/connections"
+MAX_HUNG = 32  # the Remediation CRD's bounds (probe.hungMounts[], .blocked[])
+MAX_BLOCKED = 16
+MAX_CHARS = 256
+POD = "pod"  # `via` of a blocked process of the pod that holds no mount of it
+
+#: Kernel functions a task waits in for its filesystem's server, per family (wchan, or a
+#: line of /proc/<pid>/stack): a prefix match.
+WAIT_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "fuse": ("request_wait_answer", "fuse_"),
+    "nfs": ("rpc_wait_bit_killable", "nfs", "rpc_", "__rpc_", "xprt_"),
+    "cifs": ("wait_for_response", "cifs_", "smb2_", "compound_send_recv"),
+    "ceph": ("ceph_", "ceph_mdsc_", "__ceph_"),
+    "9p": ("p9_",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    pid: int
+    comm: str
+    state: str
+    wchan: str
+    via: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "comm": self.comm,
+            "state": self.state,
+            "wchan": self.wchan,
+            "via": self.via,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HungMount:
+    mount_point: str
+    fstype: str
+    source: str
+    waiting: int | None
+    blocked: tuple[Blocked, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mountPoint": self.mount_point,
+            "fstype": self.fstype,
+            "source": self.source,
+            "waiting": self.waiting,
+            "blocked": [b.to_json() for b in self.blocked],
+        }
+
+
+def _read(path: str, limit: int = 4096) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+def fuse_waiting(host_proc: str, mount: Mount) -> int | None:
+    """Requests waiting on the mount's FUSE connection (None: fusectl not visible)."""
+    device = mount.minor if mount.major == 0 else (mount.major << 20) | mount.minor
+    for top in (os.path.join(host_proc, "1", "root", FUSECTL), "/" + FUSECTL):
+        text = _read(os.path.join(top, str(device), "waiting"), 64)
+        if text is not None and text.strip().isdigit():
+            return int(text.strip())
+    return None
+
+
+def _task(host_proc: str, pid: int) -> tuple[str, str, str, tuple[str, ...]] | None:
+    """(comm, state, wchan, stack functions) of a live process, None if gone."""
+    base = os.path.join(host_proc, str(pid))
+    text = _read(os.path.join(base, "stat")) or ""
+    start, end = text.find("("), text.rfind(")")
+    rest = text[end + 1 :].split() if 0 <= start < end else []
+    if not rest:
+        return None
+    wchan = (_read(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
+    stack = tuple(
+        line.split("] ", 1)[-1].split("+", 1)[0].strip()
+        for line in (_read(os.path.join(base, "stack")) or "").splitlines()
+    )
+    return text[start + 1 : end], rest[0], "" if wchan == "0" else wchan, stack
+
+
+def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
+    """Those of `pids` (pid → via) waiting (state D or S) in the family's wait functions."""
+    prefixes = WAIT_FUNCTIONS.get(fam, ())
+    out = []
+    for pid, via in sorted(pids.items()):
+        task = _task(host_proc, pid)
+        if task is None or task[1] not in ("D", "S"):
+            continue
+        comm, state, wchan, stack = task
+        where = next((fn for fn in (wchan, *stack) if fn.startswith(prefixes)), None)
+        if where is None:
+            continue
+        out.append(Blocked(pid, comm[:64], state, (wchan or where)[:MAX_CHARS], via))
+        if len(out) >= MAX_BLOCKED:
+            break
+    return out
+
+
+def hung_mounts(
+    host_proc: str, mounts: Iterable[Mount], holders: Iterable[Holder], pod_pids: Iterable[int]
+) -> list[HungMount]:
+    """The pod's network/FUSE mounts that something waits on (see the module doc)."""
+    held: dict[str, dict[int, str]] = {}
+    for h in holders:
+        held.setdefault(normalise(h.mount_point) or h.mount_point, {}).setdefault(h.pid, h.via)
+    out = []
+    for m in mounts:
+        fam = family(m.fstype)
+        if fam is None:
+            continue
+        point = normalise(m.mount_point) or m.mount_point
+        pids = {pid: POD for pid in pod_pids} | held.get(point, {})
+        waiting = fuse_waiting(host_proc, m) if fam == "fuse" else None
+        blocked = blocked_in(host_proc, fam, pids)
+        if blocked or (waiting or 0) > 0:
+            out.append(HungMount(point, m.fstype, m.source, waiting, tuple(blocked)))
+        if len(out) >= MAX_HUNG:
+            break
+    return out
+
+
+def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:
+    """The node step `lazy-unmount` for one mount point of the pod (see the module doc)."""
+    wanted = normalise(target) if target else None
+    if wanted is None:
+        raise Refused(f"target {target!r} is not a normalised absolute mount point")
+    if not is_pod_volume_path(wanted, ex.root, uid):
+        raise Refused(f"{wanted} is not under this pod's volumes/ or volume-subpaths/")
+    mounts = ex._pod_table(uid).pod_mounts(ex.root, uid)
+    here = [m for m in mounts if m.mount_point == wanted]
+    if not here:
+        return f"{wanted} is not mounted (nothing to do)"
+    parents = {m.parent_id for m in here}
+    top = [m for m in here if m.mount_id not in parents]
+    if len(top) != 1 or family(top[0].fstype) is None:
+        kinds = ", ".join(m.fstype for m in here)
+        raise Refused(f"{wanted} is not one network or FUSE mount ({kinds}): not lazily unmounted")
+    mount = top[0]
+    ex._check_pod(uid)
+    ex._check_mount(uid, mount)
+    if dry_run:
+        return f"would lazily unmount {wanted} ({mount.fstype} from {mount.source})"
+    ex.acts.act(needs_holders=True)
+    umount2(wanted, MNT_DETACH)
+    return f"lazily unmounted {wanted} ({mount.fstype} from {mount.source})"

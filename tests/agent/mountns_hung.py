@@ -1,0 +1,116 @@
+"""Hung-mount scenarios (issue #25), run INSIDE a private mount namespace by conftest
+(`run_scenario(name, workdir, script=HUNG)`), like mountns_scenarios.py.
+
+A real FUSE daemon (fuse_stub.py, the kernel's raw protocol) serves a pod volume; SIGSTOP
+makes it a dead server. fusectl is mounted in this namespace only. Every process started
+here is SIGKILLed at the end (the daemon last but one: killing it aborts the connection and
+releases whatever still waits on it), and the namespace takes every mount with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from mountns_scenarios import UID_A, Node, main, mount_points, sh, step, wait_for
+
+STUB = Path(__file__).parent / "fuse_stub.py"
+SOURCE = "nfs.example:/exports/data"
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def _wchan(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/wchan", encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _hung_volume(node: Node) -> tuple[Path, subprocess.Popen[str]]:
+    """A pod volume served by a FUSE daemon, answering, then stopped (the dead server)."""
+    if not os.path.ismount(FUSECTL):
+        sh("mount", "-t", "fusectl", "none", FUSECTL)
+    vol = node.pod(UID_A) / "volumes" / "kubernetes.io~nfs" / "pv-data"
+    vol.mkdir(parents=True)
+    daemon = node.start(
+        sys.executable, str(STUB), str(vol), SOURCE, stdout=subprocess.PIPE, text=True
+    )
+    assert daemon.stdout is not None
+    assert daemon.stdout.readline().strip() == "ready", "the FUSE daemon did not start"
+    assert list(vol.iterdir()) == []  # it answers while it runs
+    return vol, daemon
+
+
+def _blocked(node: Node, *cmd: str, cwd: str = "/") -> subprocess.Popen[str]:
+    """A process that touches the stopped mount and waits for its answer."""
+    proc = node.start(*cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(
+        f"{cmd[0]} to wait on the FUSE daemon", lambda: _wchan(proc.pid) == "request_wait_answer"
+    )
+    return proc
+
+
+def scenario_fuse_stopped(node: Node) -> dict[str, Any]:
+    vol, daemon = _hung_volume(node)
+    projected = node.projected(UID_A, "kube-api-access-x")
+    # a process with its working directory in the volume, then the daemon stops: its next
+    # read of the volume waits for ever (a container's process on a dead NFS server)
+    holder = node.start(
+        "sh", "-c", "read x; exec ls -l .", cwd=str(vol), stdin=subprocess.PIPE, text=True
+    )
+    # the daemon stops idle: a request it has read but not answered would leave the holder
+    # unkillable (uninterruptible) until the daemon dies
+    wait_for("sh to wait on its stdin", lambda: "pipe" in _wchan(holder.pid))
+    daemon.send_signal(signal.SIGSTOP)
+    assert holder.stdin is not None
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    wait_for("ls to wait on the daemon", lambda: _wchan(holder.pid) == "request_wait_answer")
+    held = node.probe(UID_A)
+    ex = node.executor()
+    refused_held = step(ex, UID_A, "lazy-unmount", str(vol))
+    refused_tmpfs = step(ex, UID_A, "lazy-unmount", str(projected))
+    refused_other = step(ex, UID_A, "lazy-unmount", "/etc")
+    holder.send_signal(signal.SIGKILL)
+    wait_for("the holder to die", lambda: holder.poll() is not None)
+    # nobody holds it now; the kubelet's own check of the mount point would hang as this does
+    checker = _blocked(node, "stat", str(vol))
+    unheld = node.probe(UID_A)
+    dry = step(ex, UID_A, "lazy-unmount", str(vol), dry=True)
+    mounted_after_dry = str(vol) in mount_points()
+    done = step(ex, UID_A, "lazy-unmount", str(vol))
+    return {
+        "vol": str(vol),
+        "source": SOURCE,
+        "holder": holder.pid,
+        "checker": checker.pid,
+        "held": held,
+        "refused_held": refused_held,
+        "refused_tmpfs": refused_tmpfs,
+        "refused_other": refused_other,
+        "unheld": unheld,
+        "dry": dry,
+        "mounted_after_dry": mounted_after_dry,
+        "done": done,
+        "mounted_after": str(vol) in mount_points(),
+        "projected_mounted_after": str(projected) in mount_points(),
+    }
+
+
+def scenario_fuse_answering(node: Node) -> dict[str, Any]:
+    """The same volume while its daemon answers: not hung."""
+    vol, _ = _hung_volume(node)
+    holder = node.start("sleep", "600", cwd=str(vol))
+    wait_for("sleep to start", lambda: Path(f"/proc/{holder.pid}/cwd").exists())
+    return {"vol": str(vol), "probe": node.probe(UID_A)}
+
+
+if __name__ == "__main__":
+    sys.exit(
+        main({"fuse_stopped": scenario_fuse_stopped, "fuse_answering": scenario_fuse_answering})
+    )

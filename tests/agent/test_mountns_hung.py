@@ -1,0 +1,132 @@
+"""Issue #25, hung mounts, on real parts: a real FUSE filesystem (fuse_stub.py speaks the
+kernel's protocol over /dev/fuse) serves a pod volume in a private mount namespace, and
+SIGSTOP turns its daemon into a dead server — the stand-in for a hard NFS mount whose
+server is gone. The probe finds it without touching the mount (mountinfo, the fusectl
+connection's `waiting`, /proc of its holders); the diagnosis names the source; the node
+step `lazy-unmount` is refused while a process holds the mount and detaches it once none
+does. Every process (daemon included) is killed and every mount goes with the namespace."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from unstick.core.diagnosis import diagnose
+from unstick.core.planner import plan
+from unstick.core.snapshot import parse_bundle
+from unstick.core.vocabulary import Action, Cause
+
+pytestmark = [
+    pytest.mark.mountns,
+    pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="no /dev/fuse on this machine"),
+]
+
+HUNG = Path(__file__).parent / "mountns_hung.py"
+UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
+
+
+def _bundle(probe: dict[str, Any], containers: str = "terminated") -> dict[str, Any]:
+    """Pod A (deleted long ago) on a Ready node; its volume `data` is an NFS-style PV."""
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    return {
+        "apiVersion": "unstick.dev/v1alpha1", "kind": "Snapshot",
+        "capturedAt": probe["probedAt"],
+        "pod": {
+            "metadata": {
+                "name": "web-0", "namespace": "default", "uid": UID_A,
+                "deletionTimestamp": "2026-01-02T00:00:00Z", "deletionGracePeriodSeconds": 30,
+            },
+            "spec": {
+                "nodeName": "test-node",
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+            "status": {"containerStatuses": [{"name": "app", "state": {containers: {}}}]},
+        },
+        "node": {"metadata": {"name": "test-node"}, "status": {"conditions": [ready]}},
+        "csiNode": None,
+        "persistentVolumeClaims": [{
+            "metadata": {"name": "data", "namespace": "default"}, "spec": {"volumeName": "pv-data"},
+        }],
+        "persistentVolumes": [{"metadata": {"name": "pv-data"}, "spec": {"nfs": {}}}],
+        "volumeAttachments": [], "events": [],
+        "probe": probe,
+    }  # fmt: skip
+
+
+def _diagnosed(probe: dict[str, Any]) -> tuple[Any, Any]:
+    d = diagnose(parse_bundle(_bundle(probe)))
+    return d, plan(d, None)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from conftest import host_mounts_under, run_scenario
+
+    work = Path("/tmp") / f"uh-{os.getpid()}"
+    try:
+        result = run_scenario("fuse_stopped", work, script=HUNG)
+        assert host_mounts_under(work) == [], "a mount leaked into the host namespace"
+        return result
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_probe_finds_a_held_hung_fuse_mount_without_touching_it(stopped: dict) -> None:
+    hung = stopped["held"]["hungMounts"]
+    assert [h["mountPoint"] for h in hung] == [stopped["vol"]]
+    assert hung[0]["fstype"] == "fuse.stub" and hung[0]["source"] == stopped["source"]
+    assert hung[0]["waiting"] >= 1
+    blocked = {(b["pid"], b["via"], b["wchan"]) for b in hung[0]["blocked"]}
+    assert (stopped["holder"], "cwd", "request_wait_answer") in blocked
+
+
+def test_a_held_hung_mount_is_diagnosed_with_its_server_and_not_unmounted(stopped: dict) -> None:
+    d, p = _diagnosed(stopped["held"])
+    assert d.cause is Cause.HungMount
+    words = " ".join(e.message for e in d.evidence)
+    assert f"the FUSE daemon serving {stopped['source']} (fuse.stub) does not answer" in words
+    assert f"pid {stopped['holder']} (" in words
+    assert ", holds it via cwd) waits in `request_wait_answer`" in words
+    assert p.actions == (Action.OBSERVE,)
+    assert {r.action for r in p.refused} >= {
+        Action.LAZY_UNMOUNT,
+        Action.UNMOUNT,
+        Action.FORCE_DELETE,
+    }
+    r = stopped["refused_held"]
+    assert r["result"] == "refused" and f"pid {stopped['holder']} (" in r["message"], r
+    assert "via cwd" in r["message"], r
+
+
+def test_lazy_unmount_refuses_what_is_not_a_hung_mount_of_the_pod(stopped: dict) -> None:
+    assert stopped["refused_tmpfs"]["result"] == "refused"
+    assert "not one network or FUSE mount (tmpfs)" in stopped["refused_tmpfs"]["message"]
+    assert stopped["refused_other"]["result"] == "refused"
+    assert "not under this pod's volumes/" in stopped["refused_other"]["message"]
+    assert stopped["projected_mounted_after"] is True
+
+
+def test_an_unheld_hung_mount_is_lazily_unmounted(stopped: dict) -> None:
+    hung = stopped["unheld"]["hungMounts"]
+    assert [h["mountPoint"] for h in hung] == [stopped["vol"]] and hung[0]["waiting"] >= 1
+    assert hung[0]["blocked"] == []  # the waiting `stat` holds nothing: only the count says so
+    assert stopped["unheld"]["holders"] == []
+    d, p = _diagnosed(stopped["unheld"])
+    assert d.cause is Cause.HungMount
+    assert [(s.action, s.target) for s in p.steps] == [(Action.LAZY_UNMOUNT, stopped["vol"])]
+    assert stopped["dry"]["result"] == "dry_run" and stopped["mounted_after_dry"] is True
+    assert stopped["done"]["result"] == "succeeded", stopped["done"]
+    assert stopped["mounted_after"] is False
+
+
+def test_a_fuse_mount_whose_daemon_answers_is_not_hung(scenario, work: Path) -> None:
+    r = scenario("fuse_answering", work, script=HUNG)
+    assert r["probe"]["hungMounts"] == []
+    assert [h["via"] for h in r["probe"]["holders"]] == ["cwd"]
+    d, _ = _diagnosed(r["probe"])
+    assert d.cause is Cause.MountBusy
