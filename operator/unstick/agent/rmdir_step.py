@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from unstick.agent.refused import Refused
-from unstick.agent.safepath import PathGone, UnsafePath, rmdir_at
+from unstick.agent.safepath import UnsafePath, rmdir_at
 from unstick.agent.stepchecks import StepChecks
 from unstick.agent.vol_data import (
     VOL_DATA,
@@ -74,8 +74,6 @@ class RmdirSteps(StepChecks):
         if removed and existed and is_csi_mount_dir(path, self.root, uid):
             try:
                 note = settle_after_mount_rmdir(os.path.dirname(path), self._driver_names)
-            except (PathGone, FileNotFoundError):
-                note = ""
             except UnsafePath as exc:
                 raise Refused(f"unsafe path: {exc}") from None
             if note:

@@ -26,12 +26,12 @@ import os
 import stat
 from collections.abc import Callable, Collection
 
-from unstick.agent.safepath import parent_fd
+from unstick.agent.safepath import PathGone, parent_fd
 from unstick.core.kubelet_paths import CSI_PLUGIN, VOLUMES, classify, pod_dir
 
 VOL_DATA = "vol_data.json"
 MOUNT_DIR = "mount"
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
 
 
 def is_csi_mount_dir(path: str, root: str, uid: str) -> bool:
@@ -75,7 +75,15 @@ def driver_at(dfd: int) -> str | None:
 def settle_after_mount_rmdir(volume_dir: str, registered: Callable[[], Collection[str]]) -> str:
     """Right after rmdir-stale removed `<volume_dir>/mount`: unlink the kubelet's
     `vol_data.json` beside it when it is all that is left there and its driver is registered
-    now; else keep it. Returns "" when removed (or nothing to do), else why it was kept."""
+    now; else keep it. Returns "" when removed (or nothing to do: the dir gone), else why it
+    was kept. Raises UnsafePath for a symlink on the way."""
+    try:
+        return _settle(volume_dir, registered)
+    except (PathGone, FileNotFoundError):
+        return ""
+
+
+def _settle(volume_dir: str, registered: Callable[[], Collection[str]]) -> str:
     with parent_fd(volume_dir) as (parent, name):
         dfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=parent)
         try:
