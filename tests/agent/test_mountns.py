@@ -125,7 +125,14 @@ def test_replay_unpublish_with_a_healthy_driver_unmounts_and_unstages(scenario, 
     assert [x["result"] for x in rmdirs] == ["succeeded"] * 3, rmdirs
     assert r["target"] not in r["mounts_after"] and r["staging"] not in r["mounts_after"]
     assert patch["nodeStepsDoneAt"] >= "2026-01-01T00:00:00Z"
-    assert patch["probe"]["mountinfo"] == "" and patch["probe"]["volumeDirs"] == []
+    assert patch["probe"]["mountinfo"] == ""
+    # a driver that unpublishes now was not asked by a TearDown that succeeded: the kubelet
+    # still holds the volume, and its next retry removes vol_data.json and the dir itself
+    assert "vol_data.json left for it" in replay["message"], replay
+    pv_dir = str(Path(r["target"]).parent)
+    left = {d["path"] for d in patch["probe"]["volumeDirs"]}
+    assert left == {pv_dir, str(Path(pv_dir).parent)}, left
+    assert all("left for the kubelet" in x["message"] for x in rmdirs[1:]), rmdirs
 
 
 def test_driver_that_lost_its_state_falls_through_to_unmount(scenario, work: Path) -> None:

@@ -21,7 +21,7 @@ from unstick.agent.mounts import MountTable
 from unstick.agent.plugins import Plugin
 from unstick.agent.refused import Refused
 from unstick.agent.settings import AgentSettings
-from unstick.agent.vol_data import settle_after_mount_rmdir
+from unstick.agent.vol_data import VOL_DATA
 from unstick.core.kubelet_paths import classify
 from unstick.core.mountinfo import Mount
 
@@ -88,10 +88,11 @@ def replay_volume(
             f"still there ({target}); the unmount step removes it"
         )
     message = f"{driver} NodeUnpublishVolume({handle}): unmounted {target}"
-    if not os.path.lexists(target):  # the driver removed its target, as the CSI spec asks:
-        # the rest of the kubelet's removeMountDir (vol_data.json goes with the mount dir)
-        kept = settle_after_mount_rmdir(volume_dir, lambda: plugins)
-        message += f" ({kept})" if kept else ""
+    if not os.path.lexists(target):  # the driver removed its target, as the CSI spec asks
+        # A driver that unpublishes now had not been asked by a TearDown that succeeded:
+        # the kubelet still holds the volume, and its next retry (NodeUnpublishVolume is OK
+        # again) removes vol_data.json and the dir itself — it needs the file for that.
+        message += f" (the kubelet's {VOL_DATA} left for it)"
     return message + _unstage(ex, uid, plugin, handle=handle, pv=info.volume, mounts=table.mounts)
 
 

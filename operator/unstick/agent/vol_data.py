@@ -8,15 +8,18 @@ reading `vol_data.json` (`NewUnmounter`): without the file it can never finish, 
 unstages, and the volume stays in use on the node until the kubelet restarts (found with
 csi-driver-host-path uninstalled and reinstalled, docs/csi.md).
 
-So unstick removes `vol_data.json` only in the act that removes the volume's empty `mount`
-dir, and only when the driver named in it is registered on the node right then (the
-kubelet's own registry, `plugins_registry/`). With the driver missing, the kubelet cannot
-have torn the volume down (CSIDriverMissing): the `mount` dir goes, the file stays, and the
-kubelet finishes the volume by itself once the driver is back (NodeUnpublishVolume of a
-target that is not mounted is OK by the CSI spec; `removeMountDir` then removes the file and
-the dir). A volume dir that holds `vol_data.json` and no `mount` dir is never touched: that
-is what unstick leaves for the kubelet (or what a kubelet killed half-way through
-`removeMountDir` leaves — it finishes it after its restart, from the file).
+So unstick removes `vol_data.json` only in the act in which rmdir-stale removes the
+volume's empty `mount` dir, and only when the driver named in it is registered on the node
+right then (the kubelet's own registry, `plugins_registry/`): the OrphanedMount case, where
+the kubelet's TearDown "succeeded" and it holds the volume no more. With the driver missing,
+the kubelet cannot have torn the volume down (CSIDriverMissing): the `mount` dir goes, the
+file stays, and the kubelet finishes the volume by itself once the driver is back
+(NodeUnpublishVolume of a target that is not mounted is OK by the CSI spec; `removeMountDir`
+then removes the file and the dir). A volume dir that holds `vol_data.json` and no `mount`
+dir is never touched: that is what unstick leaves for the kubelet (or what a kubelet killed
+half-way through `removeMountDir` leaves — it finishes it after its restart, from the
+file); so is one whose driver removed its target in a replayed NodeUnpublishVolume
+(agent/replay.py).
 """
 
 from __future__ import annotations
