@@ -8,21 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unstick.devcluster.kind_check import NETWORK, ROOT, kind_env
+from unstick.devcluster.kind_check import ROOT, kind_env
 from unstick.devcluster.process import wait_until
 
+from . import runs
+
 BIN = ROOT / "bin"
-CLUSTER = "unstick-kind"
 CONFIG = Path(__file__).with_name("cluster.yaml")
 NAMESPACE = "unstick"
+log = logging.getLogger(__name__)
 # kind mounts the host's /lib/modules into every node; a machine without modules (a VM
 # with a built-in kernel) has none, and podman refuses the mount.
 MODULES = Path("/lib/modules")
@@ -61,15 +65,53 @@ def node_images() -> dict[str, dict[str, str]]:
 
 
 @dataclass
+class _Load:
+    argv: list[str]
+    proc: subprocess.Popen[str]
+
+
+@dataclass
 class Kind:
     """The running cluster: kubectl and helm against it, its nodes' containers."""
 
     cluster: Any  # pytest_kind.KindCluster
     images: dict[str, dict[str, str]]
+    # `kind load image-archive` runs started at setup, by what they are for; waited for
+    # where first needed (wait_loaded)
+    loads: dict[str, list[_Load]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The cluster's name, this run's own (tests/kind/runs.py)."""
+        name: str = self.cluster.name
+        return name
 
     @property
     def kubeconfig(self) -> str:
         return str(self.cluster.kubeconfig_path)
+
+    def start_load(self, group: str, image: str, nodes: str = "") -> None:
+        """`kind load image-archive` of an image of bin/node-images.json into `nodes`
+        (comma-separated; all when empty), started without waiting (see wait_loaded)."""
+        argv = [str(BIN / "kind"), "load", "image-archive", "--name", self.name]
+        argv += ["--nodes", nodes] if nodes else []
+        argv.append(self.images[image]["archive"])
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.loads.setdefault(group, []).append(_Load(argv, proc))
+
+    def worker_without_controller(self) -> str:
+        """The worker where unstick's controller does not run (the one the tests cut off:
+        the controller must keep running)."""
+        pods = self.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=controller")
+        nodes = {p["spec"].get("nodeName") for p in pods["items"]}
+        return next(w for w in self.workers() if w not in nodes)
+
+    def wait_loaded(self, group: str) -> None:
+        """The image loads of `group` finished (a failed one raises, saying why)."""
+        for load in self.loads.get(group, []):
+            _, err = load.proc.communicate(timeout=600)
+            if load.proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(load.argv)} failed: {err}")
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         return run(
@@ -138,33 +180,61 @@ class Kind:
         )  # fmt: skip
 
 
-def _delete_leftovers() -> None:
-    """A cluster, network or volumes of the suite left by a killed session."""
-    if CLUSTER in run([str(BIN / "kind"), "get", "clusters"], check=False).split():
-        run([str(BIN / "kind"), "delete", "cluster", "--name", CLUSTER], check=False)
-    # kind labels a node's /var volume with the node's name (`<cluster>-worker: true`)
-    for line in podman("volume", "ls", "--format", "{{.Name}} {{.Labels}}").splitlines():
-        volume, _, labels = line.partition(" ")
-        if f"{CLUSTER}-control-plane:" in labels or f"{CLUSTER}-worker" in labels:
-            podman("volume", "rm", "--force", volume, check=False)
-    if _network_exists():
-        podman("network", "rm", "--force", NETWORK, check=False)
+def kind_cmd(*args: str, check: bool = True) -> str:
+    return run([str(BIN / "kind"), *args], check=check)
 
 
-def _network_exists() -> bool:
-    return (
-        subprocess.run(
-            ["podman", "network", "exists", NETWORK], env={**os.environ, **kind_env()}
-        ).returncode
-        == 0
-    )
+def delete_cluster(name: str) -> None:
+    """The cluster, its nodes' volumes and its network. The nodes are removed first with
+    no stop timeout: `kind delete cluster` lets each node's systemd take podman's 10 s to
+    stop, and nothing in them is worth keeping."""
+    nodes = podman("ps", "-a", "--filter", f"label=io.x-k8s.kind.cluster={name}",
+                   "--format", "{{.Names}}", check=False).split()  # fmt: skip
+    with phase(f"{name}'s nodes removed"):
+        if nodes:
+            podman("rm", "--force", "--time", "0", "--volumes", *nodes, check=False)
+    with phase("kind delete cluster"):
+        kind_cmd("delete", "cluster", "--name", name, check=False)
+    for volume in json.loads(podman("volume", "ls", "--format", "json", check=False) or "[]"):
+        if any(runs.cluster_of(label) == name for label in volume.get("Labels") or {}):
+            podman("volume", "rm", "--force", volume["Name"], check=False)
+    if network_exists(name):
+        podman("network", "rm", "--force", name, check=False)
+
+
+def network_exists(name: str) -> bool:
+    probe = subprocess.run(["podman", "network", "exists", name], env={**os.environ, **kind_env()})
+    return probe.returncode == 0
+
+
+def leftovers() -> set[str]:
+    """The suite's clusters that have a cluster, node volume or network here but no live
+    run (tests/kind/runs.py): left by a killed session."""
+    found = set(kind_cmd("get", "clusters", check=False).split())
+    for volume in json.loads(podman("volume", "ls", "--format", "json", check=False) or "[]"):
+        found.update(volume.get("Labels") or {})
+    found.update(podman("network", "ls", "--format", "{{.Name}}", check=False).split())
+    names = {runs.cluster_of(f) for f in found} - {None}
+    return {n for n in names if n is not None and not runs.alive(n)}
+
+
+def sweep_leftovers() -> list[str]:
+    """Deletes what killed runs left (never a live run's cluster); the names deleted.
+    Called under runs.machine_lock()."""
+    dead = sorted(leftovers())
+    for name in dead:
+        delete_cluster(name)
+    for lock in runs.dead_lock_files():
+        lock.unlink(missing_ok=True)
+    return dead
 
 
 @contextlib.contextmanager
-def _environment() -> Iterator[None]:
+def _environment(network: str) -> Iterator[None]:
     """kind's variables in os.environ (pytest-kind runs kind with the process's own)."""
-    saved = {k: os.environ.get(k) for k in kind_env()}
-    os.environ.update(kind_env())
+    env = kind_env(network)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         yield
     finally:
@@ -176,51 +246,95 @@ def _environment() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _claimed(name: str) -> Iterator[None]:
+    """This run's name claimed (and leftovers swept) under the machine lock; at the end
+    the claim released and the empty /lib/modules removed if the suite made it and no
+    other run still uses it."""
+    made_marker = runs.runs_dir() / "made-lib-modules"
+    with runs.machine_lock():
+        sweep_leftovers()
+        claim = runs.RunLock(name)
+        # kind mounts the host's /lib/modules into every node; podman refuses a missing one
+        if not MODULES.exists():
+            MODULES.mkdir()
+            made_marker.touch()
+    try:
+        yield
+    finally:
+        with runs.machine_lock():
+            claim.release()
+            if made_marker.exists() and not runs.live_runs():
+                with contextlib.suppress(OSError):
+                    MODULES.rmdir()
+                made_marker.unlink(missing_ok=True)
+
+
+def csi_images(images: dict[str, dict[str, str]]) -> list[str]:
+    """The upstream CSI driver's images (tests/kind/csi.py), if all were built."""
+    from unstick.devcluster.csi_upstream import FIXED, SIDECARS
+
+    names = [f"csi-hostpath-{FIXED}", SIDECARS]
+    return names if all(n in images for n in names) else []
+
+
+@contextlib.contextmanager
+def phase(what: str) -> Iterator[None]:
+    """Logs how long a step of the setup took (`pytest --log-cli-level=INFO` shows it)."""
+    start = time.monotonic()
+    yield
+    log.info("kind suite: %s in %.1f s", what, time.monotonic() - start)
+
+
+@contextlib.contextmanager
 def kind_cluster() -> Iterator[Kind]:
-    """The suite's cluster, deleted at the end (also on failure) with its network,
-    volumes and the empty /lib/modules made for it."""
+    """This run's cluster (its own name: tests/kind/runs.py), deleted at the end (also on
+    failure) with its network, volumes and the empty /lib/modules made for it."""
     from pytest_kind import KindCluster
 
     images = node_images()
     image = build_node_image()
-    made_modules = False
-    with tempfile.TemporaryDirectory(prefix="unstick-kind-") as tmp, _environment():
+    name = runs.new_name()
+    with (
+        tempfile.TemporaryDirectory(prefix="unstick-kind-") as tmp,
+        _environment(name),
+        _claimed(name),
+    ):
         with contextlib.chdir(tmp):  # pytest-kind makes .pytest-kind/<name> in the cwd
             cluster = KindCluster(
-                CLUSTER,
+                name,
                 kubeconfig=Path(tmp) / "kubeconfig",
                 image=image,
                 kind_path=BIN / "kind",
                 kubectl_path=BIN / "kubectl",
             )
-        _delete_leftovers()
-        if not MODULES.exists():
-            MODULES.mkdir()
-            made_modules = True
+        kind = Kind(cluster, images)
+        workers = f"{name}-worker,{name}-worker2"
         try:
-            cluster.create(config_file=CONFIG)
-            kind = Kind(cluster, images)
-            wait_until(
-                lambda: len(kind.nodes()) == 3 and all(kind.ready(n) for n in kind.nodes()),
-                timeout=300,
-                what="the kind cluster's 3 nodes to be Ready",
-            )
-            for name in ("unstick", "busybox"):
-                run(
-                    [
-                        str(BIN / "kind"),
-                        "load",
-                        "image-archive",
-                        "--name",
-                        CLUSTER,
-                        images[name]["archive"],
-                    ]
+            with phase("kind create cluster"):
+                cluster.create(config_file=CONFIG)
+            # unstick on every node (the agent runs on each), busybox on the workers (the
+            # tests' pods): loaded while the nodes become Ready
+            kind.start_load("images", "unstick")
+            kind.start_load("images", "busybox", workers)
+            with phase("nodes Ready"):
+                wait_until(
+                    lambda: len(kind.nodes()) == 3 and all(kind.ready(n) for n in kind.nodes()),
+                    timeout=300,
+                    what="the kind cluster's 3 nodes to be Ready",
                 )
-            kind.helm_install()
+            with phase("images loaded (after Ready)"):
+                kind.wait_loaded("images")
+            with phase("helm install --wait"):
+                kind.helm_install()
+            # The upstream CSI driver's images, on the worker the partition test cuts off
+            # (the one without the controller), loaded while the first tests run.
+            for csi_image in csi_images(images):
+                kind.start_load("csi", csi_image, kind.worker_without_controller())
             yield kind
         finally:
-            run([str(BIN / "kind"), "delete", "cluster", "--name", CLUSTER], check=False)
-            _delete_leftovers()
-            if made_modules:
-                with contextlib.suppress(OSError):
-                    MODULES.rmdir()
+            for load in (load for group in kind.loads.values() for load in group):
+                if load.proc.poll() is None:
+                    load.proc.kill()
+                    load.proc.wait()
+            with phase("cluster deleted, with its volumes and network"):
+                delete_cluster(name)

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from unstick.devcluster.process import wait_until
 
+from . import csi
 from .support import BIN, NAMESPACE, Kind, podman, run
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(1200)]
@@ -144,11 +145,19 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
     """A worker cut off (its container paused: the kubelet and the pods frozen, still
     there): NotReady, not fenced -> nothing done; the `node.kubernetes.io/out-of-service`
     taint (fenced) -> force-deleted; the worker back -> its kubelet cleans up the pods
-    it still had."""
+    it still had. A StatefulSet's pod there with a ReadWriteOnce volume of the upstream
+    CSI driver (tests/kind/csi.py), force-deleted by an admin while the worker is not
+    fenced: its replacement on the other worker is refused the attach (Multi-Attach) while
+    the volume stays attached to the cut-off worker -> BlockedReplacement naming that
+    node and what frees it; fenced -> detached."""
     controller = controller_pod(kind)
     node = next(w for w in kind.workers() if w != controller["spec"]["nodeName"])
-    ns = "kind-partition"
-    namespaces.append(ns)
+    other = controller["spec"]["nodeName"]
+    ns, sts_ns = "kind-partition", "kind-sts"
+    namespaces += [ns, sts_ns]
+    if csi.unavailable(kind):
+        pytest.fail(f"the upstream CSI driver: {csi.unavailable(kind)}")
+    db_uid, pv = csi.start_db(kind, sts_ns, node, other)
     opt_in = {"unstick.dev/remediate": "true"}
     kind.apply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": opt_in}}
@@ -164,6 +173,7 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
     try:
         wait_until(lambda: not node_ready(), timeout=180, what=f"{node} NotReady")
         kind.kubectl("delete", "pods", "--all", "-n", ns, "--wait=false")
+        kind.kubectl("delete", "pod", "db-0", "-n", sts_ns, "--wait=false")
 
         def observed() -> list[dict[str, Any]] | None:
             # (ContainersStillRunning first, from the pods' last status, until the node
@@ -176,8 +186,26 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
         for rem in records:
             assert rem["status"]["cause"] == "NodeUnreachable", rem["status"]
             assert [p["action"] for p in rem["status"]["plan"]] == ["observe"]
-        # Not fenced: the pods may still run there; nothing is done to them.
+        # Not fenced: the pods may still run there; nothing is done to them. The
+        # StatefulSet makes no replacement while its db-0 is there.
         assert sorted(p["metadata"]["name"] for p in kind.pods(ns)) == ["p1", "p2"]
+        assert [p["metadata"]["uid"] for p in kind.pods(sts_ns)] == [db_uid]
+
+        # An admin force-deletes db-0 (what unstick refuses on a node not fenced); the
+        # StatefulSet makes it again, on the other worker. Its volume stays attached to
+        # the cut-off worker: the attach/detach controller waits up to 6 min for an
+        # unreachable node to unmount it.
+        kind.kubectl("delete", "pod", "db-0", "-n", sts_ns, "--force", "--grace-period=0")
+        new, blocked = csi.replacement_blocked(kind, sts_ns, db_uid)
+        assert new["spec"]["nodeName"] == other
+        message = blocked["message"]
+        assert f"(PV {pv}) is still attached to node {node}" in message, message
+        assert "force-detach after 6 min" in message and "unstick never detaches" in message
+        refused = [e["message"] for e in kind.events(sts_ns) if e["reason"] == "FailedAttachVolume"]
+        assert any("Multi-Attach error" in m for m in refused), refused
+        metrics = kind.scrape(controller["metadata"]["name"], 9100)
+        assert sample(metrics, "unstick_blocked_replacements", namespace=sts_ns) == 1
+        assert [va["spec"]["nodeName"] for va in csi.attachments(kind, pv)] == [node]
 
         taint = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
         kind.kubectl("taint", "node", node, taint)
@@ -193,6 +221,13 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
             assert ("force-delete", "succeeded") in actions, (name, status)
             fenced = "fenced: taint node.kubernetes.io/out-of-service is present"
             assert any(fenced in e["message"] for e in status["evidence"]), status
+
+        # Fenced, the attach/detach controller force-detaches the volume from the node.
+        wait_until(
+            lambda: node not in [va["spec"]["nodeName"] for va in csi.attachments(kind, pv)],
+            timeout=120,
+            what=f"{pv} detached from the fenced {node}",
+        )
         kind.kubectl("taint", "node", node, f"{taint}-")
     finally:
         podman("unpause", node, check=False)
@@ -201,9 +236,13 @@ def test_node_partitioned(kind: Kind, quick_policy: None, namespaces: list[str])
     # Back, its kubelet finds the pods gone from the API and removes what it had of them.
     def cleaned() -> bool:
         left = podman("exec", node, "ls", "/var/lib/kubelet/pods").split()
-        return not set(uids.values()) & set(left)
+        return not {*uids.values(), db_uid} & set(left)
 
-    wait_until(cleaned, timeout=180, what=f"{node}'s kubelet to clean up the deleted pods")
+    try:
+        wait_until(cleaned, timeout=180, what=f"{node}'s kubelet to clean up the deleted pods")
+    finally:
+        kind.kubectl("delete", "namespace", sts_ns, "--wait=false", "--ignore-not-found")
+        csi.uninstall(kind)
 
 
 def test_mount_busy_on_a_worker(kind: Kind, quick_policy: None, namespaces: list[str]) -> None:

@@ -4,7 +4,8 @@ from the node image hack/build-kind-node-image.sh builds here.
 `kind_unavailable()` says why not (None: it can); the suite skips with that reason.
 `kind_env()` is the environment kind and podman run with: kind's podman provider, the
 project's podman configuration (hack/podman/containers.conf: runc, no raised ulimits)
-and a podman network of the suite's own, removed at the end."""
+and, for a cluster being made, a podman network of the run's own (named after its
+cluster: tests/kind/runs.py), removed at the end."""
 
 from __future__ import annotations
 
@@ -15,18 +16,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 CONTAINERS_CONF = ROOT / "hack" / "podman" / "containers.conf"
-NETWORK = "unstick-kind"
 # What building the node image needs besides podman (hack/build-kind-node-image.sh).
 BUILD_COMMANDS = ("mmdebstrap", "buildah", "go")
 
 
-def kind_env() -> dict[str, str]:
-    """The variables kind and podman need here (on top of the caller's environment)."""
-    return {
-        "KIND_EXPERIMENTAL_PROVIDER": "podman",
-        "KIND_EXPERIMENTAL_PODMAN_NETWORK": NETWORK,
-        "CONTAINERS_CONF": str(CONTAINERS_CONF),
-    }
+def kind_env(network: str | None = None) -> dict[str, str]:
+    """The variables kind and podman need here (on top of the caller's environment);
+    `network`: the podman network `kind create cluster` puts the nodes on."""
+    env = {"KIND_EXPERIMENTAL_PROVIDER": "podman", "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+    if network:
+        env["KIND_EXPERIMENTAL_PODMAN_NETWORK"] = network
+    return env
 
 
 def kind_unavailable(bin_dir: Path = ROOT / "bin") -> str | None:
