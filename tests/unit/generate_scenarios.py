@@ -40,6 +40,7 @@ from bundles import (
     pvc_volume,
     staging_line,
 )
+from cni_events import kill_pod_event
 
 OUT = Path(__file__).resolve().parent.parent / "scenarios"
 ALL_NODE = [
@@ -329,6 +330,37 @@ def cases() -> dict[str, dict[str, Any]]:
             evidence=["pid 4242 (backup-agent) holds"],
         ),
     )
+    # CNITeardownFailed (issue #25): the kubelet's real FailedKillPod text; observe only
+    c["cni-teardown-failing-calico"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
+        **CSI,
+        the_probe=probe(
+            mounts=[mount_line(1200, MOUNT)], dirs=[(MOUNT, False)], containers=[("app", "exited")]
+        ),
+        expect=e(
+            "CNITeardownFailed",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete", "unmount", "replay-unpublish", "rmdir-stale"],
+            evidence=["CNI plugin calico fails to delete its network (7 times): error getting"],
+            policy=EVERYTHING,
+        ),
+    )
+    c["cni-teardown-failing-calico"]["events"] = [kill_pod_event(UID, "2026-11-20T09:50:00Z")]
+    c["cni-teardown-failing-multus-no-probe"] = bundle(
+        the_pod=pod(statuses=[("app", "terminated")]),
+        expect=e(
+            "CNITeardownFailed",
+            plan=["observe"],
+            never=CHANGING,
+            evidence=["CNI plugin multus (network multus-cni-network) fails to delete"],
+        ),
+    )
+    c["cni-teardown-failing-multus-no-probe"]["events"] = [
+        kill_pod_event(
+            UID, "2026-11-20T09:59:00Z", 1, "multus", "error in DelegateDel", "multus-cni-network"
+        )
+    ]
     # MountBusy
     c["mount-busy-holder"] = bundle(
         the_pod=pod(volumes=DATA),

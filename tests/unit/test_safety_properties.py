@@ -43,6 +43,7 @@ from .bundles import (
     pvc_volume,
     staging_line,
 )
+from .cni_events import kill_pod_event
 
 SEEN: set[Cause] = set()  # causes the generated cases reached
 FROZEN_CGROUP = {"path": "/kubepods/podx/cri-containerd-id-app", "state": "FROZEN", "version": "v1"}
@@ -163,7 +164,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
         if draw(st.integers(0, 9)) == 0:
             the_probe["dTasks"] = [D_TASK]
         # issue #25: some probes report a hung network/FUSE mount (of the pod or not)
-        if draw(st.integers(0, 4)) == 0:
+        if draw(st.integers(0, 7)) == 0:
             the_probe["hungMounts"] = [
                 HUNG | {"mountPoint": draw(st.sampled_from(PATHS)), "fstype": fstype}
             ]
@@ -175,6 +176,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], RemediationPolicy | None, bo
         pvs=[pv(driver=draw(st.sampled_from([DRIVER, "x.io", None])))],
         the_probe=the_probe,
     )
+    if draw(st.integers(0, 11)) == 0:  # issue #25: the kubelet's FailedKillPod (CNI DEL fails)
+        b["events"] = [kill_pod_event(UID, ts(draw(st.integers(-4000, 0))))]
     policy = None
     if draw(st.booleans()):
         policy = parse_policy(

@@ -9,6 +9,6 @@ from dataclasses import dataclass
 class Evidence:
     kind: (
         str  # deletion | finalizer | node | probe | container | runtime | mount | holder | driver
-        # | volumeDir | kubelet
+        # | volumeDir | kubelet | freezer | task | network
     )
     message: str

@@ -213,6 +213,16 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class PodEvent:
+    """An Event about the pod, from the bundle's `events` (issue #25: CNI teardown)."""
+
+    reason: str
+    message: str
+    count: int = 1
+    last: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """Everything one diagnosis looks at; `now` is the bundle's capturedAt."""
 
@@ -223,3 +233,4 @@ class Facts:
     claims: Mapping[str, str | None] = field(default_factory=dict)  # PVC name → PV name
     pv_drivers: Mapping[str, str | None] = field(default_factory=dict)  # PV name → CSI driver
     probe: Probe | None = None
+    events: tuple[PodEvent, ...] = ()  # Events about the pod (optional in a bundle)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from unstick.core import safety
+from unstick.core.cni import failure_words, teardown_failure
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.facts import Facts, FrozenCgroup, HungMount, Probe, VolumeDir
@@ -79,6 +80,13 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
             probe_fresh=probe is not None,
             kubelet_root=probe.kubelet_root if probe else None,
             running_containers=running,
+        )
+    # 4a. CNITeardownFailed: the kubelet's KillPodSandbox fails in the CNI plugin's DEL
+    cni = teardown_failure(pod, facts.events)
+    if cni is not None:
+        ev.append(Evidence("network", failure_words(cni)))
+        return Cause.CNITeardownFailed, NodeView(
+            probe_fresh=probe is not None, kubelet_root=probe.kubelet_root if probe else None
         )
     if probe is None:
         ev.append(Evidence("probe", "no fresh probe of the pod's node: node-side causes unknown"))

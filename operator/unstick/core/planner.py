@@ -188,6 +188,13 @@ def _cause_plan(b: _Builder) -> None:
             b.running()
         case Cause.HungMount:
             b.hung()
+        case Cause.CNITeardownFailed:
+            b.refuse(
+                Action.FORCE_DELETE,
+                "the pod's network is not torn down: a force-delete would leave its IP and "
+                "sandbox behind; the kubelet retries the teardown once the CNI plugin works",
+            )
+            b.refuse_all(node_actions, "the kubelet tears the volumes down after the sandbox")
         case Cause.MountBusy:
             for m in d.mounts:
                 for h in m.holders:

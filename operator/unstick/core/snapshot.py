@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from unstick.core import fields as f
+from unstick.core.cni import parse_events
 from unstick.core.facts import (
     HOLDER_SCAN_COMPLETE,
     HOLDER_SCAN_INCOMPLETE,
@@ -307,6 +308,7 @@ def parse_bundle(obj: object) -> Facts:
             claims=_claims(bundle, pod.namespace),
             pv_drivers=_pv_drivers(bundle),
             probe=None if probe_obj is None else _probe(probe_obj),
+            events=parse_events(bundle, pod.uid),
         )
     except BundleError:
         raise

@@ -18,6 +18,7 @@ class Cause(StrEnum):
     ContainerFrozen = "ContainerFrozen"
     HungMount = "HungMount"  # issue #25: a network/FUSE mount of the pod whose server is gone
     ContainersStillRunning = "ContainersStillRunning"
+    CNITeardownFailed = "CNITeardownFailed"  # issue #25: the CNI plugin's DEL fails (observe)
     MountBusy = "MountBusy"
     CSIDriverMissing = "CSIDriverMissing"
     OrphanedMount = "OrphanedMount"

@@ -1,0 +1,67 @@
+"""Issue #25, CNI teardown failing, against a real kube-apiserver: a pod stuck Terminating on
+a node without a kubelet, and the Event a kubelet posts when the CNI plugin's DEL fails
+(reason FailedKillPod, its real text: tests/unit/cni_events.py). `unstick snapshot` captures
+it with the pod's Events, `unstick diagnose` names the plugin and its error; observe only.
+
+Why not on the real node: the node suite's CNI (devcluster/node_network.py) is the one
+network of the shared real node, and a plugin configured to fail DEL there would also fail
+every other test's pod teardown until restored — with a one-node lock shared by six
+engineers, that was not risked in this session (see docs/diagnosis.md)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_snapshot import _overdue, diagnose, snapshot
+
+from unstick.devcluster import ControlPlane
+from unstick.devcluster.process import wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit"))
+from cni_events import CALICO_ERROR, SANDBOX, kill_pod_event
+
+pytestmark = pytest.mark.envtest
+
+
+def test_a_failing_cni_delete_is_diagnosed_from_the_kubelets_event(
+    control_plane: ControlPlane, core_api: Any, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    node = make_node(kubelet=False)
+    pod = core_api.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "app-0", "annotations": {"unstick.dev/remediate": "true"}},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            },
+        },
+    )
+    uid = pod.metadata.uid
+    core_api.delete_namespaced_pod("app-0", namespace)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = kill_pod_event(uid, now, count=4)
+    event["metadata"] = {"name": f"app-0.{uuid.uuid4().hex[:6]}", "namespace": namespace}
+    event["involvedObject"] |= {"namespace": namespace, "name": "app-0"}
+    core_api.create_namespaced_event(namespace, event)
+
+    def overdue_snapshot() -> dict[str, Any] | None:
+        b = snapshot(control_plane, f"{namespace}/app-0")
+        return b if _overdue(b) else None
+
+    bundle = wait_until(overdue_snapshot, timeout=60, what="the pod to be overdue")
+    assert [e["reason"] for e in bundle["events"]] == ["FailedKillPod"]
+    policy = {"spec": {"slackSeconds": 0, "actions": ["observe", "force-delete", "unmount"]}}
+    report = diagnose(tmp_path, bundle, policy)
+    assert report["cause"] == "CNITeardownFailed", report
+    words = " ".join(e["message"] for e in report["evidence"])
+    assert f"sandbox {SANDBOX}" in words
+    assert f"CNI plugin calico fails to delete its network (4 times): {CALICO_ERROR}" in words
+    assert [s["action"] for s in report["plan"]] == ["observe"]
+    assert {r["action"] for r in report["refused"]} >= {"force-delete", "unmount"}
