@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from unstick.controller import operator, runtime
-from unstick.controller.nodeside import ReconcileSettings
+from unstick.controller.reconciler import ReconcileSettings
 from unstick.controller.runtime import RuntimeSettings
 from unstick.kube.client import ClientSettings
 from unstick.kube.podwatch import terminating_record

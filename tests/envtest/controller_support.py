@@ -8,8 +8,9 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,77 @@ def _exists(read: Callable[[], Any]) -> bool:
             return False
         raise
     return True
+
+
+@contextmanager
+def policies_in_place(cp: ControlPlane, policies: dict[str, dict[str, Any]]) -> Iterator[Objects]:
+    """The CRDs installed and these RemediationPolicies set (name → spec); at the end each
+    policy is put back as it was (deleted if it did not exist) and the client closed."""
+    with crds_installed(cp):
+        objects = Objects(cp)
+        before = {name: objects.replace_policy(name, spec) for name, spec in policies.items()}
+        try:
+            yield objects
+        finally:
+            for name, spec in before.items():
+                objects.replace_policy(name, spec)
+            objects.api_client.close()
+
+
+@contextmanager
+def controller_started(
+    cp: ControlPlane,
+    objects: Objects,
+    log_path: Path,
+    *,
+    valid: Iterable[str] = (),
+    peering: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[Controller]:
+    """`unstick controller` started, and each policy named in `valid` seen Valid (so the
+    controller has it); stopped at the end, the tail of its log printed for a failure."""
+    ctl = Controller(cp, log_path, peering=peering, extra_args=extra_args, env=env)
+    try:
+        ctl.start()
+        for name in valid:
+            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+        yield ctl
+    finally:
+        ctl.stop()
+        print(ctl.log()[-4000:])
+
+
+@contextmanager
+def running_controller(
+    cp: ControlPlane,
+    log_dir: Path,
+    policies: dict[str, dict[str, Any]],
+    *,
+    peering: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[Controller, Objects]]:
+    """The shared setup of the controller's envtests: CRDs, these policies (put back at
+    the end), the controller running with them Valid; yields (controller, objects). A
+    test module's fixture states only its policies (and flags):
+
+        with running_controller(control_plane, tmp_path_factory.mktemp("x"), {P: spec()}) as r:
+            yield r
+    """
+    with (
+        policies_in_place(cp, policies) as objects,
+        controller_started(
+            cp,
+            objects,
+            log_dir / "controller.log",
+            valid=policies,
+            peering=peering,
+            extra_args=extra_args,
+            env=env,
+        ) as ctl,
+    ):
+        yield ctl, objects
 
 
 def policy_spec(**overrides: Any) -> dict[str, Any]:
@@ -281,6 +353,56 @@ class Objects:
             if entry.get("uid") == pod["uid"]:
                 return dict(entry)
         return {}
+
+
+# --- playing the node agent (tests/envtest/test_controller_agent_channel.py) ---------------
+
+
+def utc_now() -> str:
+    """Now, as the agent writes its times."""
+    return datetime.now(UTC).isoformat()
+
+
+def agent_probe(node: str, volume_dirs: list[dict[str, Any]], uid: str = "") -> dict[str, Any]:
+    """A probe as the agent writes it: of pod `uid`, and able to see everything (the
+    kubelet root holds pod dirs, the runtime answered, the holder scan was complete)."""
+    return {
+        "podUID": uid,
+        "nodeName": node,
+        "probedAt": utc_now(),
+        "kubeletRoot": "/var/lib/kubelet",
+        "kubeletHealthy": True,
+        "registeredPlugins": [],
+        "mountinfo": "",
+        "volumeDirs": volume_dirs,
+        "holders": [],
+        "containers": [],
+        "podDirExists": True,
+        "podDirsSeen": 3,
+        "runtime": "cri+cgroup",
+        "holderScan": "complete",
+    }
+
+
+def write_as_agent(objects: Objects, namespace: str, rem: dict[str, Any], status: Any) -> None:
+    """A JSON merge patch of the Remediation's status, as the agent writes its keys."""
+    objects.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "remediations", rem["metadata"]["name"], {"status": status}
+    )
+
+
+def node_ready(objects: Objects, node: str) -> None:
+    """The Node's Ready condition True, as a kubelet reports it."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "test",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    objects.core.patch_node_status(node, {"status": {"conditions": [condition]}})
 
 
 def controller_pod_writes(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:

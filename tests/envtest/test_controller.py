@@ -16,12 +16,13 @@ from controller_support import (
     Objects,
     await_,
     controller_pod_writes,
-    crds_installed,
+    controller_started,
+    policies_in_place,
     policy_spec,
 )
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller.nodeside import RATE_LIMITED
+from unstick.controller.decision import RATE_LIMITED
 from unstick.core.remediation import pod_label
 from unstick.devcluster import ControlPlane
 from unstick.kube import actions
@@ -40,30 +41,17 @@ POLICIES = {
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        before = {name: objs.replace_policy(name, spec) for name, spec in POLICIES.items()}
-        try:
-            yield objs
-        finally:
-            for name, spec in before.items():
-                objs.replace_policy(name, spec)
-            objs.api_client.close()
+    with policies_in_place(control_plane, POLICIES) as objs:
+        yield objs
 
 
 @pytest.fixture(scope="module")
 def controller(
     control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Controller]:
-    ctl = Controller(control_plane, tmp_path_factory.mktemp("controller") / "controller.log")
-    try:
-        ctl.start()
-        for name in POLICIES:
-            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+    log = tmp_path_factory.mktemp("controller") / "controller.log"
+    with controller_started(control_plane, objects, log, valid=POLICIES) as ctl:
         yield ctl
-    finally:
-        ctl.stop()
-        print(ctl.log()[-4000:])
 
 
 def _stuck_on_deleted_node(

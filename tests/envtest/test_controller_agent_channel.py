@@ -10,10 +10,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from controller_support import GROUP, VERSION, Controller, Objects, await_, crds_installed
+from controller_support import (
+    GROUP,
+    VERSION,
+    Controller,
+    Objects,
+    agent_probe,
+    await_,
+    node_ready,
+    running_controller,
+    utc_now,
+    write_as_agent,
+)
 from controller_support import policy_spec as spec
 
-from unstick.controller.nodeside import KUBELET_FINISHING
+from unstick.controller.decision import KUBELET_FINISHING
 from unstick.devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
@@ -25,63 +36,9 @@ POLICY = "t-agent"
 def setup(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Controller, Objects]]:
-    with crds_installed(control_plane):
-        objects = Objects(control_plane)
-        before = objects.replace_policy(POLICY, spec(probeMaxAgeSeconds=30))
-        ctl = Controller(control_plane, tmp_path_factory.mktemp("agentch") / "controller.log")
-        try:
-            ctl.start()
-            await_(lambda: objects.policy_valid(POLICY) == "True", 30, "policy valid")
-            yield ctl, objects
-        finally:
-            ctl.stop()
-            print(ctl.log()[-4000:])
-            objects.replace_policy(POLICY, before)
-            objects.api_client.close()
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _probe(node: str, volume_dirs: list[dict[str, Any]], uid: str = "") -> dict[str, Any]:
-    """A probe as the agent writes it: of pod `uid`, and able to see everything (the
-    kubelet root holds pod dirs, the runtime answered, the holder scan was complete)."""
-    return {
-        "podUID": uid,
-        "nodeName": node,
-        "probedAt": _now(),
-        "kubeletRoot": "/var/lib/kubelet",
-        "kubeletHealthy": True,
-        "registeredPlugins": [],
-        "mountinfo": "",
-        "volumeDirs": volume_dirs,
-        "holders": [],
-        "containers": [],
-        "podDirExists": True,
-        "podDirsSeen": 3,
-        "runtime": "cri+cgroup",
-        "holderScan": "complete",
-    }
-
-
-def _as_agent(objects: Objects, namespace: str, rem: dict[str, Any], status: Any) -> None:
-    objects.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "remediations", rem["metadata"]["name"], {"status": status}
-    )
-
-
-def _ready(objects: Objects, node: str) -> None:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition = {
-        "type": "Ready",
-        "status": "True",
-        "reason": "KubeletReady",
-        "message": "test",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    objects.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+    policies = {POLICY: spec(probeMaxAgeSeconds=30)}
+    with running_controller(control_plane, tmp_path_factory.mktemp("agentch"), policies) as r:
+        yield r
 
 
 def test_probe_request_node_steps_then_force_delete(
@@ -89,7 +46,7 @@ def test_probe_request_node_steps_then_force_delete(
 ) -> None:
     controller, objects = setup
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
 
@@ -109,11 +66,11 @@ def test_probe_request_node_steps_then_force_delete(
 
     # The agent's probe: an empty volume dir of the pod is left → rmdir-stale on the node.
     stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
-    _as_agent(
+    write_as_agent(
         objects,
         namespace,
         rem,
-        {"probe": _probe(node, [{"path": stale, "empty": True}], pod["uid"])},
+        {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
     rem = await_(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
@@ -127,7 +84,7 @@ def test_probe_request_node_steps_then_force_delete(
     requested = rem["spec"]["nodeStepsRequestedAt"]
 
     # The agent ran them and says so; the controller asks for a probe taken after them.
-    done = _now()
+    done = utc_now()
     result = {
         "action": "rmdir-stale",
         "target": stale,
@@ -135,7 +92,7 @@ def test_probe_request_node_steps_then_force_delete(
         "message": "removed empty dir",
         "time": done,
     }
-    _as_agent(objects, namespace, rem, {"nodeActions": [result], "nodeStepsDoneAt": done})
+    write_as_agent(objects, namespace, rem, {"nodeActions": [result], "nodeStepsDoneAt": done})
     await_(
         lambda: (
             (r := objects.remediation(namespace, pod))
@@ -149,7 +106,7 @@ def test_probe_request_node_steps_then_force_delete(
 
     # A fresh probe shows nothing of the pod left: KubeletNotProgressing. The kubelet gets
     # --kubelet-finish-seconds (3 s here) to finish the pod itself, then force-delete.
-    _as_agent(objects, namespace, rem, {"probe": _probe(node, [], pod["uid"])})
+    write_as_agent(objects, namespace, rem, {"probe": agent_probe(node, [], pod["uid"])})
     await_(
         lambda: objects.status(namespace, pod).get("waitingFor") == KUBELET_FINISHING,
         30,
@@ -240,11 +197,11 @@ def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
 
     controller, objects = setup
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     name = remediation_name(pod["name"], pod["uid"])
-    forged_probe = _probe(node, [], OTHER_UID)
+    forged_probe = agent_probe(node, [], OTHER_UID)
     _forge(
         objects,
         namespace,
@@ -291,11 +248,11 @@ def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
 
     _controller, objects = setup
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     name = remediation_name(pod["name"], pod["uid"])
-    planted = _probe(node, [], pod["uid"])
+    planted = agent_probe(node, [], pod["uid"])
     _forge(
         objects,
         namespace,
@@ -357,7 +314,7 @@ def test_a_second_record_of_a_stuck_pod_is_refused(
 
     controller, objects = setup
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     objects.core.delete_namespaced_pod(pod["name"], namespace)
@@ -375,7 +332,7 @@ def test_a_second_record_of_a_stuck_pod_is_refused(
         {
             "phase": "Remediating",
             "cause": "NodeGone",
-            "probe": _probe(node, [], pod["uid"]),
+            "probe": agent_probe(node, [], pod["uid"]),
         },
     )
     status = await_(

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from controller_support import Controller, Objects, await_, policies_in_place, policy_spec
 
 from unstick.controller.caches import ObjectCache, csi_node_path, node_path
+from unstick.controller.decision import RATE_LIMITED
 from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
-from unstick.controller.nodeside import RATE_LIMITED, ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
-from unstick.controller.reconciler import ActionInputs, Reconciler
+from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
 from unstick.controller.records import EventQueue
 from unstick.devcluster import ControlPlane
 from unstick.kube.client import ClientSettings, Kube
@@ -35,12 +35,8 @@ pytestmark = pytest.mark.envtest
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        try:
-            yield objs
-        finally:
-            objs.api_client.close()
+    with policies_in_place(control_plane, {}) as objs:
+        yield objs
 
 
 @pytest.fixture

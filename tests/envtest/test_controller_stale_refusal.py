@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed
+from controller_support import (
+    Controller,
+    Objects,
+    agent_probe,
+    await_,
+    node_ready,
+    running_controller,
+    utc_now,
+    write_as_agent,
+)
 from controller_support import policy_spec as spec
-from test_controller_agent_channel import _as_agent, _now, _probe, _ready
 
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
@@ -33,19 +41,9 @@ POLICY = "t-stale"
 def channel(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Controller, Objects]]:
-    with crds_installed(control_plane):
-        objects = Objects(control_plane)
-        before = objects.replace_policy(POLICY, spec(probeMaxAgeSeconds=60))
-        ctl = Controller(control_plane, tmp_path_factory.mktemp("stale") / "controller.log")
-        try:
-            ctl.start()
-            await_(lambda: objects.policy_valid(POLICY) == "True", 30, "policy valid")
-            yield ctl, objects
-        finally:
-            ctl.stop()
-            print(ctl.log()[-4000:])
-            objects.replace_policy(POLICY, before)
-            objects.api_client.close()
+    policies = {POLICY: spec(probeMaxAgeSeconds=60)}
+    with running_controller(control_plane, tmp_path_factory.mktemp("stale"), policies) as r:
+        yield r
 
 
 def _steps_requested(
@@ -54,7 +52,7 @@ def _steps_requested(
     """A stuck pod whose probe shows an empty volume dir left: the controller hands
     rmdir-stale to the agent. Returns (pod, its Remediation, the stale dir)."""
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
     rem = await_(
@@ -65,8 +63,8 @@ def _steps_requested(
     rem = objects.remediation(namespace, pod)
     assert rem is not None
     stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
-    probe = _probe(node, [{"path": stale, "empty": True}], pod["uid"])
-    _as_agent(objects, namespace, rem, {"probe": probe})
+    probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
     rem = await_(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
         30,
@@ -84,7 +82,7 @@ def _refuse(
     message: str = "",
 ) -> str:
     """The agent's answer to a request refused as a whole (handler._run_steps)."""
-    done = str(_now())
+    done = str(utc_now())
     refused = {
         "action": "rmdir-stale",
         "target": stale,
@@ -100,7 +98,7 @@ def _refuse(
         "by": "agent",
     }
     status = {"nodeActions": [refused], "nodeStepsDoneAt": done, "nodeRefusals": [entry]}
-    _as_agent(objects, namespace, rem, status)
+    write_as_agent(objects, namespace, rem, status)
     return done
 
 
@@ -139,9 +137,9 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
     assert ("rmdir-stale", "refused") in results and ("rmdir-stale", "failed") not in results
 
     # The agent runs the re-asked steps; a probe after them shows nothing left.
-    done = _now()
+    done = utc_now()
     ran = {"action": "rmdir-stale", "target": stale, "result": "succeeded", "message": "ok"}
-    _as_agent(
+    write_as_agent(
         objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
     )
     await_(
@@ -149,7 +147,9 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
         30,
         "a probe request after the node steps",
     )
-    _as_agent(objects, namespace, rem, {"probe": _probe(rem["spec"]["nodeName"], [], pod["uid"])})
+    write_as_agent(
+        objects, namespace, rem, {"probe": agent_probe(rem["spec"]["nodeName"], [], pod["uid"])}
+    )
     status = await_(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
         60,
@@ -179,8 +179,8 @@ def test_a_request_refused_for_safety_is_not_asked_again(
         30,
         "a probe request after the refusal",
     )
-    probe = _probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
-    _as_agent(objects, namespace, rem, {"probe": probe})
+    probe = agent_probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
     status = await_(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
         30,
@@ -240,7 +240,7 @@ def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again
 ) -> None:
     controller, objects = channel
     node = make_node(kubelet=False)
-    _ready(objects, node)
+    node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY)
     root = tmp_path / "kubelet"
     stale = root / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
@@ -254,9 +254,9 @@ def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again
         60,
         "a probe request",
     )
-    probe = {**_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
+    probe = {**agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
     probe["kubeletRoot"] = str(root)
-    _as_agent(objects, namespace, rem, {"probe": probe})
+    write_as_agent(objects, namespace, rem, {"probe": probe})
     rem = await_(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
         30,

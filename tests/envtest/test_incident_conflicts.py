@@ -23,7 +23,7 @@ from controller_support import (
     USER_AGENT_PREFIX,
     Objects,
     await_,
-    crds_installed,
+    policies_in_place,
     policy_spec,
 )
 from kubernetes.client.exceptions import ApiException
@@ -33,9 +33,8 @@ from unstick.controller.caches import ObjectCache, csi_node_path, node_path
 from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
-from unstick.controller.nodeside import ReconcileSettings
 from unstick.controller.policies import NamespaceLabels, PolicyBook
-from unstick.controller.reconciler import ActionInputs, Reconciler
+from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
 from unstick.controller.records import EventQueue
 from unstick.devcluster import ControlPlane
 from unstick.kube.client import JSON, ClientSettings, Kube
@@ -48,12 +47,8 @@ OPT_OUT = {"metadata": {"annotations": {"unstick.dev/remediate": "false"}}}
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        try:
-            yield objs
-        finally:
-            objs.api_client.close()
+    with policies_in_place(control_plane, {}) as objs:
+        yield objs
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from controller_support import (
     Controller,
     Objects,
     await_,
-    crds_installed,
+    policies_in_place,
     policy_spec,
 )
 
@@ -98,15 +98,9 @@ WINDOW_S = 60.0
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        limits = {"clusterPerMinute": CLUSTER_LIMIT, "nodePerMinute": NODE_LIMIT}
-        before = objs.replace_policy("default", policy_spec(rateLimits=limits))
-        try:
-            yield objs
-        finally:
-            objs.replace_policy("default", before)
-            objs.api_client.close()
+    limits = {"clusterPerMinute": CLUSTER_LIMIT, "nodePerMinute": NODE_LIMIT}
+    with policies_in_place(control_plane, {"default": policy_spec(rateLimits=limits)}) as objs:
+        yield objs
 
 
 @dataclass

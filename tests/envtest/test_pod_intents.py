@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from controller_support import Controller, Objects, await_, policies_in_place, policy_spec
 
 from unstick.devcluster import ControlPlane
 
@@ -24,14 +24,8 @@ KEEP = "example.com/keep"
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        before = objs.replace_policy(POLICY, policy_spec(finalizerAllowlist=[KEEP]))
-        try:
-            yield objs
-        finally:
-            objs.replace_policy(POLICY, before)
-            objs.api_client.close()
+    with policies_in_place(control_plane, {POLICY: policy_spec(finalizerAllowlist=[KEEP])}) as objs:
+        yield objs
 
 
 def test_a_finalizer_removal_is_on_record_before_it_is_sent(

@@ -165,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
-    from unstick.controller.nodeside import ReconcileSettings
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
     from unstick.controller.peering import PeeringSettings, own_identity
+    from unstick.controller.reconciler import ReconcileSettings
     from unstick.controller.runtime import RuntimeSettings
     from unstick.kube.client import POOL_EXTRA, POOL_SIZE, ClientSettings, load_configuration
 

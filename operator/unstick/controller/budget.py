@@ -1,4 +1,4 @@
-"""The action budget survives a restart or failover (DESIGN §3 invariant 6): on start-up
+"""The action budget survives a restart or failover (design.md §3 invariant 6): on start-up
 the controller puts back the grants of the last minute, read from the Remediations.
 
 A grant is what took a slot of the budget and is on record, in keys only the controller

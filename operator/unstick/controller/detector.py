@@ -20,8 +20,8 @@ from typing import Any
 
 from unstick.controller import metrics
 from unstick.controller.caches import ObjectCache
+from unstick.controller.decision import Decision
 from unstick.controller.inputs import NodeInputs, build_bundle
-from unstick.controller.nodeside import Decision
 from unstick.controller.policies import BUILTIN, NamespaceLabels, PolicyBook, opt_in
 from unstick.core.diagnosis import diagnose
 from unstick.core.planner import plan as make_plan

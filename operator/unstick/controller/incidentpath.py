@@ -1,7 +1,12 @@
 """The node incident path of a pass (controller/reconciler.py): force-delete a pod its
 node holds (NodeGone, fenced NodeUnreachable), recorded in the node's incident
 (controller/incidents.py) — the intent on record before the DELETE, a refused DELETE
-read again and decided again."""
+read again and decided again.
+
+`IncidentPath` is the reconciler's collaborator for that path: it gets its settings, the
+incidents, the fresh Node inputs, the detector's `decide` and the budget's `take` and
+`give_back` — nothing else of the reconciler.
+"""
 
 from __future__ import annotations
 
@@ -11,50 +16,55 @@ from dataclasses import dataclass
 from typing import Any
 
 from unstick.controller import budget, failpoints, metrics
-from unstick.controller.detector import Detector
+from unstick.controller.decision import RATE_LIMITED, Decision
 from unstick.controller.incidentrecord import takes_incident_path
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs, fetch_pod
-from unstick.controller.nodeside import RATE_LIMITED, Decision, ReconcileSettings
 from unstick.controller.policies import Policy
-from unstick.controller.records import EventQueue
 from unstick.core import safety
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions
-from unstick.kube.client import Kube
+from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json, terminating_record
 
 log = logging.getLogger("unstick.decisions")
 
 RECHECK_AFTER_CONFLICT_S = 1.0
 
+#: The detector's decision: (pod, probe, now, Node/CSINode sources) → Decision.
+Decide = Callable[[JSON, Any, float, NodeInputs | None], Decision]
+
 
 @dataclass(frozen=True, slots=True)
-class ActionInputs:
-    """What a pass uses besides the API: the Remediation index, Events, fresh reads."""
-
-    has_remediation: Callable[[str], bool]  # a Remediation for this pod uid is known
-    events: EventQueue  # Events are posted off the action path
-    fresh: NodeInputs  # Node (shared GET, <= 1 s old) and CSINode for the re-check
-    incidents: Incidents  # one record for the pods a node-level fact holds (incidents.py)
+class IncidentPathSettings:
+    recheck_s: float = 300.0  # a pod whose force-delete is on record: looked at again then
 
 
 class IncidentPath:
-    """Mixin of the Reconciler: the node incident path."""
+    """Force-delete a pod its node holds, recorded in the node's incident."""
 
-    kube: Kube
-    detector: Detector
-    settings: ReconcileSettings
-    clock: Callable[[], float]
-    inputs: ActionInputs
+    def __init__(
+        self,
+        kube: Kube,
+        settings: IncidentPathSettings,
+        clock: Callable[[], float],
+        *,
+        incidents: Incidents,
+        fresh: NodeInputs,
+        decide: Decide,
+        take_budget: Callable[[Policy, str, float], float],
+        give_back: Callable[[str, float], None],
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.clock = clock
+        self.incidents = incidents
+        self.fresh = fresh  # Node (shared GET, <= 1 s old) and CSINode for the re-check
+        self.decide = decide
+        self.take_budget = take_budget
+        self.give_back = give_back
 
-    def _take_budget(self, policy: Policy, node: str, now: float) -> float:
-        raise NotImplementedError
-
-    def _give_back(self, node: str, slot: float) -> None:
-        raise NotImplementedError
-
-    def _act_in_incident(self, record: TerminatingPod, dec: Decision, now: float) -> float | None:
+    def act(self, record: TerminatingPod, dec: Decision, now: float) -> float | None:
         """Force-delete a pod its node holds (NodeGone, fenced NodeUnreachable), recorded in
         the node's incident (controller/incidents.py). Re-checked right before acting like
         any action, but with no per-pod read: the pod as the watch last delivered it (the
@@ -62,7 +72,7 @@ class IncidentPath:
         refuses if the pod changed since) and the Node read fresh (one GET shared by the
         pods of that node, <= 1 s old). A refusal (409) reads the pod once and decides
         again from what it is now."""
-        incidents = self.inputs.incidents
+        incidents = self.incidents
         incidents.join(record, dec, now)
         for _ in range(2):
             if incidents.succeeded(record.uid, str(Action.FORCE_DELETE)):
@@ -78,8 +88,8 @@ class IncidentPath:
     ) -> float | TerminatingPod | None:
         """Decide, take the budget, put the intent on record, DELETE, record its result.
         Returns the next due time, or the pod as read again after a 409."""
-        incidents = self.inputs.incidents
-        fresh = self.detector.decide(pod_json(record), None, self.clock(), self.inputs.fresh)
+        incidents = self.incidents
+        fresh = self.decide(pod_json(record), None, self.clock(), self.fresh)
         fd = fresh.diagnosis
         action = str(Action.FORCE_DELETE)
         if fd.cause != dec.diagnosis.cause or not takes_incident_path(fresh):
@@ -96,7 +106,7 @@ class IncidentPath:
             self._incident_outcome(record, fd, actions.Outcome("refused", verdict.reason), 0.0)
             return self.clock() + 30
         slot = self.clock()
-        wait = self._take_budget(fresh.policy, record.node, slot)
+        wait = self.take_budget(fresh.policy, record.node, slot)
         if wait > 0:
             incidents.waiting(record.uid, RATE_LIMITED)
             failpoints.reached("incident-rate-limited")
@@ -120,7 +130,7 @@ class IncidentPath:
         )
         failpoints.reached("incident-deleted")
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
-            self._give_back(record.node, slot)
+            self.give_back(record.node, slot)
             incidents.retract(record.uid)
             log.info(
                 "pod=%s uid=%s cause=%s action=force-delete result=conflict %s",
@@ -146,7 +156,7 @@ class IncidentPath:
         )
         action = str(Action.FORCE_DELETE)
         at = slot or self.clock()
-        if self.inputs.incidents.outcome(record.uid, action, outcome.result, outcome.message, at):
+        if self.incidents.outcome(record.uid, action, outcome.result, outcome.message, at):
             metrics.REMEDIATIONS.labels(action, str(fd.cause), outcome.result).inc()
 
     def _refresh(self, record: TerminatingPod) -> float | TerminatingPod | None:

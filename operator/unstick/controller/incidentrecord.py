@@ -1,15 +1,22 @@
-"""The record of a node incident in memory: the pods it lists, what was done to each, and
-the status it is written as (controller/incidents.py keeps and writes them)."""
+"""The record of a node incident: in memory, the pods it lists, what was done to each, and
+the status it is written as; on the API, its Remediation created (with the Event that
+opens it), its pod labels added, and the Event when all its pods are gone.
+controller/incidents.py keeps the incidents and batches their writes."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from unstick.controller import records
+from unstick.controller.decision import Decision, status_summary
 from unstick.controller.inputs import rfc3339
-from unstick.controller.nodeside import Decision, status_summary
+from unstick.controller.records import POD_LABEL_PREFIX, EventQueue
 from unstick.core.vocabulary import Action, Cause
-from unstick.kube.client import JSON
+from unstick.kube.client import JSON, Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
 
 INCIDENT_CAUSES = frozenset({Cause.NodeGone, Cause.NodeUnreachable})
@@ -117,3 +124,88 @@ def summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
         {**step, "target": "each pod in status.pods"} for step in summary["plan"]
     ]
     return summary
+
+
+def create_record(
+    kube: Kube, events: EventQueue, inc: Incident, labels: dict[str, str], now: float
+) -> None:
+    """Create the incident's Remediation (named `inc.name`; a name taken by a record that
+    is not this one's: another name, and RuntimeError to write it again) and post its
+    Event."""
+    body = {
+        "apiVersion": records.API_VERSION,
+        "kind": "Remediation",
+        "metadata": {
+            "name": inc.name,
+            "namespace": inc.namespace,
+            "labels": {
+                records.NODE_LABEL: inc.node or "none",
+                INCIDENT_LABEL: inc.cause.lower(),
+                **labels,
+            },
+        },
+        "spec": {"nodeName": inc.node, "incident": inc.cause, "dryRun": False},
+    }
+    try:
+        created = kube.request("POST", remediation_path(inc.namespace), body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        created = records.get_remediation(kube, inc.namespace, inc.name) or {}
+        if (created.get("spec") or {}) != body["spec"]:  # not ours: another name
+            inc.name = f"{inc.name}-{uuid.uuid4().hex[:4]}"
+            raise RuntimeError("the record's name was taken; trying another") from exc
+    meta = created.get("metadata") or {}
+    inc.ref = {
+        "apiVersion": records.API_VERSION,
+        "kind": "Remediation",
+        "namespace": inc.namespace,
+        "name": inc.name,
+        "uid": meta.get("uid"),
+    }
+    evidence = "; ".join(e["message"] for e in inc.summary.get("evidence", [])[:2])
+    events.post(
+        {},
+        f"Stuck{inc.cause}",
+        f"pods of node {inc.node} stuck in Terminating: {inc.cause}. {evidence}. "
+        f"Plan: force-delete — remediating. This record lists each pod and what was "
+        "done to it; find one with -l " + POD_LABEL_PREFIX + "<pod name>.",
+        rfc3339(now),
+        involved=inc.ref,
+    )
+
+
+def announce_resolved(
+    events: EventQueue, inc: Incident, status: dict[str, Any], now: float
+) -> None:
+    """The IncidentResolved Event, once per pod count, when the record says Resolved."""
+    if status["phase"] != "Resolved" or inc.announced_resolved == status["podCount"]:
+        return
+    inc.announced_resolved = status["podCount"]
+    results = [p.get("result") for p in status["pods"] if p.get("action") == "force-delete"]
+    done, unanswered = results.count("succeeded"), results.count(GONE)
+    also = (
+        f" ({unanswered} more went after a force-delete whose answer a stopped "
+        "controller did not record)"
+        if unanswered
+        else ""
+    )
+    events.post(
+        {},
+        "IncidentResolved",
+        f"all {status['podCount']} pods of node {inc.node} ({inc.cause}) are gone; "
+        f"unstick force-deleted {done} of them{also}.",
+        rfc3339(now),
+        involved=inc.ref,
+        event_type="Normal",
+    )
+
+
+def patch_labels(kube: Kube, inc: Incident, labels: dict[str, str]) -> None:
+    """Add the `pod.unstick.dev/<pod>` labels of pods that joined the incident."""
+    kube.request(
+        "PATCH",
+        remediation_path(inc.namespace, inc.name),
+        body={"metadata": {"labels": labels}},
+        content_type="application/merge-patch+json",
+    )

@@ -22,7 +22,7 @@ exactly `force-delete`); a pod that stays (observed, dry run, refused) keeps its
 Remediation and its own Event, where its owner looks. Each pod's action is still decided
 and re-checked on its own (controller/reconciler.py), against a fresh read of its Node.
 
-Record before act (DESIGN §3 invariant 10): a pod's force-delete is first put on record
+Record before act (design.md §3 invariant 10): a pod's force-delete is first put on record
 as an intent (`result: deleting`, at the time its budget slot was taken) and the DELETE
 is sent only once the record holding it is written — by one thread that writes every
 intent pending at that moment in one status patch, so a burst costs about one write per
@@ -37,32 +37,32 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import failpoints, records
+from unstick.controller.decision import Decision
 from unstick.controller.incidentrecord import (
     FLUSH_S,
     GATHER_S,
     GIVE_UP_AFTER,
     GONE,
-    INCIDENT_LABEL,
     JOIN_WINDOW_S,
     MAX_BACKOFF_S,
     MAX_MESSAGE,
     MAX_PODS,
     Incident,
     IncidentPod,
+    announce_resolved,
+    create_record,
+    patch_labels,
 )
 from unstick.controller.incidentrecord import (
     summary as incident_summary,
 )
-from unstick.controller.inputs import rfc3339
-from unstick.controller.nodeside import Decision
-from unstick.controller.records import POD_LABEL_PREFIX, EventQueue, pod_label
+from unstick.controller.records import EventQueue, pod_label
 from unstick.core.remediation import DELETING
-from unstick.kube.client import Kube, remediation_path
+from unstick.kube.client import Kube
 from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
@@ -358,14 +358,9 @@ class Incidents:
         try:
             failpoints.reached("incident-write")
             if inc.ref is None:
-                self._create(inc, labels)
+                create_record(self.kube, self.events, inc, labels, self.clock())
             elif labels:
-                self.kube.request(
-                    "PATCH",
-                    remediation_path(inc.namespace, inc.name),
-                    body={"metadata": {"labels": labels}},
-                    content_type="application/merge-patch+json",
-                )
+                patch_labels(self.kube, inc, labels)
             inc.labelled.update(labels)
             if copy.seq > inc.written_seq:
                 rem = {"metadata": {"namespace": inc.namespace, "name": inc.name}}
@@ -380,7 +375,7 @@ class Incidents:
                 inc.dirty = True
             self._written.notify_all()
         failpoints.reached("incident-written")
-        self._announce(inc, status)
+        announce_resolved(self.events, inc, status, self.clock())
 
     def _failed(self, inc: Incident, seq: int, exc: Exception) -> None:
         if isinstance(exc, ApiException) and exc.status == 404:  # deleted: made again
@@ -399,68 +394,3 @@ class Incidents:
             "" if inc.dirty else ": its pods are gone, giving up",
         )
         failpoints.reached("incident-backoff")
-
-    def _create(self, inc: Incident, labels: dict[str, str]) -> None:
-        body = {
-            "apiVersion": records.API_VERSION,
-            "kind": "Remediation",
-            "metadata": {
-                "name": inc.name,
-                "namespace": inc.namespace,
-                "labels": {
-                    records.NODE_LABEL: inc.node or "none",
-                    INCIDENT_LABEL: inc.cause.lower(),
-                    **labels,
-                },
-            },
-            "spec": {"nodeName": inc.node, "incident": inc.cause, "dryRun": False},
-        }
-        try:
-            created = self.kube.request("POST", remediation_path(inc.namespace), body=body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            created = records.get_remediation(self.kube, inc.namespace, inc.name) or {}
-            if (created.get("spec") or {}) != body["spec"]:  # not ours: another name
-                inc.name = f"{inc.name}-{uuid.uuid4().hex[:4]}"
-                raise RuntimeError("the record's name was taken; trying another") from exc
-        meta = created.get("metadata") or {}
-        inc.ref = {
-            "apiVersion": records.API_VERSION,
-            "kind": "Remediation",
-            "namespace": inc.namespace,
-            "name": inc.name,
-            "uid": meta.get("uid"),
-        }
-        evidence = "; ".join(e["message"] for e in inc.summary.get("evidence", [])[:2])
-        self.events.post(
-            {},
-            f"Stuck{inc.cause}",
-            f"pods of node {inc.node} stuck in Terminating: {inc.cause}. {evidence}. "
-            f"Plan: force-delete — remediating. This record lists each pod and what was "
-            "done to it; find one with -l " + POD_LABEL_PREFIX + "<pod name>.",
-            rfc3339(self.clock()),
-            involved=inc.ref,
-        )
-
-    def _announce(self, inc: Incident, status: dict[str, Any]) -> None:
-        if status["phase"] != "Resolved" or inc.announced_resolved == status["podCount"]:
-            return
-        inc.announced_resolved = status["podCount"]
-        results = [p.get("result") for p in status["pods"] if p.get("action") == "force-delete"]
-        done, unanswered = results.count("succeeded"), results.count(GONE)
-        also = (
-            f" ({unanswered} more went after a force-delete whose answer a stopped "
-            "controller did not record)"
-            if unanswered
-            else ""
-        )
-        self.events.post(
-            {},
-            "IncidentResolved",
-            f"all {status['podCount']} pods of node {inc.node} ({inc.cause}) are gone; "
-            f"unstick force-deleted {done} of them{also}.",
-            rfc3339(self.clock()),
-            involved=inc.ref,
-            event_type="Normal",
-        )

@@ -1,27 +1,34 @@
 """Node-side steps and probes: the controller's half of the channel to the node agent.
 
 Node actions are never run by the controller: it writes the approved steps to the
-Remediation (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`) and asks for probes
-(`spec.probeRequestedAt`); the agent answers in `status.probe`, `status.nodeActions` and
-`status.nodeStepsDoneAt`. Steps are only handed over with a fresh probe of the node
-(invariant 1), and judged by a probe taken after they ran — never re-issued in a loop.
+Remediation (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`, `NodeStepsRequest` of
+core/remediation.py) and asks for probes (`spec.probeRequestedAt`); the agent answers in
+`status.probe`, `status.nodeActions` and `status.nodeStepsDoneAt`. Steps are only handed
+over with a fresh probe of the node (invariant 1), and judged by a probe taken after they
+ran — never re-issued in a loop; a request the agent refused as `stale` or `busy` is asked
+again after a backoff.
+
+`NodeSide` is the reconciler's collaborator for all of that (controller/reconciler.py
+holds one): it gets its settings, the record of our own requests (trust.ProbeRequests),
+the pass's status writer and the budget's `take` — nothing else of the reconciler.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from unstick.controller import records
-from unstick.controller.inputs import rfc3339
+from unstick.controller import metrics, records
+from unstick.controller.decision import RATE_LIMITED, Pass
 from unstick.controller.policies import Policy
+from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, StatusWriter
 from unstick.controller.trust import ProbeRequests
-from unstick.core.diagnosis import Diagnosis
-from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
+from unstick.core.remediation import NodeStep, NodeStepsRequest, parse_time, rfc3339
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import TerminatingPod, parse_time
 
 _NODE_ACTION_NAMES = frozenset(str(a) for a in NODE_ACTIONS)
 _RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
@@ -37,86 +44,12 @@ RETRIED_REFUSALS = frozenset({str(Refusal.STALE), "busy"})
 BUSY = "rate limit:"  # how the agent's refusal for its node budget begins (agent/handler.py)
 RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
 NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
-RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
-KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
 
 
 @dataclass(frozen=True, slots=True)
-class ReconcileSettings:
-    recheck_s: float = 300.0  # slow re-check of a stuck pod nobody poked
+class NodeSideSettings:
+    recheck_s: float = 300.0  # slow re-check; also the ceiling of the re-ask backoff
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
-    # After the agent's node steps left nothing of the pod on the node, the kubelet gets
-    # this long to finish the pod itself (its volume reconciler and status sync, about
-    # 10 s) before KubeletNotProgressing force-deletes it.
-    kubelet_finish_s: float = 20.0
-    # Caps on the action budget that no policy can raise (--max-actions-per-minute,
-    # --max-node-actions-per-minute).
-    max_cluster_per_minute: int = DEFAULT_CLUSTER_CAP
-    max_node_per_minute: int = DEFAULT_NODE_CAP
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    diagnosis: Diagnosis
-    steps: tuple[Any, ...]  # core planner Steps
-    refused: tuple[Any, ...]
-    policy: Policy
-    opted_in: bool
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """One reconcile pass over one pod: what it decided and what it has recorded."""
-
-    record: TerminatingPod
-    rem: JSON
-    dec: Decision
-    now: float
-    done: list[Any]  # status.actions, appended to during the pass
-    summary: dict[str, Any]  # the status keys every write carries
-    probe: Any = None  # the Remediation's probe, when bound to this pod and our request
-
-
-#: Bounds of the Remediation's status schema (operator/unstick/crds/remediations.yaml): a
-#: pod with thousands of volumes must not turn every status write into a 422.
-MAX_LIST_ITEMS = {"evidence": 256, "plan": 256, "refused": 64}
-MAX_MESSAGE = 2000
-
-
-def _bounded(key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    cap = MAX_LIST_ITEMS[key]
-    out = [
-        {k: (v[:MAX_MESSAGE] if isinstance(v, str) else v) for k, v in item.items()}
-        for item in items
-    ]
-    if len(out) <= cap:
-        return out
-    dropped = len(out) - cap + 1
-    last = {**out[cap - 1]}
-    field = "message" if "message" in last else "reason"
-    last[field] = f"... and {dropped} more not recorded (status is bounded)"
-    return [*out[: cap - 1], last]
-
-
-def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
-    d = dec.diagnosis
-    return {
-        "cause": str(d.cause),
-        "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
-        "evidence": _bounded(
-            "evidence", [{"kind": e.kind, "message": e.message} for e in d.evidence]
-        ),
-        "plan": _bounded(
-            "plan",
-            [{"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps],
-        ),
-        "refused": _bounded(
-            "refused", [{"action": str(r.action), "reason": r.reason} for r in dec.refused]
-        ),
-        "optedIn": dec.opted_in,
-        "policy": dec.policy.name,
-    }
 
 
 def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
@@ -187,61 +120,79 @@ def retry_backoff_s(times: int, ceiling_s: float) -> float:
     return min(RETRY_FIRST_S * 2.0 ** min(max(times - 1, 0), 20), ceiling_s)
 
 
-class NodeSide:
-    """Mixin of the Reconciler: everything that goes through the agent."""
+def steps_pending(rem: JSON) -> bool:
+    """Node steps were handed to the agent and it has not answered them yet."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    requested, done_at = spec.get("nodeStepsRequestedAt"), status.get("nodeStepsDoneAt")
+    if not isinstance(requested, str) or not requested:
+        return False
+    return not (
+        isinstance(done_at, str) and done_at and parse_time(done_at) >= parse_time(requested)
+    )
 
-    kube: Kube
-    settings: ReconcileSettings
-    requests: ProbeRequests
+
+def late_agent_actions(rem: JSON, now: float) -> list[Any] | None:
+    """status.actions with the agent's results that no pass recorded yet (each counted in
+    unstick_remediations_total), or None when there are none."""
+    status = rem.get("status") or {}
+    done = list(status.get("actions") or [])
+    cause = str(status.get("cause") or "Unknown")
+    added = False
+    for action, target, result, message in agent_results(rem):
+        entry = {"action": action, "target": target, "result": result}
+        if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
+            continue
+        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
+        metrics.REMEDIATIONS.labels(action, cause, result).inc()
+        added = True
+    return done[-MAX_RECORDED_ACTIONS:] if added else None
+
+
+class NodeSide:
+    """Everything a pass hands to the agent or reads back from it."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: NodeSideSettings,
+        *,
+        requests: ProbeRequests,
+        status: StatusWriter,
+        take_budget: Callable[[Policy, str, float], float],
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.requests = requests  # when this process asked the agent about each pod
+        self.status = status
+        self.take_budget = take_budget  # one slot of the action budget, or the wait
 
     def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
         """Write a request to the agent and remember, in memory, that we made it."""
         records.patch_spec(self.kube, p.rem, spec)
         self.requests.asked(p.record.uid, p.now)
 
-    def _write(self, p: Pass, phase: str, **extra: Any) -> None:
-        raise NotImplementedError
-
-    def _count_once(
-        self,
-        p: Pass,
-        action: Any,
-        target: str,
-        result: str,
-        message: str,
-        *,
-        by: str = "controller",
-        force: bool = False,
-        cause: str | None = None,
-    ) -> None:
-        raise NotImplementedError
-
-    def _take_budget(self, policy: Policy, node: str, now: float) -> float:
-        raise NotImplementedError
-
-    def _node_steps(self, p: Pass) -> float | None:
+    def steps(self, p: Pass) -> float | None:
         """Hand node steps to the agent (spec.nodeSteps) and read its results back."""
         spec = p.rem.get("spec") or {}
         status = p.rem.get("status") or {}
-        steps = [
-            {"action": str(s.action), "target": s.target, "reason": s.reason}
-            for s in p.dec.steps
-            if s.action in NODE_ACTIONS
-        ]
+        planned = tuple(
+            NodeStep(s.action, s.target, s.reason) for s in p.dec.steps if s.action in NODE_ACTIONS
+        )
+        steps = [s.to_json() for s in planned]
         requested: str = spec.get("nodeStepsRequestedAt") or ""
         done_at: str = status.get("nodeStepsDoneAt") or ""
         finished = bool(requested and done_at and parse_time(done_at) >= parse_time(requested))
         if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
-            return self._wait_for_probe(p)
+            return self.wait_for_probe(p)
         if requested and spec.get("nodeSteps") == steps and not finished:
-            self._write(p, "Remediating")
+            self.status.write(p, "Remediating")
             # Never a time already past: that would re-run this pass back to back (a long
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
             deadline = parse_time(requested) + p.dec.policy.probe_max_age_s * 2
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
         refused = refused_request(p.rem) if finished else None
         if refused and refused[0] in RETRIED_REFUSALS and spec.get("nodeSteps") == steps:
-            return self._ask_again(p, steps, *refused)
+            return self._ask_again(p, planned, *refused)
         if finished:
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
             if p.probe is None or not probed or parse_time(probed) < parse_time(done_at):
@@ -249,11 +200,11 @@ class NodeSide:
                 asked = self.requests.last(p.record.uid)
                 if asked is None or asked < parse_time(done_at):
                     self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
-                self._write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
+                self.status.write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
             if spec.get("nodeSteps") == steps:
                 # The same steps again after they ran: they did not help. Do not loop.
-                self._write(p, "Failed", waitingFor=None)
+                self.status.write(p, "Failed", waitingFor=None)
                 log.info(
                     "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
                     "agent ran them",
@@ -266,34 +217,32 @@ class NodeSide:
         # The batch of node steps for one pod is one remediation handed to the agent and
         # takes one action of the budget: counted per step, a plan longer than
         # nodePerMinute (a CSI volume plus the projected token volume makes 8) never ran.
-        wait = self._take_budget(p.dec.policy, p.record.node, p.now)
+        wait = self.take_budget(p.dec.policy, p.record.node, p.now)
         if wait > 0:
-            self._write(p, "Remediating", waitingFor=RATE_LIMITED)
+            self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait
-        return self._request_steps(p, steps, "requested-from-agent")
+        return self._request_steps(p, planned, "requested-from-agent")
 
-    def _request_steps(self, p: Pass, steps: list[dict[str, Any]], result: str) -> float:
-        self._ask(
-            p,
-            {
-                "nodeSteps": steps,
-                "nodeStepsRequestedAt": rfc3339(p.now),
-                "dryRun": False,
-                "lazyUnmount": p.dec.policy.lazy_unmount,
-            },
+    def _request_steps(self, p: Pass, steps: tuple[NodeStep, ...], result: str) -> float:
+        request = NodeStepsRequest(
+            steps,
+            datetime.fromtimestamp(p.now, UTC),
+            dry_run=False,
+            lazy_unmount=p.dec.policy.lazy_unmount,
         )
+        self._ask(p, request.to_spec())
         log.info(
             "pod=%s uid=%s cause=%s action=%s result=%s",
             p.record.key,
             p.record.uid,
             p.dec.diagnosis.cause,
-            ",".join(s["action"] for s in steps),
+            ",".join(str(s.action) for s in steps),
             result,
         )
-        self._write(p, "Remediating", waitingFor=None)
+        self.status.write(p, "Remediating", waitingFor=None)
         return p.now + p.dec.policy.probe_max_age_s * 2
 
-    def _ask_again(self, p: Pass, steps: list[dict[str, Any]], reason: str, times: int) -> float:
+    def _ask_again(self, p: Pass, steps: tuple[NodeStep, ...], reason: str, times: int) -> float:
         """The agent refused our request as `reason` (stale, busy): nothing ran, so this is
         not a failed action; the same steps are asked again after a backoff (RETRY_FIRST_S,
         doubled each refusal in a row, at most the re-check period), without a budget
@@ -302,14 +251,14 @@ class NodeSide:
         at = done_at + retry_backoff_s(times, self.settings.recheck_s)
         if p.now < at:
             why = f"the agent refused the node steps ({reason}); asking again at {rfc3339(at)}"
-            self._write(p, "Remediating", waitingFor=why)
+            self.status.write(p, "Remediating", waitingFor=why)
             return at
         return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
-    def record_agent_results(self, p: Pass) -> None:
+    def record_results(self, p: Pass) -> None:
         """Copy the agent's finished node actions into status.actions (by: agent), once."""
         for action, target, result, message in agent_results(p.rem):
-            self._count_once(
+            self.status.count_once(
                 p,
                 action,
                 target,
@@ -319,7 +268,10 @@ class NodeSide:
                 cause=(p.rem.get("status") or {}).get("cause"),  # what the steps were for
             )
 
-    def _wait_for_probe(self, p: Pass) -> float:
+    def wait_for_probe(self, p: Pass) -> float:
+        """Ask the agent for a probe (unless our last request is recent and not older than
+        the node steps' answer) and wait for it, `probeMaxAgeSeconds`; without a fresh
+        probe in time the pod is only observed, and asked about again after reprobe_s."""
         # Our own request time, from memory: the record's probeRequestedAt may be anyone's.
         asked = self.requests.last(p.record.uid)
         steps_done = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
@@ -329,11 +281,11 @@ class NodeSide:
             asked = p.now
         deadline = asked + p.dec.policy.probe_max_age_s
         if p.now < deadline:
-            self._write(p, "WaitingForAgent")
+            self.status.write(p, "WaitingForAgent")
             return deadline
-        # No fresh probe in time: node state is unknown — observe only (DESIGN §2).
-        self._count_once(
+        # No fresh probe in time: node state is unknown — observe only (design.md §2).
+        self.status.count_once(
             p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
         )
-        self._write(p, "Observing")
+        self.status.write(p, "Observing")
         return asked + self.settings.reprobe_s

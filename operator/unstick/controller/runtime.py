@@ -12,6 +12,10 @@
   watch feeds the index of pod uids that have a Remediation (`remediation_event`).
 - `poke(uid)` (from Kopf handlers: agent wrote a probe or finished node steps; a Node
   changed) makes a pod due now.
+
+The parts it drives are built in wiring.py; what happens before the first pass (policies,
+the budget rebuilt, incidents adopted) is startup.py; the check of records that no stuck
+pod backs is recordcheck.py.
 """
 
 from __future__ import annotations
@@ -25,36 +29,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from unstick.controller import adoption, failpoints, records
+from unstick.controller import records
 from unstick.controller.blocked import Aftermath, Sources
-from unstick.controller.budget import rebuild_from_remediations
-from unstick.controller.caches import (
-    BoundVolumes,
-    FreshNodes,
-    ObjectCache,
-    csi_node_path,
-    node_path,
-)
-from unstick.controller.detector import Detector
-from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs, fetch_pod
 from unstick.controller.logfilter import log_retried_failure
-from unstick.controller.nodeside import ReconcileSettings
-from unstick.controller.policies import NamespaceLabels, PolicyBook, opt_in
-from unstick.controller.reconciler import ActionInputs, Reconciler
-from unstick.controller.records import EventQueue
+from unstick.controller.policies import PolicyBook, opt_in
+from unstick.controller.reconciler import ReconcileSettings
+from unstick.controller.recordcheck import RecordChecks
 from unstick.controller.scheduler import Scheduler
-from unstick.controller.trust import FINAL_PHASES, check_record, usable_probe
+from unstick.controller.startup import before_first_pass
+from unstick.controller.trust import usable_probe
+from unstick.controller.wiring import wire
 from unstick.kube.client import JSON, Kube
 from unstick.kube.objectwatch import ObjectWatcher
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 log = logging.getLogger(__name__)
 
-POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
 DEFAULT_WORKERS = 32
-RECORD_CHECK_DELAY_S = 10.0  # longer than the pod watch lags behind the API
 GONE_REMEMBERED = 10_000  # uids of pods seen leaving, so their records are not suspected
 DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
 
@@ -81,46 +73,18 @@ class Runtime:
         self.policies = policies
         self.settings = settings
         self.clock = clock
-        self.namespace_labels = NamespaceLabels(self._fetch_namespace_labels)
-        self.nodes = ObjectCache(lambda name: kube.get(node_path(name)))
-        self.csi_nodes = ObjectCache(lambda name: kube.get(csi_node_path(name)))
-        self.bound = BoundVolumes(kube.get)  # a stuck pod's claims and volumes
-        self.remediations: set[str] = set()  # pod uids with a Remediation (Kopf's watch)
+        parts = wire(kube, policies, settings.reconcile, clock)
+        self.nodes, self.csi_nodes = parts.nodes, parts.csi_nodes
+        self.remediations = parts.remediations  # pod uids with a Remediation (Kopf's watch)
         self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
-        self.events = EventQueue(kube)
-        self.incidents = Incidents(kube, self.events, clock)
-        self.detector = Detector(
-            kube,
-            policies,
-            self.namespace_labels,
-            nodes=self.nodes,
-            csi_nodes=self.csi_nodes,
-            has_remediation=self.remediations.__contains__,
-            volumes=self.bound.get,
-        )
-        self.reconciler = Reconciler(
-            kube,
-            self.detector,
-            settings.reconcile,
-            clock,
-            ActionInputs(
-                has_remediation=self.remediations.__contains__,
-                events=self.events,
-                fresh=NodeInputs(
-                    node=FreshNodes(lambda name: kube.get(node_path(name))).get,
-                    csi_node=self.csi_nodes.get,
-                    get=self.bound.get,
-                ),
-                incidents=self.incidents,
-            ),
-        )
+        self.events, self.incidents = parts.events, parts.incidents
+        self.detector, self.reconciler = parts.detector, parts.reconciler
         self.scheduler = Scheduler()
         self.pods: dict[str, TerminatingPod] = {}
         self._running: set[str] = set()
         self._again: set[str] = set()
         self._resolve_after: dict[str, TerminatingPod] = {}
         self._gone: OrderedDict[str, None] = OrderedDict()  # uids seen leaving, newest last
-        self._record_checks: set[tuple[str, str]] = set()  # Remediations awaiting a check
         self._stopping = False
         self._wake = asyncio.Event()
         self._pool = ThreadPoolExecutor(
@@ -133,7 +97,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.watchers: list[PodWatcher] = []
-        # DESIGN §9: blocked replacements and namespaces (controller/blocked.py).
+        # design.md §9: blocked replacements and namespaces (controller/blocked.py).
         self.aftermath = Aftermath(
             kube,
             Sources(
@@ -142,6 +106,16 @@ class Runtime:
                 node=self.nodes.peek,
                 gate=self.gate,
             ),
+        )
+        self.record_checks = RecordChecks(
+            kube,
+            clock,
+            self.gate,
+            own_record=self._own_record,
+            seen_leaving=self._gone.__contains__,
+            refuse=self.reconciler.refuse_record,
+            spawn=self._spawn,
+            loop=lambda: self._loop,
         )
         self.object_watchers = [
             ObjectWatcher(
@@ -155,10 +129,6 @@ class Runtime:
                 what="csinode watch",
             ),
         ]
-
-    def _fetch_namespace_labels(self, namespace: str) -> dict[str, str]:
-        ns = self.kube.get(f"/api/v1/namespaces/{namespace}")
-        return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
 
     # -- inputs -----------------------------------------------------------------------
 
@@ -224,34 +194,14 @@ class Runtime:
         ):
             self._spawn(asyncio.to_thread(self.reconciler.record_late_answer, uid, *key))
         if self._own_record(uid, key) is False:
-            self._maybe_check_record(uid, body)  # a second record: its probe is not used
+            self.record_checks.maybe_check(uid, body)  # a second record: its probe is not used
             return
         probe = (body.get("status") or {}).get("probe")
         if probe and uid in self.pods:
             self.probes[uid] = probe
         else:
             self.probes.pop(uid, None)
-        self._maybe_check_record(uid, body)
-
-    def _maybe_check_record(self, uid: str, body: Any) -> None:
-        """A Remediation that may not be a stuck pod's own record — of a pod this controller
-        does not hold as Terminating, or a second record of a pod it does hold: after a
-        while (the pod watch may lag), check it, and mark it Refused if it is not the pod's
-        record (trust.check_record) — a forged record never stays on display as real."""
-        meta = body.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        phase = (body.get("status") or {}).get("phase")
-        if (
-            self._loop is None
-            or phase in FINAL_PHASES
-            or self._own_record(uid, key) is True
-            or uid in self._gone
-            or key in self._record_checks
-            or not all(key)
-        ):
-            return
-        self._record_checks.add(key)
-        self._loop.call_later(RECORD_CHECK_DELAY_S, self._spawn_record_check, uid, key)
+        self.record_checks.maybe_check(uid, body)
 
     def _own_record(self, uid: str, key: tuple[str, str]) -> bool | None:
         """Is `key` the Remediation this controller keeps for pod `uid`? None: the pod is
@@ -263,37 +213,6 @@ class Runtime:
         if record is None:
             return None
         return key[0] == record.namespace and key[1] in records.remediation_names(record.name, uid)
-
-    def _spawn_record_check(self, uid: str, key: tuple[str, str]) -> None:
-        self._spawn(self._record_check(uid, key))
-
-    async def _record_check(self, uid: str, key: tuple[str, str]) -> None:
-        try:
-            own = self._own_record(uid, key)
-            if self.gate() and own is not True and uid not in self._gone:
-                await asyncio.to_thread(self._check_record, key, own is False)
-        except Exception:
-            log.exception("remediation=%s/%s could not be checked", *key)
-        finally:
-            self._record_checks.discard(key)
-
-    def _check_record(self, key: tuple[str, str], second: bool) -> None:
-        namespace, name = key
-        rem = records.get_remediation(self.kube, namespace, name)
-        if rem is None or ((rem.get("status") or {}).get("phase")) in FINAL_PHASES:
-            return
-        spec = rem.get("spec") or {}
-        if second:
-            why: str | None = (
-                f"a second record of pod {spec.get('podName')!r} (UID {spec.get('podUID')}): "
-                "unstick keeps the pod's record under another name; this one is not used"
-            )
-        else:
-            pod_name = spec.get("podName")
-            pod = fetch_pod(self.kube, namespace, pod_name) if isinstance(pod_name, str) else None
-            why = check_record(rem, pod)
-        if why is not None:
-            self.reconciler.refuse_record(rem, why, self.clock())
 
     def policies_changed(self) -> None:
         """Slack may have changed: recompute every pod's first due time."""
@@ -324,12 +243,17 @@ class Runtime:
             "controller running: watching pods in %s",
             ", ".join(self.settings.namespaces) or "all namespaces",
         )
-        await asyncio.to_thread(self._load_policies)
-        # Invariant 6: the action budget survives a restart or failover (budget.py).
-        found = await rebuild_from_remediations(
-            self.kube, self.reconciler, self.settings.namespaces, self.clock, self.gate
+        await before_first_pass(
+            self.kube,
+            self.policies,
+            self.reconciler,
+            self.incidents,
+            namespaces=self.settings.namespaces,
+            clock=self.clock,
+            gate=self.gate,
+            synced=lambda: all(w.synced.is_set() for w in self.watchers),
+            pods=self.pods,
         )
-        await self._adopt(found)
         try:
             while True:
                 now = self.clock()
@@ -353,49 +277,6 @@ class Runtime:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._detect_pool.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self.events.close)
-
-    def _load_policies(self) -> None:
-        """The RemediationPolicies as they are, before the first pass: a restarted
-        controller must not take an overdue pod for one whose policy does not exist
-        (Kopf's watch delivers them too, a moment later, and keeps them current)."""
-        try:
-            items = self.kube.list_all(POLICIES)
-        except Exception as exc:
-            log.warning("cannot list RemediationPolicies before the first pass (%s)", exc)
-            return
-        for item in items:
-            name = str((item.get("metadata") or {}).get("name") or "")
-            if name and self.policies.lookup(name)[0] is None:
-                spec = dict(item.get("spec") or {})
-                self.policies.update(name, {"metadata": {"name": name}, "spec": spec})
-
-    async def _adopt(self, items: list[JSON]) -> None:
-        """Carry on the node incidents a dead controller left unresolved (adoption.py),
-        settled against the pod list: before any pass, so no pod gets a second record."""
-        adopted, empty = adoption.unresolved(items)
-        self.incidents.adopt(adopted)
-        for rem in empty:
-            await asyncio.to_thread(adoption.resolve_empty, self.kube, rem, self.clock())
-        while not all(w.synced.is_set() for w in self.watchers):  # noqa: ASYNC110 (threads)
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0)  # the pods the list reported (queued before) are in
-        gone, unacted = self.incidents.settle(
-            self.pods.__contains__,
-            lambda uid: self.pods[uid].deletion_grace_period_s == 0,
-            self.clock(),
-        )
-        for node, at in unacted:  # intents whose DELETE never took effect: no act
-            self.reconciler.release_recorded(node, at)
-        if adopted or empty:
-            log.info(
-                "adopted %d unresolved node incidents (%d of their pods gone, %d intents not "
-                "carried out), resolved %d with no pod on record",
-                len(adopted),
-                gone,
-                len(unacted),
-                len(empty),
-            )
-        failpoints.reached("incidents-adopted")
 
     def _from_thread(self, uid: str, record: TerminatingPod | None) -> None:
         assert self._loop is not None

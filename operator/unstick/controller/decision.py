@@ -1,0 +1,88 @@
+"""What the controller decided about one stuck pod, and the status keys it is written as.
+
+`Decision` is the detector's verdict (controller/detector.py: opt-in, policy, diagnosis,
+plan); `Pass` is one reconcile pass over one pod (controller/reconciler.py) — what it
+decided and what it has recorded so far; `status_summary` is the part of the
+Remediation's status every write of a pass carries. The reconciler and its collaborators
+(nodeside.py, podactions.py, incidentpath.py) all speak in these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from unstick.controller.inputs import rfc3339
+from unstick.controller.policies import Policy
+from unstick.core.diagnosis import Diagnosis
+from unstick.kube.client import JSON
+from unstick.kube.podwatch import TerminatingPod
+
+#: `status.waitingFor` while the action budget is used up.
+RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
+#: `status.waitingFor` while the kubelet gets --kubelet-finish-seconds after node steps.
+KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    diagnosis: Diagnosis
+    steps: tuple[Any, ...]  # core planner Steps
+    refused: tuple[Any, ...]
+    policy: Policy
+    opted_in: bool
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One reconcile pass over one pod: what it decided and what it has recorded."""
+
+    record: TerminatingPod
+    rem: JSON
+    dec: Decision
+    now: float
+    done: list[Any]  # status.actions, appended to during the pass
+    summary: dict[str, Any]  # the status keys every write carries
+    probe: Any = None  # the Remediation's probe, when bound to this pod and our request
+
+
+#: Bounds of the Remediation's status schema (operator/unstick/crds/remediations.yaml): a
+#: pod with thousands of volumes must not turn every status write into a 422.
+MAX_LIST_ITEMS = {"evidence": 256, "plan": 256, "refused": 64}
+MAX_MESSAGE = 2000
+
+
+def _bounded(key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cap = MAX_LIST_ITEMS[key]
+    out = [
+        {k: (v[:MAX_MESSAGE] if isinstance(v, str) else v) for k, v in item.items()}
+        for item in items
+    ]
+    if len(out) <= cap:
+        return out
+    dropped = len(out) - cap + 1
+    last = {**out[cap - 1]}
+    field = "message" if "message" in last else "reason"
+    last[field] = f"... and {dropped} more not recorded (status is bounded)"
+    return [*out[: cap - 1], last]
+
+
+def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
+    d = dec.diagnosis
+    return {
+        "cause": str(d.cause),
+        "stuckSince": rfc3339(record.deletion_timestamp + dec.policy.slack_s),
+        "evidence": _bounded(
+            "evidence", [{"kind": e.kind, "message": e.message} for e in d.evidence]
+        ),
+        "plan": _bounded(
+            "plan",
+            [{"action": str(s.action), "target": s.target, "reason": s.reason} for s in dec.steps],
+        ),
+        "refused": _bounded(
+            "refused", [{"action": str(r.action), "reason": r.reason} for r in dec.refused]
+        ),
+        "optedIn": dec.opted_in,
+        "policy": dec.policy.name,
+    }

@@ -1,0 +1,210 @@
+"""The pod's own Remediation, from its first pass to the pod leaving: found (only the
+record whose identity is the pod's — trust.identity_mismatch), created at the pod's name
+or, when a record that is not the pod's holds it, at the alternate name; a record that is
+not the pod's marked `Refused`; and, when the pod is gone, marked `Resolved` with the
+agent's results no pass recorded yet (a late answer of the agent is recorded when it
+lands). Node incidents keep their own records (incidents.py).
+
+`PodRecords` is the reconciler's collaborator for that: it gets the status writer (which
+remembers the records this process keeps), the record of our own requests to the agent
+and the Remediation index — nothing else of the reconciler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from unstick.controller import metrics, records, trust
+from unstick.controller.nodeside import late_agent_actions, steps_pending
+from unstick.controller.statuswriter import StatusWriter
+from unstick.core.remediation import rfc3339
+from unstick.core.vocabulary import Refusal
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod
+
+log = logging.getLogger("unstick.decisions")
+
+AWAITING_REMEMBERED = 1000  # pods gone while the agent ran their steps, remembered
+
+
+def log_resolved(record: TerminatingPod, now: float) -> None:
+    """A pod seen stuck is gone: the time-to-resolution histogram and the decision log."""
+    metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+    log.info(
+        "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
+        record.key,
+        record.uid,
+        now - record.deletion_timestamp,
+    )
+
+
+class PodRecords:
+    def __init__(
+        self,
+        kube: Kube,
+        clock: Callable[[], float],
+        *,
+        status: StatusWriter,
+        requests: trust.ProbeRequests,
+        has_remediation: Callable[[str], bool],
+    ) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.status = status
+        self.known = status.known  # the Remediations this process read or wrote, by pod uid
+        self.requests = requests
+        self.has_remediation = has_remediation  # Kopf's Remediation watch knows one
+        # Pods gone while the agent was still running their node steps: pod uid →
+        # (namespace, pod name); its answer is recorded when it lands (record_late_answer).
+        self.awaiting_agent: dict[str, tuple[str, str]] = {}
+
+    def create(
+        self, record: TerminatingPod, name: str, dry_run: bool, now: float
+    ) -> tuple[JSON | None, str | None]:
+        """Create the pod's Remediation at `name`, or at the next name when a record that is
+        not the pod's is found there (marked Refused); (None, None) when every name is
+        taken so."""
+        names = records.remediation_names(record.name, record.uid)
+        for candidate in names[names.index(name) :] if name in names else (name,):
+            rem = records.create_remediation(
+                self.kube,
+                record.namespace,
+                record.name,
+                record.uid,
+                node=record.node,
+                dry_run=dry_run,
+                name=candidate,
+            )
+            why = trust.identity_mismatch(rem, record)
+            if why is None:
+                return rem, candidate
+            self.refuse(rem, why, now)  # someone else's record holds that name
+        log.warning(
+            "pod=%s uid=%s every Remediation name of the pod is taken by a record that is "
+            "not the pod's (marked Refused): observing only",
+            record.key,
+            record.uid,
+        )
+        return None, None
+
+    def find(self, record: TerminatingPod, now: float) -> tuple[JSON | None, str | None]:
+        """(the pod's Remediation or None, the name it has or gets); name None when every
+        name is taken by a record that is not the pod's (each is marked Refused)."""
+        names: tuple[str, ...] = records.remediation_names(record.name, record.uid)
+        known = self.known.get(record.uid)
+        if known is None and not self.has_remediation(record.uid):
+            return None, names[0]
+        if known is not None:
+            names = (known[1], *[n for n in names if n != known[1]])
+        for name in names:
+            rem = records.get_remediation(self.kube, record.namespace, name)
+            if rem is None:
+                return None, name
+            why = trust.identity_mismatch(rem, record)
+            if why is None:
+                return rem, name
+            self.refuse(rem, why, now)
+        return None, None
+
+    def refuse(self, rem: JSON, why: str, now: float) -> None:
+        """Mark a Remediation that is not the record of its pod `Refused`, saying why."""
+        status = rem.get("status") or {}
+        refusals = trust.add_refusal(
+            list(status.get("refusals") or []), "(record)", Refusal.FORGED, why, rfc3339(now)
+        )
+        if refusals is None and status.get("phase") == "Refused":
+            return
+        meta = rem.get("metadata") or {}
+        log.warning(
+            "remediation=%s/%s result=refused (forged): %s",
+            meta.get("namespace"),
+            meta.get("name"),
+            why,
+        )
+        patch: dict[str, Any] = {"phase": "Refused", "waitingFor": None}
+        if refusals is not None:
+            patch["refusals"] = refusals
+        try:
+            self.status.patch(rem, patch)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def record_late_answer(self, uid: str, namespace: str, name: str) -> None:
+        """The agent answered node steps of a pod that is gone meanwhile: record and count
+        its results in the Resolved Remediation (once)."""
+        if uid not in self.awaiting_agent:
+            return
+        rem = records.get_remediation(self.kube, namespace, name)
+        if rem is None or (rem.get("spec") or {}).get("podUID") != uid or steps_pending(rem):
+            return
+        self.awaiting_agent.pop(uid, None)
+        late = late_agent_actions(rem, self.clock())
+        if late is not None:
+            records.patch_status(self.kube, rem, {"actions": late})
+
+    def resolve(self, record: TerminatingPod, now: float) -> None:
+        """The pod is gone: its Remediation phase Resolved (kept as the audit trail), with
+        the agent's results no pass recorded yet; none is written for a pod never seen
+        stuck."""
+        asked_agent = self.requests.last(record.uid) is not None
+        self.requests.forget(record.uid)
+        known = self.known.pop(record.uid, None)
+        if known is not None and asked_agent:
+            # The agent may have reported node steps that no pass has recorded yet (the
+            # kubelet removes the pod right after them): read the record once to count them.
+            namespace, name, phase = known
+            found = records.get_remediation(self.kube, namespace, name)
+            rem: JSON | None = (
+                found
+                if found is not None and trust.identity_mismatch(found, record) is None
+                else {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+            )
+        elif known is not None:  # written or read by this process: no need to read it again
+            namespace, name, phase = known
+            rem = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+        elif self.has_remediation(record.uid):
+            rem = None
+            for name in records.remediation_names(record.name, record.uid):
+                found = records.get_remediation(self.kube, record.namespace, name)
+                if found is not None and trust.identity_mismatch(found, record) is None:
+                    rem = found
+                    break
+            if rem is None:
+                return
+            phase = (rem.get("status") or {}).get("phase") or ""
+        else:
+            return  # never seen stuck: no Remediation
+        if phase == "Resolved" or rem is None:
+            return
+        # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
+        metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+        final: dict[str, Any] = {
+            "phase": "Resolved",
+            "resolvedAt": rfc3339(now),
+            "waitingFor": None,
+        }
+        late = late_agent_actions(rem, now)
+        if late is not None:
+            final["actions"] = late
+        if steps_pending(rem):  # the agent's answer comes after the pod went: await it
+            self.awaiting_agent[record.uid] = (record.namespace, record.name)
+            while len(self.awaiting_agent) > AWAITING_REMEMBERED:
+                self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
+        rem["status"] = {}  # write all these keys: a merge patch of our own keys only
+        try:
+            self.status.patch(rem, final)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return  # someone deleted the Remediation meanwhile: nothing to mark
+        log.info(
+            "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
+            record.key,
+            record.uid,
+            now - record.deletion_timestamp,
+        )

@@ -1,0 +1,84 @@
+"""What a controller does before its first pass (docs/controller.md, "What survives a
+crash"): it reads the RemediationPolicies, rebuilds the action budget from the
+Remediations once it is the active replica (budget.py), and adopts the node incidents a
+dead controller left unresolved (adoption.py), settled against the pod list — so no pod
+is taken for one without a policy, no grant is forgotten, and no pod gets a second
+record."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+
+from unstick.controller import adoption, failpoints
+from unstick.controller.budget import rebuild_from_remediations
+from unstick.controller.incidents import Incidents
+from unstick.controller.policies import PolicyBook
+from unstick.controller.reconciler import Reconciler
+from unstick.core.remediation import POLICIES
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod
+
+log = logging.getLogger("unstick.controller.runtime")
+
+SYNC_POLL_S = 0.05  # how often the pod watchers' first list is looked for
+
+
+async def before_first_pass(
+    kube: Kube,
+    policies: PolicyBook,
+    reconciler: Reconciler,
+    incidents: Incidents,
+    *,
+    namespaces: tuple[str, ...],
+    clock: Callable[[], float],
+    gate: Callable[[], bool],
+    synced: Callable[[], bool],
+    pods: Mapping[str, TerminatingPod],
+) -> None:
+    """Policies, budget, adopted incidents — in that order, before any pod is dispatched.
+    `synced`: every pod watcher has delivered its first list into `pods`."""
+    await asyncio.to_thread(load_policies, kube, policies)
+    # Invariant 6: the action budget survives a restart or failover (budget.py).
+    found = await rebuild_from_remediations(kube, reconciler, namespaces, clock, gate)
+    adopted, empty = adoption.unresolved(found)
+    incidents.adopt(adopted)
+    for rem in empty:
+        await asyncio.to_thread(adoption.resolve_empty, kube, rem, clock())
+    while not synced():  # noqa: ASYNC110 (threads)
+        await asyncio.sleep(SYNC_POLL_S)
+    await asyncio.sleep(0)  # the pods the list reported (queued before) are in
+    gone, unacted = incidents.settle(
+        pods.__contains__,
+        lambda uid: pods[uid].deletion_grace_period_s == 0,
+        clock(),
+    )
+    for node, at in unacted:  # intents whose DELETE never took effect: no act
+        reconciler.release_recorded(node, at)
+    if adopted or empty:
+        log.info(
+            "adopted %d unresolved node incidents (%d of their pods gone, %d intents not "
+            "carried out), resolved %d with no pod on record",
+            len(adopted),
+            gone,
+            len(unacted),
+            len(empty),
+        )
+    failpoints.reached("incidents-adopted")
+
+
+def load_policies(kube: Kube, policies: PolicyBook) -> None:
+    """The RemediationPolicies as they are, before the first pass: a restarted
+    controller must not take an overdue pod for one whose policy does not exist
+    (Kopf's watch delivers them too, a moment later, and keeps them current)."""
+    try:
+        items: list[JSON] = kube.list_all(POLICIES)
+    except Exception as exc:
+        log.warning("cannot list RemediationPolicies before the first pass (%s)", exc)
+        return
+    for item in items:
+        name = str((item.get("metadata") or {}).get("name") or "")
+        if name and policies.lookup(name)[0] is None:
+            spec = dict(item.get("spec") or {})
+            policies.update(name, {"metadata": {"name": name}, "spec": spec})

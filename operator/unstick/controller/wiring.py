@@ -1,0 +1,77 @@
+"""The controller's parts and how they are wired: the watch-fed Node and CSINode caches,
+the claims and volumes read on demand, the Remediation index (fed by Kopf's watch), the
+Event queue, the node incidents, the detector and the reconciler with its inputs. The
+runtime (controller/runtime.py) builds them once with `wire` and drives them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from unstick.controller.caches import (
+    BoundVolumes,
+    FreshNodes,
+    ObjectCache,
+    csi_node_path,
+    node_path,
+)
+from unstick.controller.detector import Detector
+from unstick.controller.incidents import Incidents
+from unstick.controller.inputs import NodeInputs
+from unstick.controller.policies import NamespaceLabels, PolicyBook
+from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
+from unstick.controller.records import EventQueue
+from unstick.kube.client import Kube
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    nodes: ObjectCache  # Nodes, fed by the lean Node watch
+    csi_nodes: ObjectCache  # CSINodes, fed by the lean CSINode watch
+    remediations: set[str]  # pod uids with a Remediation (Kopf's watch)
+    events: EventQueue  # Events, posted off the action path
+    incidents: Incidents  # node incidents and their writer thread
+    detector: Detector
+    reconciler: Reconciler
+
+
+def wire(
+    kube: Kube, policies: PolicyBook, settings: ReconcileSettings, clock: Callable[[], float]
+) -> Parts:
+    def namespace_labels(namespace: str) -> dict[str, str]:
+        ns = kube.get(f"/api/v1/namespaces/{namespace}")
+        return dict(((ns or {}).get("metadata") or {}).get("labels") or {})
+
+    nodes = ObjectCache(lambda name: kube.get(node_path(name)))
+    csi_nodes = ObjectCache(lambda name: kube.get(csi_node_path(name)))
+    bound = BoundVolumes(kube.get)  # a stuck pod's claims and volumes
+    remediations: set[str] = set()
+    events = EventQueue(kube)
+    incidents = Incidents(kube, events, clock)
+    detector = Detector(
+        kube,
+        policies,
+        NamespaceLabels(namespace_labels),
+        nodes=nodes,
+        csi_nodes=csi_nodes,
+        has_remediation=remediations.__contains__,
+        volumes=bound.get,
+    )
+    reconciler = Reconciler(
+        kube,
+        detector,
+        settings,
+        clock,
+        ActionInputs(
+            has_remediation=remediations.__contains__,
+            events=events,
+            # Before acting: the Node from a GET at most 1 s old, shared by its pods.
+            fresh=NodeInputs(
+                node=FreshNodes(lambda name: kube.get(node_path(name))).get,
+                csi_node=csi_nodes.get,
+                get=bound.get,
+            ),
+            incidents=incidents,
+        ),
+    )
+    return Parts(nodes, csi_nodes, remediations, events, incidents, detector, reconciler)
