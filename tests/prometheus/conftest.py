@@ -27,6 +27,7 @@ TEST_VALUES: dict[str, Any] = {
         "stuckFor": "4s",
         "notRemediableFor": "4s",
         "csiDriverMissingFor": "4s",
+        "namespaceBlockedByApiFor": "4s",
         "agentDownFor": "4s",
         "agentsAbsentFor": "4s",
         "failedWindow": "2m",

@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
 from unstick.controller.metrics import BLOCKED_NAMESPACES, BLOCKED_REPLACEMENTS, StuckPods
+from unstick.controller.namespace_api import ApiBlockedNamespaces
 from unstick.core.aftermath import (
     ATTACH_REASONS,
     FENCING_TAINT,
@@ -109,6 +110,7 @@ class Aftermath:
         self.namespaces = DictStore()
         self.waiting: dict[str, Waiting] = {}
         self.ns_announced: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.api_blocked = ApiBlockedNamespaces(kube)  # issue #25: a dead aggregated API
         self._due: dict[str, tuple[str, str, str, float, str]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -358,6 +360,7 @@ class Aftermath:
                     self.kube, ref, "NamespaceBlockedByStuckPods", namespace_message(name, stuck)
                 )
         BLOCKED_NAMESPACES.set(blocked)
+        self.api_blocked.check(list(self.namespaces.objects.values()))
 
 
 BLOCKED_SEEN: set[str] = set()  # namespaces the gauge has a series for
