@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from controller_support import (
+    Controller,
+    Objects,
+    await_,
+    controller_started,
+    policies_in_place,
+    policy_spec,
+)
 from kubernetes import client
 
 from unstick.devcluster import ControlPlane
@@ -30,34 +37,22 @@ VAP = "unstick-reject-finalizer-removal"
 
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with crds_installed(control_plane):
-        objs = Objects(control_plane)
-        before = {name: objs.replace_policy(name, spec) for name, spec in POLICIES.items()}
-        try:
-            yield objs
-        finally:
-            for name, spec in before.items():
-                objs.replace_policy(name, spec)
-            objs.api_client.close()
+    with policies_in_place(control_plane, POLICIES) as objs:
+        yield objs
 
 
 @pytest.fixture(scope="module")
 def controller(
     control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Controller]:
-    ctl = Controller(
+    with controller_started(
         control_plane,
+        objects,
         tmp_path_factory.mktemp("aftermath") / "controller.log",
+        valid=POLICIES,
         extra_args=("--recheck-seconds", "5"),  # the rejected fix is looked at again soon
-    )
-    try:
-        ctl.start()
-        for name in POLICIES:
-            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+    ) as ctl:
         yield ctl
-    finally:
-        ctl.stop()
-        print(ctl.log()[-4000:])
 
 
 def _pod(objects: Objects, namespace: str, name: str, node: str, claim: str) -> dict[str, Any]:
