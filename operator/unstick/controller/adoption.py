@@ -25,9 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
 from unstick.controller.incidentrecord import Incident, IncidentPod
-from unstick.controller.inputs import rfc3339
+from unstick.core.remediation import parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import parse_time
 
 log = logging.getLogger("unstick.decisions")
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from unstick.core.ratelimit import WINDOW_S
+from unstick.core.remediation import parse_time
 from unstick.core.vocabulary import API_ACTIONS
 from unstick.kube.client import JSON, Kube
-from unstick.kube.podwatch import parse_time
 
 log = logging.getLogger(__name__)
 

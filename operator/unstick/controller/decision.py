@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from unstick.controller.inputs import rfc3339
 from unstick.controller.policies import Policy
 from unstick.core.diagnosis import Diagnosis
+from unstick.core.remediation import rfc3339
 from unstick.kube.client import JSON
 from unstick.kube.podwatch import TerminatingPod
 

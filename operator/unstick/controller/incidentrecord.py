@@ -13,8 +13,8 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
 from unstick.controller.decision import Decision, status_summary
-from unstick.controller.inputs import rfc3339
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue
+from unstick.core.remediation import rfc3339
 from unstick.core.vocabulary import Action, Cause
 from unstick.kube.client import JSON, Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod

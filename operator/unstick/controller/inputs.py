@@ -15,8 +15,7 @@ from urllib.parse import quote
 from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
 from unstick.kube.client import JSON, Kube, pod_path
 
-# rfc3339 is re-exported for the modules that still take it from here.
-__all__ = ["Lookup", "NodeInputs", "build_bundle", "fetch_pod", "rfc3339"]
+__all__ = ["Lookup", "NodeInputs", "build_bundle", "fetch_pod"]
 
 
 def _claim_names(pod: JSON) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from unstick.controller import metrics, records
 from unstick.controller.decision import Pass
-from unstick.controller.inputs import rfc3339
+from unstick.core.remediation import rfc3339
 from unstick.kube.client import JSON, Kube
 
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
