@@ -262,6 +262,34 @@ def cases() -> dict[str, dict[str, Any]]:
             policy=EVERYTHING | {"actions": ["observe", "force-delete", "unmount"]},
         ),
     )
+    # FinalizerBlocked with its owner's lease (issue #25): evidence only, the allowlist decides
+    c["finalizer-job-tracking-controller-gone"] = bundle(
+        the_pod=pod(node=None, grace=0, finalizers=["batch.kubernetes.io/job-tracking"]),
+        expect=e(
+            "FinalizerBlocked",
+            plan=["observe"],
+            never=CHANGING,
+            refused=["force-delete"],
+            evidence=[
+                "finalizer batch.kubernetes.io/job-tracking is removed by the Job controller of "
+                "kube-controller-manager",
+                "was last renewed 3h0m0s ago by cp-1_8f2c: the Job controller of "
+                "kube-controller-manager seems gone",
+            ],
+        ),
+    )
+    c["finalizer-job-tracking-controller-gone"]["leases"] = [
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"namespace": "kube-system", "name": "kube-controller-manager"},
+            "spec": {
+                "holderIdentity": "cp-1_8f2c",
+                "leaseDurationSeconds": 15,
+                "renewTime": "2026-11-20T07:00:00.000000Z",
+            },
+        }
+    ]
     # HungMount (issue #25): after ContainerFrozen, before ContainersStillRunning
     c["hung-nfs-server-gone-container-blocked"] = bundle(
         the_pod=pod(volumes=DATA, statuses=[("app", "running")]),

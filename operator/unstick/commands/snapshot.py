@@ -148,8 +148,30 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
         {"fieldSelector": f"involvedObject.uid={uid}"},
     )
     bundle["policy"] = policy_in_force(api, pod)
+    bundle["leases"] = _owner_leases(api, pod)
     _add_aftermath(api, bundle, pod)
     return bundle
+
+
+def _owner_leases(api: Kube, pod: JSON) -> list[JSON]:
+    """The leader leases of the controllers that remove the pod's built-in finalizers
+    (issue #25, `core/finalizer_owners.py`): optional; none without RBAC to read them."""
+    from kubernetes.client.exceptions import ApiException
+
+    from unstick.core.finalizer_owners import BUILT_IN
+
+    finalizers = (pod.get("metadata") or {}).get("finalizers") or []
+    keys = sorted({BUILT_IN[f][1] for f in finalizers if f in BUILT_IN})
+    leases = []
+    for ns, name in keys:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(ns, safe='')}/leases/"
+        try:
+            lease = api.get(path + quote(name, safe=""))
+        except ApiException:
+            continue
+        if lease is not None:
+            leases.append(lease)
+    return leases
 
 
 def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:

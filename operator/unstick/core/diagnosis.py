@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.facts import Facts, FrozenCgroup, HungMount, NodeFacts, VolumeDir
+from unstick.core.finalizer_owners import finalizer_evidence
 from unstick.core.node_facts import PodMount
 from unstick.core.node_rules import NodeView, on_the_node
 from unstick.core.vocabulary import Cause
@@ -176,11 +177,13 @@ def _decide(
                 f"finalizers keep the object: {finalizers}",
             )
         )
+        ev.extend(finalizer_evidence(pod.finalizers, facts.leases, facts.now))
         return Cause.FinalizerBlocked, none
     if pod.finalizers and pod.node_name is None:
         ev.append(
             Evidence("finalizer", f"pod is on no node; finalizers keep the object: {finalizers}")
         )
+        ev.extend(finalizer_evidence(pod.finalizers, facts.leases, facts.now))
         return Cause.FinalizerBlocked, none
 
     # 2. NodeGone

@@ -223,6 +223,15 @@ class PodEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseFacts:
+    """A coordination.k8s.io Lease from the bundle's `leases` (issue #25: finalizer owners)."""
+
+    holder: str
+    renewed: datetime | None
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """Everything one diagnosis looks at; `now` is the bundle's capturedAt."""
 
@@ -234,3 +243,4 @@ class Facts:
     pv_drivers: Mapping[str, str | None] = field(default_factory=dict)  # PV name → CSI driver
     probe: Probe | None = None
     events: tuple[PodEvent, ...] = ()  # Events about the pod (optional in a bundle)
+    leases: Mapping[tuple[str, str], LeaseFacts] = field(default_factory=dict)  # (ns, name)

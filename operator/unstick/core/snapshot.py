@@ -28,6 +28,7 @@ from unstick.core.facts import (
     ReadyCondition,
     VolumeDir,
 )
+from unstick.core.finalizer_owners import parse_leases
 from unstick.core.hung_mounts import parse_hung_mounts
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
 from unstick.core.pod_tasks import parse_d_tasks, parse_frozen_cgroups
@@ -309,6 +310,7 @@ def parse_bundle(obj: object) -> Facts:
             pv_drivers=_pv_drivers(bundle),
             probe=None if probe_obj is None else _probe(probe_obj),
             events=parse_events(bundle, pod.uid),
+            leases=parse_leases(bundle),
         )
     except BundleError:
         raise
