@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from unstick.core.ratelimit import WINDOW_S
-from unstick.core.remediation import parse_time
+from unstick.core.remediation import ALL_REMEDIATIONS, parse_time
 from unstick.core.vocabulary import API_ACTIONS
-from unstick.kube.client import JSON, Kube
+from unstick.kube.client import JSON, Kube, remediation_path
 
 log = logging.getLogger(__name__)
 
-REMEDIATIONS = "/apis/unstick.dev/v1alpha1/remediations"
 RETRY_S = 5.0
 GATE_POLL_S = 0.5
 _API_ACTIONS = frozenset(str(a) for a in API_ACTIONS)
@@ -86,10 +85,10 @@ class Rebuildable(Protocol):
 
 def _list(kube: Kube, namespaces: tuple[str, ...]) -> list[JSON]:
     if not namespaces:
-        return kube.list_all(REMEDIATIONS)
+        return kube.list_all(ALL_REMEDIATIONS)
     items: list[JSON] = []
     for ns in namespaces:
-        items += kube.list_all(f"/apis/unstick.dev/v1alpha1/namespaces/{ns}/remediations")
+        items += kube.list_all(remediation_path(ns))
     return items
 
 

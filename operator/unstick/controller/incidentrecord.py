@@ -14,13 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from unstick.controller import records
 from unstick.controller.decision import Decision, status_summary
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue
-from unstick.core.remediation import rfc3339
+from unstick.core.remediation import INCIDENT_LABEL, rfc3339
 from unstick.core.vocabulary import Action, Cause
 from unstick.kube.client import JSON, Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
 
 INCIDENT_CAUSES = frozenset({Cause.NodeGone, Cause.NodeUnreachable})
-INCIDENT_LABEL = "unstick.dev/incident"
 GATHER_S = 0.05  # an intent waits this long for others to be written with it
 FLUSH_S = 1.0  # an incident's record is written at most this often
 MAX_PODS = 500  # per record (the status schema's bound); more pods open another record
