@@ -2,7 +2,8 @@
 a copy of the sources, installed (with its dependencies) into a fresh venv in a temporary
 directory, and its console scripts run from there — `unstick --help`, `unstick --version`,
 `kubectl-unstick --help`, and an offline `unstick diagnose` of a scenario bundle. The
-package data (CRDs, protos, kwok stages) is in the wheel and readable when installed."""
+package data (CRDs, protos) is in the wheel and readable when installed; the dev harness
+(devcluster, demo) is not in it, and `unstick demo` says where the demo runs."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ PACKAGE_DATA = (
     "unstick/agent/proto/csi.proto",
     "unstick/agent/proto/cri.proto",
     "unstick/agent/proto/pluginregistration.proto",
-    "unstick/devcluster/kwok-stages.yaml",
     "unstick/py.typed",
 )
 
@@ -56,6 +56,8 @@ def test_the_wheel_holds_the_package_data_and_both_entry_points(wheel: Path) -> 
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [p for p in PACKAGE_DATA if p not in names]
     assert missing == []
+    harness = sorted(n for n in names if n.startswith(("unstick/devcluster/", "unstick/demo/")))
+    assert harness == []
     entry_points = (
         zipfile.ZipFile(wheel).read(f"unstick-{__version__}.dist-info/entry_points.txt").decode()
     )
@@ -89,3 +91,8 @@ def test_installed_in_a_fresh_venv_the_cli_works(wheel: Path, tmp_path: Path) ->
     where = _run([str(bin_dir / "python"), "-c", code], cwd=outside)
     assert str(env_dir) in where.stdout.splitlines()[0]
     assert where.stdout.splitlines()[1] == "1"
+    demo = subprocess.run(
+        [str(bin_dir / "unstick"), "demo"], cwd=outside, capture_output=True, text=True
+    )
+    assert demo.returncode == 2, demo.stderr
+    assert "make demo" in demo.stderr and "Traceback" not in demo.stderr

@@ -41,8 +41,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from unstick.demo.run import DemoSettings
-    from unstick.demo.run import run as run_demo
+    try:
+        from unstick.demo.run import DemoSettings
+        from unstick.demo.run import run as run_demo
+    except ModuleNotFoundError:  # the wheel holds the operator only, not the dev harness
+        print(
+            "unstick demo: the demo runs from a source checkout of unstick, not from the "
+            "installed package (it holds the operator only): git clone the repository and "
+            "run `make demo` there",
+            file=sys.stderr,
+        )
+        return 2
 
     settings = DemoSettings(
         interactive=sys.stdout.isatty() and not args.non_interactive,
