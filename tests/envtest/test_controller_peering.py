@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from controller_support import (
+    Controller,
+    Objects,
+    await_,
+    controller_started,
+    policies_in_place,
+    policy_spec,
+)
 
 from unstick.devcluster import ControlPlane
 
@@ -23,12 +30,8 @@ PEERING = "t-peering"
 def test_acts_only_when_the_other_replica_is_gone(
     control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    with crds_installed(control_plane):
-        control_plane.kubectl("apply", "-f", "operator/unstick/crds/kopfpeerings.yaml")
-        control_plane.kubectl(
-            "wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev"
-        )
-        objects = Objects(control_plane)
+    with policies_in_place(control_plane, {"default": policy_spec()}) as objects:
+        _peering_crd(control_plane)
         peering = {
             "apiVersion": "kopf.dev/v1",
             "kind": "ClusterKopfPeering",
@@ -44,44 +47,46 @@ def test_acts_only_when_the_other_replica_is_gone(
         objects.custom.create_cluster_custom_object(
             "kopf.dev", "v1", "clusterkopfpeerings", peering
         )
-        before = objects.replace_policy("default", policy_spec())
-        ctl = Controller(control_plane, tmp_path / "controller.log", peering=PEERING)
         try:
-            ctl.start()
-            await_(lambda: f"peering {PEERING}: paused" in ctl.log(), 30, "the gate to pause")
-            node = make_node(kubelet=False)
-            pod = objects.pod(namespace, node, remediate="true")
-            objects.core.delete_node(node)
-            objects.core.delete_namespaced_pod(pod["name"], namespace)
-            # Paused (Kopf starts paused with mandatory peering and stays so): nothing written.
-            await_(
-                lambda: objects.read_pod(namespace, pod["name"]).metadata.deletion_timestamp,
-                30,
-                "the deletion",
-            )
-            assert objects.remediation(namespace, pod) is None
-
-            objects.custom.patch_cluster_custom_object(
-                "kopf.dev",
-                "v1",
-                "clusterkopfpeerings",
-                PEERING,
-                {"status": {"other-replica": None}},
-            )
-            await_(
-                lambda: objects.read_pod(namespace, pod["name"]) is None,
-                60,
-                "force-delete once this replica is the active one",
-            )
-            assert f"peering {PEERING}: active" in ctl.log()
+            # Paused from the start: the policy is never validated by it (valid=()).
+            with controller_started(
+                control_plane, objects, tmp_path / "controller.log", peering=PEERING
+            ) as ctl:
+                _acts_once_active(ctl, objects, namespace, make_node)
         finally:
-            ctl.stop()
-            print(ctl.log()[-3000:])
-            objects.replace_policy("default", before)
             objects.custom.delete_cluster_custom_object(
                 "kopf.dev", "v1", "clusterkopfpeerings", PEERING
             )
-            objects.api_client.close()
+
+
+def _peering_crd(control_plane: ControlPlane) -> None:
+    control_plane.kubectl("apply", "-f", "operator/unstick/crds/kopfpeerings.yaml")
+    control_plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
+
+
+def _acts_once_active(ctl: Controller, objects: Objects, namespace: str, make_node: Any) -> None:
+    await_(lambda: f"peering {PEERING}: paused" in ctl.log(), 30, "the gate to pause")
+    node = make_node(kubelet=False)
+    pod = objects.pod(namespace, node, remediate="true")
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    # Paused (Kopf starts paused with mandatory peering and stays so): nothing written.
+    await_(
+        lambda: objects.read_pod(namespace, pod["name"]).metadata.deletion_timestamp,
+        30,
+        "the deletion",
+    )
+    assert objects.remediation(namespace, pod) is None
+
+    objects.custom.patch_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", PEERING, {"status": {"other-replica": None}}
+    )
+    await_(
+        lambda: objects.read_pod(namespace, pod["name"]) is None,
+        60,
+        "force-delete once this replica is the active one",
+    )
+    assert f"peering {PEERING}: active" in ctl.log()
 
 
 FAILOVER = "t-failover"
@@ -143,12 +148,8 @@ def measure_failover(
 def test_failover_after_sigkill_waits_only_the_short_peering_lifetime(
     control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    with crds_installed(control_plane):
-        control_plane.kubectl("apply", "-f", "operator/unstick/crds/kopfpeerings.yaml")
-        control_plane.kubectl(
-            "wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev"
-        )
-        objects = Objects(control_plane)
+    with policies_in_place(control_plane, {"default": policy_spec()}) as objects:
+        _peering_crd(control_plane)
         objects.custom.create_cluster_custom_object(
             "kopf.dev",
             "v1",
@@ -159,7 +160,6 @@ def test_failover_after_sigkill_waits_only_the_short_peering_lifetime(
                 "metadata": {"name": FAILOVER},
             },
         )
-        before = objects.replace_policy("default", policy_spec())
         node = make_node(kubelet=False)
         objects.core.delete_node(node)
         try:
@@ -176,8 +176,6 @@ def test_failover_after_sigkill_waits_only_the_short_peering_lifetime(
             # what a successor waits for at most after a SIGKILL.
             assert {int(p["lifetime"]) for p in peers.values() if p} == {int(lifetime or 20)}
         finally:
-            objects.replace_policy("default", before)
             objects.custom.delete_cluster_custom_object(
                 "kopf.dev", "v1", "clusterkopfpeerings", FAILOVER
             )
-            objects.api_client.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
+from controller_support import await_, policy_spec, running_controller
 
 from unstick.devcluster import ControlPlane
 from unstick.devcluster.process import free_port
@@ -20,20 +20,13 @@ pytestmark = pytest.mark.envtest
 def test_namespace_scope_limits_watch_and_actions(
     control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    with crds_installed(control_plane):
-        objects = Objects(control_plane)
+    health = free_port()
+    args = ("--namespace-scope", namespace, "--health-port", str(health))
+    policies = {"default": policy_spec()}
+    with running_controller(control_plane, tmp_path, policies, extra_args=args) as (ctl, objects):
         other = f"t-{uuid.uuid4().hex[:10]}"
         objects.core.create_namespace({"metadata": {"name": other}})
-        before = objects.replace_policy("default", policy_spec())
-        health = free_port()
-        ctl = Controller(
-            control_plane,
-            tmp_path / "controller.log",
-            extra_args=("--namespace-scope", namespace, "--health-port", str(health)),
-        )
         try:
-            ctl.start()
-            await_(lambda: objects.policy_valid("default") == "True", 30, "policy valid")
             node = make_node(kubelet=False)
             outside = objects.pod(other, node, remediate="true")
             inside = objects.pod(namespace, node, remediate="true")
@@ -53,10 +46,6 @@ def test_namespace_scope_limits_watch_and_actions(
             assert body["pods"]["synced"] is True
             assert body["pods"]["active"] is True
         finally:
-            ctl.stop()
-            print(ctl.log()[-3000:])
-            objects.replace_policy("default", before)
             for pod in objects.core.list_namespaced_pod(other).items:
                 objects.core.delete_namespaced_pod(pod.metadata.name, other, grace_period_seconds=0)
             objects.core.delete_namespace(other)
-            objects.api_client.close()
