@@ -36,7 +36,9 @@ def test_vol_data_kept_while_the_driver_is_missing_and_left_for_the_kubelet(
         f"{r['pv_dir']}/{VOL_DATA}",
     ]
     assert r["after_missing"]["vol_data"] == r["vol_data_before"]
-    # what is left is not "nothing left": no force-delete while the kubelet holds the volume
+    # what is left is the kubelet's: still CSIDriverMissing, nothing more to do, no force-delete
+    assert r["core_after"]["cause"] == "CSIDriverMissing", r["core_after"]
+    assert r["core_after"]["steps"] == [], r["core_after"]
     assert "force-delete" not in r["core_after"]["actions"], r["core_after"]
     for kept in (rmdir_pv, rmdir_csi):
         assert "left for the kubelet" in kept["message"], kept

@@ -110,6 +110,25 @@ def volume_dirs_of_pod(facts: Facts, probe: Probe) -> tuple[VolumeDir, ...]:
     return tuple(sorted(seen.values(), key=lambda d: (-depth(d.path), d.path)))
 
 
+def csi_dirs_waiting(
+    facts: Facts, probe: Probe, dirs: tuple[VolumeDir, ...]
+) -> tuple[tuple[str, str], ...]:
+    """(dir, driver) of each non-empty CSI volume dir `volumes/kubernetes.io~csi/<vol>` whose
+    driver is registered neither in CSINode nor with the kubelet: the kubelet's own
+    vol_data.json the agent keeps there (docs/csi.md) — the kubelet has not torn the volume
+    down, holds it, and does so once the driver is back."""
+    registered = registered_drivers(facts, probe)
+    out = []
+    for d in dirs:
+        c = classify(d.path, probe.kubelet_root, facts.pod.uid)
+        if d.empty or c is None or c.csi_volume is None or c.rest:
+            continue
+        _, driver = _csi_of(c, facts)
+        if driver and driver not in registered:
+            out.append((d.path, driver))
+    return tuple(out)
+
+
 def containers_on_node(facts: Facts, probe: Probe) -> tuple[tuple[str, str], ...] | None:
     """(name, state) of this pod's containers per the node's runtime; None if unknown."""
     if probe.containers is None:

@@ -23,6 +23,7 @@ from unstick.core.node_facts import (
     RUNNING,
     PodMount,
     containers_on_node,
+    csi_dirs_waiting,
     mounts_of_pod,
     volume_dirs_of_pod,
 )
@@ -93,7 +94,8 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
         return Cause.Unknown, none
     mounts = mounts_of_pod(facts, probe)
     dirs = volume_dirs_of_pod(facts, probe)
-    cause = _node_side(probe, mounts, dirs, on_node, ev)
+    waiting = csi_dirs_waiting(facts, probe, dirs)
+    cause = _node_side(probe, mounts, dirs, on_node, ev, waiting=waiting)
     return cause, NodeView(
         probe_fresh=True,
         kubelet_root=probe.kubelet_root,
@@ -293,6 +295,8 @@ def _node_side(
     dirs: tuple[VolumeDir, ...],
     on_node: tuple[tuple[str, str], ...] | None,
     ev: list[Evidence],
+    *,
+    waiting: tuple[tuple[str, str], ...] = (),
 ) -> Cause:
     """Rules 5-9, from a fresh probe of this pod."""
     for m in mounts:
@@ -345,6 +349,19 @@ def _node_side(
             )
         )
         return Cause.OrphanedMount
+
+    # 6, once unmounted: the kubelet's vol_data.json kept while the driver is missing
+    for path, driver in waiting:
+        ev.append(
+            Evidence(
+                "driver",
+                f"volume dir {path} keeps the kubelet's vol_data.json: CSI driver {driver} is "
+                "registered neither in CSINode.spec.drivers nor in the node's plugin registry, "
+                "so the kubelet still holds the volume; it tears it down once the driver is back",
+            )
+        )
+    if waiting:
+        return Cause.CSIDriverMissing
 
     # 8. StaleVolumeDirs
     if dirs:

@@ -151,6 +151,30 @@ class _Builder:
         )
         self.refuse(Action.FORCE_DELETE, "the pod's hung mounts are not gone yet")
 
+    def csi_driver_missing(self) -> None:
+        """Unmount and remove the empty dirs (the agent keeps the kubelet's vol_data.json);
+        once nothing is mounted, nothing more: the kubelet still holds the volume."""
+        d = self.d
+        if not d.mounts:  # only the kubelet's vol_data.json is left (docs/csi.md)
+            why = (
+                "the kubelet still holds the pod's CSI volume (its vol_data.json is kept for "
+                "it): it removes the dirs and the pod itself once the driver is back"
+            )
+            self.refuse(Action.RMDIR_STALE, why)
+            self.refuse(Action.FORCE_DELETE, why)
+            self.refuse(Action.REPLAY_UNPUBLISH, "nothing is mounted and no driver to call")
+            return
+        self.unmount_all()
+        self.rmdir_all()
+        missing = sorted(
+            {m.csi_driver for m in d.mounts if m.csi_driver and m.driver_registered is False}
+        )
+        self.refuse(
+            Action.REPLAY_UNPUBLISH,
+            f"CSI driver {', '.join(missing)} is not registered on the node: no driver to call",
+        )
+        self.refuse(Action.FORCE_DELETE, "the pod's mounts are not gone yet")
+
     def rmdir_all(self) -> None:
         paths = {m.mount_point for m in self.d.mounts} | {v.path for v in self.d.volume_dirs}
         for path in sorted(paths, key=lambda p: (-depth(p), p)):
@@ -201,16 +225,7 @@ def _cause_plan(b: _Builder) -> None:
                     b.refuse(Action.UNMOUNT, f"{m.mount_point} is held by pid {h.pid} ({h.comm})")
             b.refuse(Action.FORCE_DELETE, "mounts of the pod are still in use")
         case Cause.CSIDriverMissing:
-            b.unmount_all()
-            b.rmdir_all()
-            missing = sorted(
-                {m.csi_driver for m in d.mounts if m.csi_driver and m.driver_registered is False}
-            )
-            b.refuse(
-                Action.REPLAY_UNPUBLISH,
-                f"CSI driver {', '.join(missing)} is not registered on the node: no driver to call",
-            )
-            b.refuse(Action.FORCE_DELETE, "the pod's mounts are not gone yet")
+            b.csi_driver_missing()
         case Cause.OrphanedMount:
             for m in d.mounts:
                 if m.replayable:
