@@ -65,3 +65,41 @@ def test_a_failing_cni_delete_is_diagnosed_from_the_kubelets_event(
     assert f"CNI plugin calico fails to delete its network (4 times): {CALICO_ERROR}" in words
     assert [s["action"] for s in report["plan"]] == ["observe"]
     assert {r["action"] for r in report["refused"]} >= {"force-delete", "unmount"}
+
+
+def test_the_running_controller_sees_the_kubelets_event_and_only_observes(
+    control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    from controller_support import await_, node_ready, policy_spec, running_controller
+
+    with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
+        node = make_node(kubelet=False)
+        node_ready(objects, node)
+        pod = objects.pod(namespace, node, remediate="true")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = kill_pod_event(pod["uid"], now, count=2)
+        event["metadata"] = {
+            "name": f"{pod['name']}.{uuid.uuid4().hex[:6]}",
+            "namespace": namespace,
+        }
+        event["involvedObject"] |= {"namespace": namespace, "name": pod["name"]}
+        objects.core.create_namespaced_event(namespace, event)
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        try:
+            rem = await_(
+                lambda: (
+                    (r := objects.remediation(namespace, pod))
+                    and (r.get("status") or {}).get("cause") == "CNITeardownFailed"
+                    and r
+                ),
+                60,
+                "the Remediation to say CNITeardownFailed",
+            )
+            words = " ".join(e["message"] for e in rem["status"].get("evidence") or [])
+            assert "CNI plugin calico fails to delete its network (2 times)" in words, words
+            assert objects.read_pod(namespace, pod["name"]) is not None  # observed, not deleted
+            assert not [
+                a for a in rem["status"].get("actions") or [] if a.get("action") != "observe"
+            ]
+        finally:
+            objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)

@@ -42,6 +42,8 @@ class NodeInputs:
     node: Lookup | None = None
     csi_node: Lookup | None = None
     get: Lookup | None = None  # claims and volumes, by path (controller/caches.py Bound)
+    # the pod's FailedKillPod Events by pod UID, from memory (controller/kill_events.py)
+    events: Callable[[str], list[JSON]] | None = None
 
 
 def build_bundle(
@@ -103,6 +105,6 @@ def build_bundle(
         "persistentVolumeClaims": claims,
         "persistentVolumes": volumes,
         "volumeAttachments": attachments,
-        "events": [],
+        "events": sources.events(str(meta.get("uid") or "")) if sources.events else [],
         "probe": probe or None,
     }

@@ -79,6 +79,7 @@ class Runtime:
         self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
         self.events, self.incidents = parts.events, parts.incidents
         self.detector, self.reconciler = parts.detector, parts.reconciler
+        self.kill_events = parts.kill_events
         self.scheduler = Scheduler()
         self.pods: dict[str, TerminatingPod] = {}
         self._running: set[str] = set()
@@ -229,6 +230,7 @@ class Runtime:
             object_watcher.start()
         self.aftermath.start()
         self.incidents.start()
+        self.kill_events.start()  # issue #25: FailedKillPod Events for the bundles
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(
@@ -272,6 +274,7 @@ class Runtime:
             stops += [w.stop for w in self.object_watchers]
             stops.append(self.aftermath.stop)
             stops.append(self.incidents.stop)
+            stops.append(self.kill_events.stop)
             for stop in stops:
                 await asyncio.to_thread(stop)
             self._pool.shutdown(wait=False, cancel_futures=True)

@@ -18,6 +18,7 @@ from unstick.controller.caches import (
 from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
+from unstick.controller.kill_events import KillPodEvents
 from unstick.controller.policies import NamespaceLabels, PolicyBook
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
 from unstick.controller.records import EventQueue
@@ -33,6 +34,7 @@ class Parts:
     incidents: Incidents  # node incidents and their writer thread
     detector: Detector
     reconciler: Reconciler
+    kill_events: KillPodEvents  # the kubelet's FailedKillPod Events per pod (issue #25)
 
 
 def wire(
@@ -48,6 +50,7 @@ def wire(
     remediations: set[str] = set()
     events = EventQueue(kube)
     incidents = Incidents(kube, events, clock)
+    kill_events = KillPodEvents(kube, clock)
     detector = Detector(
         kube,
         policies,
@@ -56,6 +59,7 @@ def wire(
         csi_nodes=csi_nodes,
         has_remediation=remediations.__contains__,
         volumes=bound.get,
+        events=kill_events.events_of,
     )
     reconciler = Reconciler(
         kube,
@@ -70,8 +74,11 @@ def wire(
                 node=FreshNodes(lambda name: kube.get(node_path(name))).get,
                 csi_node=csi_nodes.get,
                 get=bound.get,
+                events=kill_events.events_of,
             ),
             incidents=incidents,
         ),
     )
-    return Parts(nodes, csi_nodes, remediations, events, incidents, detector, reconciler)
+    return Parts(
+        nodes, csi_nodes, remediations, events, incidents, detector, reconciler, kill_events
+    )
