@@ -55,7 +55,10 @@ class LoopSettings:
     summary_interval_s: float = 30.0
     backoff_max_s: float = 30.0
     node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
-    workers: int = 4  # Remediations handled at once (one key's events always in order)
+    # Remediations handled at once (one key's events always in order); 16, not 4: a job mostly
+    # waits (API, CSI, scans), and with 4 a burst of 100 pods waited in the queue
+    # (docs/benchmark.md, issue 23 second round)
+    workers: int = 16
     orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
 
 
