@@ -1,4 +1,4 @@
-"""DESIGN §9 on the controller, against a real kube-apiserver + etcd, the controller as a
+"""design.md §9 on the controller, against a real kube-apiserver + etcd, the controller as a
 subprocess: a replacement pod's Multi-Attach linked to the stuck pod (Event, waiters,
 metric, the VolumeAttachment untouched), a namespace deletion blocked by a stuck pod, and a
 finalizer patch the API server rejects (422) recorded once, not retried."""

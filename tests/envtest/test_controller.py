@@ -372,7 +372,7 @@ def _controller_requests(cp: ControlPlane) -> list[dict[str, Any]]:
 def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    """DESIGN §3 still holds for each pod (fresh Node read, UID and resourceVersion
+    """design.md §3 still holds for each pod (fresh Node read, UID and resourceVersion
     preconditions), but a node's outage is one record and two Events, not one per pod:
     each opted-in pod costs its DELETE and nothing else. A pod that stays (not opted in)
     keeps its own record and Event."""

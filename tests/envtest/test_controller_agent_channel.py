@@ -133,7 +133,7 @@ def test_probe_request_node_steps_then_force_delete(
     )
 
 
-# --- the trust boundary (DESIGN §3 invariant 7): forged and replayed records ---------------
+# --- the trust boundary (design.md §3 invariant 7): forged and replayed records ---------------
 
 OTHER_UID = "0badf00d-0000-4000-8000-000000000000"
 

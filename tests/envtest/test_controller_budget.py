@@ -1,4 +1,4 @@
-"""The action budget against a real API server (DESIGN §3 invariant 6):
+"""The action budget against a real API server (design.md §3 invariant 6):
 
 - it survives a restart: a fresh controller process rebuilds it from the actions recorded
   in the Remediations and grants no more than what is left of the minute;

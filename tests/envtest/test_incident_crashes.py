@@ -1,4 +1,4 @@
-"""Crash safety of node incidents (issue #21, DESIGN §3 invariants 6 and 10), on the real
+"""Crash safety of node incidents (issue #21, design.md §3 invariants 6 and 10), on the real
 API server with the real controller process, SIGKILLed again and again.
 
 Two deleted nodes hold 7 opted-in pods each; the policy allows 5 force-deletes per node

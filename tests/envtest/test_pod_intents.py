@@ -1,4 +1,4 @@
-"""Record before act on the per-pod path (DESIGN §3 invariant 10), with the real
+"""Record before act on the per-pod path (design.md §3 invariant 10), with the real
 controller SIGKILLed right after the intent of its finalizer removal was written: the
 intent is on record (and counted by the next controller's budget), nothing was done to
 the pod, and the next controller carries the action out; its answer replaces the
