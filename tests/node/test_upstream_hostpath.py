@@ -95,14 +95,17 @@ def test_v1_11_0_orphaned_mount_fixed_by_unstick(
         "Pod is terminated, but some volumes have not been cleaned up" in line and uid in line
         for line in log.splitlines()
     ), log[-3000:]
+    # The kubelet may remove the pod (the mount gone) before the agent has written its
+    # answer: the Remediation is Resolved first, the agent's nodeActions land right after.
     final = wait_until(
         lambda: (
             (r := remediation_for(cp, ns, uid))
             and (r.get("status") or {}).get("phase") == "Resolved"
+            and (r.get("status") or {}).get("nodeStepsDoneAt")
             and r
         ),
         timeout=60,
-        what="the Remediation marked Resolved",
+        what="the Remediation marked Resolved, with the agent's answer",
     )
     status = final["status"]
     done = [(a["action"], a["result"]) for a in status.get("nodeActions", [])]
