@@ -87,3 +87,31 @@ def test_a_job_tracking_finalizer_whose_controller_is_gone_is_triaged(
         assert [(s["action"], s["target"]) for s in report["plan"]] == [("remove-finalizer", JOB)]
     finally:
         core_api.patch_namespaced_pod("job-x-abcde", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_the_running_controller_says_the_finalizers_owner_seems_gone(
+    control_plane: ControlPlane, namespace: str, gone_leader: None, tmp_path: Path
+) -> None:
+    from controller_support import await_, policy_spec, running_controller
+
+    with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
+        pod = objects.pod(namespace, None, remediate="true", finalizers=[JOB])
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        try:
+            rem = await_(
+                lambda: (
+                    (r := objects.remediation(namespace, pod))
+                    and "seems gone" in str((r.get("status") or {}).get("evidence"))
+                    and r
+                ),
+                60,
+                "the Remediation to name the finalizer's owner",
+            )
+            assert rem["status"]["cause"] == "FinalizerBlocked"
+            words = " ".join(e["message"] for e in rem["status"]["evidence"])
+            assert "removed by the Job controller of kube-controller-manager" in words
+            assert objects.read_pod(namespace, pod["name"]) is not None  # not allowlisted
+        finally:
+            objects.core.patch_namespaced_pod(
+                pod["name"], namespace, {"metadata": {"finalizers": None}}
+            )

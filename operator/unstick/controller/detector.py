@@ -46,11 +46,14 @@ class Detector:
         has_remediation: Callable[[str], bool],
         volumes: Callable[[str], JSON | None] | None = None,
         events: Callable[[str], list[JSON]] | None = None,
+        leases: Callable[[JSON], list[JSON]] | None = None,
     ) -> None:
         self.kube = kube
         self.policies = policies
         self.namespaces = namespaces
-        self.cached = NodeInputs(node=nodes.get, csi_node=csi_nodes.get, get=volumes, events=events)
+        self.cached = NodeInputs(
+            node=nodes.get, csi_node=csi_nodes.get, get=volumes, events=events, leases=leases
+        )
         self.has_remediation = has_remediation
         self.stuck = metrics.StuckPods()
         self._detected: set[str] = set()  # uids whose detection lag was observed

@@ -44,6 +44,8 @@ class NodeInputs:
     get: Lookup | None = None  # claims and volumes, by path (controller/caches.py Bound)
     # the pod's FailedKillPod Events by pod UID, from memory (controller/kill_events.py)
     events: Callable[[str], list[JSON]] | None = None
+    # the leases of a FinalizerBlocked pod's finalizer owners (controller/owner_leases.py)
+    leases: Callable[[JSON], list[JSON]] | None = None
 
 
 def build_bundle(
@@ -107,4 +109,5 @@ def build_bundle(
         "volumeAttachments": attachments,
         "events": sources.events(str(meta.get("uid") or "")) if sources.events else [],
         "probe": probe or None,
+        "leases": sources.leases(pod) if sources.leases else [],
     }

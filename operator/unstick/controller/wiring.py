@@ -19,6 +19,7 @@ from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
 from unstick.controller.kill_events import KillPodEvents
+from unstick.controller.owner_leases import OwnerLeases
 from unstick.controller.policies import NamespaceLabels, PolicyBook
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
 from unstick.controller.records import EventQueue
@@ -51,6 +52,7 @@ def wire(
     events = EventQueue(kube)
     incidents = Incidents(kube, events, clock)
     kill_events = KillPodEvents(kube, clock)
+    leases = OwnerLeases(kube)  # issue #25: whose finalizer, is its controller alive
     detector = Detector(
         kube,
         policies,
@@ -60,6 +62,7 @@ def wire(
         has_remediation=remediations.__contains__,
         volumes=bound.get,
         events=kill_events.events_of,
+        leases=leases.for_pod,
     )
     reconciler = Reconciler(
         kube,
@@ -75,6 +78,7 @@ def wire(
                 csi_node=csi_nodes.get,
                 get=bound.get,
                 events=kill_events.events_of,
+                leases=leases.for_pod,
             ),
             incidents=incidents,
         ),
