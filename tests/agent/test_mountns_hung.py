@@ -130,3 +130,16 @@ def test_a_fuse_mount_whose_daemon_answers_is_not_hung(scenario, work: Path) -> 
     assert [h["via"] for h in r["probe"]["holders"]] == ["cwd"]
     d, _ = _diagnosed(r["probe"])
     assert d.cause is Cause.MountBusy
+
+
+def test_only_a_client_waiting_for_its_server_counts_as_blocked() -> None:
+    from unstick.agent.hung_mounts import waits_in
+
+    asked = ("request_wait_answer", "__fuse_simple_request", "fuse_lookup_name")
+    assert waits_in("fuse", "request_wait_answer", asked) == "request_wait_answer"
+    assert waits_in("fuse", "", asked) == "request_wait_answer"
+    # a FUSE daemon (a sidecar of the pod, say) idle, waiting for requests: not blocked
+    assert waits_in("fuse", "fuse_dev_do_read", ("fuse_dev_do_read", "fuse_dev_read")) is None
+    assert waits_in("nfs", "rpc_wait_bit_killable", ()) == "rpc_wait_bit_killable"
+    assert waits_in("nfs", "do_wait", ("do_wait", "kernel_wait4")) is None
+    assert waits_in("ext4", "request_wait_answer", ()) is None

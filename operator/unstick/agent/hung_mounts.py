@@ -46,7 +46,9 @@ POD = "pod"  # `via` of a blocked process of the pod that holds no mount of it
 #: Kernel functions a task waits in for its filesystem's server, per family (wchan, or a
 #: line of /proc/<pid>/stack): a prefix match.
 WAIT_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "fuse": ("request_wait_answer", "fuse_"),
+    # the client side only: a FUSE daemon idle in fuse_dev_do_read (a sidecar of the pod,
+    # say) waits for requests, not for an answer
+    "fuse": ("request_wait_answer", "fuse_get_req", "fuse_wait_on_", "__fuse_simple_request"),
     "nfs": ("rpc_wait_bit_killable", "nfs", "rpc_", "__rpc_", "xprt_"),
     "cifs": ("wait_for_response", "cifs_", "smb2_", "compound_send_recv"),
     "ceph": ("ceph_", "ceph_mdsc_", "__ceph_"),
@@ -124,16 +126,22 @@ def _task(host_proc: str, pid: int) -> tuple[str, str, str, tuple[str, ...]] | N
     return text[start + 1 : end], rest[0], "" if wchan == "0" else wchan, stack
 
 
+def waits_in(fam: str, wchan: str, stack: tuple[str, ...]) -> str | None:
+    """The kernel function (wait channel, else a stack line) where a sleeping task waits for
+    the family's server, None when it does not."""
+    prefixes = WAIT_FUNCTIONS.get(fam, ())
+    return next((fn for fn in (wchan, *stack) if fn and fn.startswith(prefixes)), None)
+
+
 def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
     """Those of `pids` (pid → via) waiting (state D or S) in the family's wait functions."""
-    prefixes = WAIT_FUNCTIONS.get(fam, ())
     out = []
     for pid, via in sorted(pids.items()):
         task = _task(host_proc, pid)
         if task is None or task[1] not in ("D", "S"):
             continue
         comm, state, wchan, stack = task
-        where = next((fn for fn in (wchan, *stack) if fn.startswith(prefixes)), None)
+        where = waits_in(fam, wchan, stack)
         if where is None:
             continue
         out.append(Blocked(pid, comm[:64], state, (wchan or where)[:MAX_CHARS], via))
