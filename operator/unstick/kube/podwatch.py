@@ -31,7 +31,6 @@ __all__ = [
     "PodWatcher",
     "TerminatingPod",
     "WatchSettings",
-    "parse_time",  # core.remediation's, for the controller modules that import it here
     "pod_json",
     "terminating_record",
 ]
