@@ -30,7 +30,7 @@ from unstick.devcluster.csi_upstream import (
 from unstick.devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
 from unstick.devcluster.process import wait_until
 
-from .support import Kind
+from .support import Kind, sample
 
 PLUGIN_IMAGES = (f"csi-hostpath-{FIXED}", SIDECARS)
 KUBELET_ROOT = "/var/lib/kubelet"
@@ -201,3 +201,24 @@ def replacement_blocked(
         seen = [(e["reason"], e["message"]) for e in kind.events(namespace)]
         raise AssertionError(f"no BlockedReplacement; the Events: {seen}") from None
     return new, blocked
+
+
+def statefulset_replacement_blocked(
+    kind: Kind, sts_ns: str, db_uid: str, pv: str, node: str, other: str, controller: dict[str, Any]
+) -> None:
+    """The StatefulSet part of test_node_partitioned, while `node` is cut off."""
+    # An admin force-deletes db-0 (what unstick refuses on a node not fenced); the
+    # StatefulSet makes it again, on the other worker. Its volume stays attached to
+    # the cut-off worker: the attach/detach controller waits up to 6 min for an
+    # unreachable node to unmount it.
+    kind.kubectl("delete", "pod", "db-0", "-n", sts_ns, "--force", "--grace-period=0")
+    new, blocked = replacement_blocked(kind, sts_ns, db_uid)
+    assert new["spec"]["nodeName"] == other
+    message = blocked["message"]
+    assert f"(PV {pv}) is still attached to node {node}" in message, message
+    assert "force-detach after 6 min" in message and "unstick never detaches" in message
+    refused = [e["message"] for e in kind.events(sts_ns) if e["reason"] == "FailedAttachVolume"]
+    assert any("Multi-Attach error" in m for m in refused), refused
+    metrics = kind.scrape(controller["metadata"]["name"], 9100)
+    assert sample(metrics, "unstick_blocked_replacements", namespace=sts_ns) == 1
+    assert [va["spec"]["nodeName"] for va in attachments(kind, pv)] == [node]

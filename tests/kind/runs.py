@@ -112,5 +112,14 @@ def live_runs() -> list[str]:
     return sorted(p.stem for p in runs_dir().glob(f"{PREFIX}*.lock") if alive(p.stem))
 
 
-def dead_lock_files() -> list[Path]:
-    return [p for p in runs_dir().glob(f"{PREFIX}*.lock") if not alive(p.stem)]
+def workdir(name: str) -> Path:
+    """The run's own directory (its kubeconfig, pytest-kind's files), next to its lock: a
+    killed run's is swept with it."""
+    return runs_dir() / name
+
+
+def dead_files() -> list[Path]:
+    """The lock files and work directories of runs that are not going any more."""
+    found = [p for p in runs_dir().glob(f"{PREFIX}*.lock") if not alive(p.stem)]
+    found += [p for p in runs_dir().glob(f"{PREFIX}*") if p.is_dir() and not alive(p.name)]
+    return found

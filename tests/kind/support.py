@@ -10,14 +10,16 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from unstick.devcluster.kind_check import ROOT, kind_env
 from unstick.devcluster.process import wait_until
@@ -41,6 +43,15 @@ def run(argv: list[str], *, stdin: str | None = None, check: bool = True) -> str
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr}")
     return proc.stdout
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of a scraped exposition (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return 0.0
 
 
 def podman(*args: str, check: bool = True) -> str:
@@ -225,8 +236,11 @@ def sweep_leftovers() -> list[str]:
     dead = sorted(leftovers())
     for name in dead:
         delete_cluster(name)
-    for lock in runs.dead_lock_files():
-        lock.unlink(missing_ok=True)
+    for path in runs.dead_files():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return dead
 
 
@@ -342,15 +356,13 @@ def kind_cluster() -> Iterator[Kind]:
     images = node_images()
     image = build_node_image()
     name = runs.new_name()
-    with (
-        tempfile.TemporaryDirectory(prefix="unstick-kind-") as tmp,
-        _environment(name),
-        _claimed(name),
-    ):
-        with contextlib.chdir(tmp):  # pytest-kind makes .pytest-kind/<name> in the cwd
+    work = runs.workdir(name)
+    with _environment(name), _claimed(name):
+        work.mkdir()
+        with contextlib.chdir(work):  # pytest-kind makes .pytest-kind/<name> in the cwd
             cluster = KindCluster(
                 name,
-                kubeconfig=Path(tmp) / "kubeconfig",
+                kubeconfig=work / "kubeconfig",
                 image=image,
                 kind_path=BIN / "kind",
                 kubectl_path=BIN / "kubectl",
@@ -382,3 +394,4 @@ def kind_cluster() -> Iterator[Kind]:
                     load.proc.wait()
             with phase("cluster deleted, with its volumes and network"):
                 delete_cluster(name)
+            shutil.rmtree(work, ignore_errors=True)

@@ -8,6 +8,7 @@ node volume and a network each, named as kind names them."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,7 @@ def test_the_sweep_deletes_a_killed_runs_cluster_and_keeps_a_live_ones(
     try:
         for name in (live, killed):
             fake_cluster(name, image)
+            (runs.workdir(name) / ".pytest-kind").mkdir(parents=True)
         assert runs.alive(live) and runs.alive(killed)
 
         with runs.machine_lock():
@@ -112,7 +114,9 @@ def test_the_sweep_deletes_a_killed_runs_cluster_and_keeps_a_live_ones(
         assert present(killed) == {"cluster": False, "volume": False, "network": False}
         assert present(live) == {"cluster": True, "volume": True, "network": True}
         assert not (runs.runs_dir() / f"{killed}.lock").exists()
+        assert not runs.workdir(killed).exists()
         assert (runs.runs_dir() / f"{live}.lock").exists()
+        assert runs.workdir(live).exists()
     finally:
         for proc in holders:
             proc.kill()
@@ -121,3 +125,4 @@ def test_the_sweep_deletes_a_killed_runs_cluster_and_keeps_a_live_ones(
                 proc.stdout.close()
         for name in (live, killed):
             (runs.runs_dir() / f"{name}.lock").unlink(missing_ok=True)
+            shutil.rmtree(runs.workdir(name), ignore_errors=True)
