@@ -102,6 +102,7 @@ class InProcess:
         return self.kube.get(node_path(name))
 
     def close(self) -> None:
+        self.reconciler.incident_path.stop()
         self.incidents.stop()
         self.events.close()
 
@@ -187,9 +188,10 @@ def test_a_relabelled_pod_is_deleted_after_one_refresh_and_its_conflict_takes_no
     objects.core.patch_namespaced_pod(  # ... before someone relabelled the pod
         pod["name"], namespace, {"metadata": {"labels": {"team": "b"}}}
     )
-    in_process.reconciler.reconcile(stale)
+    in_process.reconciler.reconcile(stale)  # the DELETE goes out from a sender thread
 
-    assert objects.read_pod(namespace, pod["name"]) is None
+    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 30, "the pod deleted")
+    in_process.reconciler.incident_path.stop()  # its sender done
     assert _deletes(control_plane, namespace, pod["name"]) == [409, 200]
     in_process.incidents.stop()  # writes what it holds
     entry = objects.incident_entry(namespace, pod)

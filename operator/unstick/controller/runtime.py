@@ -273,6 +273,7 @@ class Runtime:
             stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
             stops += [w.stop for w in self.object_watchers]
             stops.append(self.aftermath.stop)
+            stops.append(self.reconciler.incident_path.stop)  # its senders need the writer
             stops.append(self.incidents.stop)
             stops.append(self.kill_events.stop)
             for stop in stops:
