@@ -1,0 +1,84 @@
+"""Issue #25's newer causes as properties over the generated bundles of
+test_safety_properties: `lazy-unmount` is planned only for HungMount, only for a hung mount
+of this pod nobody holds with nothing of the pod running; HungMount and CNITeardownFailed
+never plan a force-delete, a plain unmount or any other change; finalizer triage never
+changes what FinalizerBlocked plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unstick.core.diagnosis import diagnose
+from unstick.core.policy import parse_policy
+from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
+
+from .bundles import bundle, holder, mount_line, pod, probe
+from .test_safety_properties import PATHS, cases, run
+
+
+@st.composite
+def hung_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
+    """Stuck pods on a Ready node whose fresh probe shows network/FUSE mounts (of the pod
+    and not), some held, some reported hung, with the runtime and holder scan answering or
+    not — the cases the general generator reaches only rarely."""
+    paths = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=4, unique=True))
+    fstype = draw(st.sampled_from(["nfs4", "fuse.sshfs", "ext4"]))
+    held = draw(st.lists(st.sampled_from(paths), max_size=2, unique=True))
+    hung = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=3, unique=True))
+    the_probe = probe(
+        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        holders=[holder(p, 100 + i) for i, p in enumerate(held)],
+        containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], None])),
+        sight={
+            "holderScan": draw(st.sampled_from(["complete", "complete", "incomplete"])),
+            "hungMounts": [
+                {"mountPoint": p, "fstype": fstype, "source": "x", "waiting": 1, "blocked": []}
+                for p in hung
+            ],
+        },
+    )
+    status = draw(st.sampled_from(["terminated", "running"]))
+    b = bundle(the_pod=pod(statuses=[("app", status)]), the_probe=the_probe)
+    everything = {"actions": [a.value for a in Action]}
+    policy = parse_policy(everything) if draw(st.booleans()) else None
+    return b, policy, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(hung_cases())
+def test_hung_mounts_plan_only_a_lazy_unmount_of_an_unheld_one(case: Any) -> None:
+    _check(case)
+
+
+@settings(max_examples=500, deadline=None)
+@given(cases())
+def test_lazy_unmount_only_for_an_unheld_hung_mount_of_the_pod(case: Any) -> None:
+    _check(case)
+
+
+def _check(case: Any) -> None:
+    facts, p = run(case)
+    d = diagnose(facts, case[1].settings if case[1] else None)
+    lazy = [s for s in p.steps if s.action is Action.LAZY_UNMOUNT]
+    if lazy:
+        assert d.cause is Cause.HungMount
+        assert not d.running_containers and not d.holders_unknown
+        hung = {h.mount_point for h in d.hung_mounts}
+        for s in lazy:
+            assert s.target in hung
+            assert not [m for m in d.mounts if m.mount_point == s.target and m.holders]
+    if d.cause is Cause.HungMount:
+        assert not set(p.actions) & (CHANGING_ACTIONS - {Action.LAZY_UNMOUNT}), p
+        assert {Action.UNMOUNT, Action.FORCE_DELETE} <= {r.action for r in p.refused}
+    if d.cause is Cause.CNITeardownFailed:
+        assert not set(p.actions) & CHANGING_ACTIONS, p
+        assert Action.FORCE_DELETE in {r.action for r in p.refused}
+    if d.cause is Cause.FinalizerBlocked:
+        allowed = case[1].finalizer_allowlist if case[1] else ()
+        for s in p.steps:
+            assert s.action is Action.OBSERVE or (
+                s.action is Action.REMOVE_FINALIZER and s.target in allowed
+            )
