@@ -21,6 +21,7 @@ from mountns_scenarios import UID_A, Node, main, mount_points, sh, step, wait_fo
 STUB = Path(__file__).parent / "fuse_stub.py"
 SOURCE = "nfs.example:/exports/data"
 FUSECTL = "/sys/fs/fuse/connections"
+PIDS = Path("/sys/fs/cgroup/pids")
 
 
 def _wchan(pid: int) -> str:
@@ -110,7 +111,46 @@ def scenario_fuse_answering(node: Node) -> dict[str, Any]:
     return {"vol": str(vol), "probe": node.probe(UID_A)}
 
 
+def _remove_tree(top: Path) -> None:
+    for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+        if path.is_dir():
+            path.rmdir()
+    top.rmdir()
+
+
+def scenario_fuse_pod_process(node: Node) -> dict[str, Any]:
+    """A process of the pod (in a pids cgroup named like the pod's container) waits on the
+    stopped daemon without holding the mount: blocked `via pod`."""
+    top = PIDS / f"unstick-hung-{os.getpid()}"
+    cgroup = top / "kubepods" / f"pod{UID_A}" / "cri-containerd-abc123.scope"
+    cgroup.mkdir(parents=True)
+    vol, daemon = _hung_volume(node)
+    waiter = None
+    try:
+        daemon.send_signal(signal.SIGSTOP)
+        waiter = _blocked(
+            node, "sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec stat "$0"', str(vol)
+        )
+        probe = node.probe(UID_A)
+        refused = step(node.executor(), UID_A, "lazy-unmount", str(vol))
+        return {"vol": str(vol), "pid": waiter.pid, "probe": probe, "refused": refused}
+    finally:
+        node.stop(daemon)  # first: the connection goes, every waiter is released
+        if waiter is not None:
+            node.stop(waiter)
+        wait_for(
+            "the pod cgroup to empty", lambda: not (cgroup / "cgroup.procs").read_text().split()
+        )
+        _remove_tree(top)
+
+
 if __name__ == "__main__":
     sys.exit(
-        main({"fuse_stopped": scenario_fuse_stopped, "fuse_answering": scenario_fuse_answering})
+        main(
+            {
+                "fuse_stopped": scenario_fuse_stopped,
+                "fuse_answering": scenario_fuse_answering,
+                "fuse_pod_process": scenario_fuse_pod_process,
+            }
+        )
     )

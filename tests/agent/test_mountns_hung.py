@@ -143,3 +143,22 @@ def test_only_a_client_waiting_for_its_server_counts_as_blocked() -> None:
     assert waits_in("nfs", "rpc_wait_bit_killable", ()) == "rpc_wait_bit_killable"
     assert waits_in("nfs", "do_wait", ("do_wait", "kernel_wait4")) is None
     assert waits_in("ext4", "request_wait_answer", ()) is None
+
+
+@pytest.mark.skipif(
+    not os.access("/sys/fs/cgroup/pids", os.W_OK), reason="needs a writable pids cgroup"
+)
+def test_a_process_of_the_pod_waiting_on_the_dead_server_is_named(scenario, work: Path) -> None:
+    r = scenario("fuse_pod_process", work, script=HUNG)
+    hung = r["probe"]["hungMounts"]
+    assert [h["mountPoint"] for h in hung] == [r["vol"]]
+    assert [(b["pid"], b["via"], b["wchan"]) for b in hung[0]["blocked"]] == [
+        (r["pid"], "pod", "request_wait_answer")
+    ]
+    assert r["probe"]["holders"] == []  # it holds nothing: only its wait ties it to the mount
+    d, p = _diagnosed(r["probe"])
+    assert d.cause is Cause.HungMount
+    words = " ".join(e.message for e in d.evidence)
+    assert f"pid {r['pid']} (stat, a process of the pod) waits in `request_wait_answer`" in words
+    assert p.actions == (Action.OBSERVE,)  # its container still runs: no lazy unmount
+    assert r["refused"]["result"] == "refused", r["refused"]
