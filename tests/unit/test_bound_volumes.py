@@ -46,10 +46,30 @@ def test_bound_claims_and_volumes_are_read_once_per_ttl() -> None:
     assert api.reads == [CLAIM, VOLUME, CLAIM]
 
 
-def test_pending_or_absent_objects_are_read_every_time() -> None:
-    api = Api({CLAIM: _claim("Pending", None), VOLUME: _volume("Released")})
+def test_claims_without_a_volume_name_or_absent_objects_are_read_every_time() -> None:
+    api = Api({CLAIM: _claim("Pending", None)})
     cache = BoundVolumes(api.get)
-    for path in (CLAIM, VOLUME, "/api/v1/persistentvolumes/missing"):
+    for path in (CLAIM, "/api/v1/persistentvolumes/missing"):
         cache.get(path)
         cache.get(path)
-    assert len(api.reads) == 6
+    assert len(api.reads) == 4
+
+
+def test_a_claims_volume_name_and_a_volumes_driver_are_kept_whatever_the_phase() -> None:
+    """The API server lets neither change for the object's life: a claim bound without a
+    status (no PV controller), a Lost claim, a Released volume are read once per ttl."""
+    lost = "/api/v1/namespaces/ns/persistentvolumeclaims/lost"
+    bare = "/api/v1/namespaces/ns/persistentvolumeclaims/bare"
+    api = Api(
+        {
+            lost: _claim("Lost", "pv-1"),
+            bare: {"spec": {"volumeName": "pv-1"}},
+            VOLUME: _volume("Released"),
+        }
+    )
+    cache = BoundVolumes(api.get)
+    for _ in range(3):
+        assert cache.get(lost)["spec"]["volumeName"] == "pv-1"
+        assert cache.get(bare)["spec"]["volumeName"] == "pv-1"
+        assert cache.get(VOLUME)["spec"]["csi"]["driver"] == "d"
+    assert api.reads == [lost, bare, VOLUME]

@@ -12,10 +12,15 @@
   of making their own.
 
 - `BoundVolumes`: a stuck pod's claims and their volumes, which the diagnosis reads for
-  the CSI driver of each mount. What it uses cannot change while the pod exists (a bound
-  claim's volumeName, a volume's CSI driver; a claim in use cannot be deleted), so a
-  bound claim and its volume are kept for `ttl_s` (60 s): the passes over one pod cost
-  one read of each per minute, not one per pass. Unbound or absent: read every time.
+  one thing only: the CSI driver of each mount (claim → `spec.volumeName` → the volume's
+  `spec.csi.driver`). The API server lets neither change for the life of the object (a
+  claim's volumeName can be set once; a volume's source is immutable), whatever the
+  phase, so a claim with a volumeName and any volume are kept for `ttl_s` (60 s): the
+  passes over one pod cost one read of each per minute, not one per decision. The only
+  change a kept entry can miss is a delete and re-create under the same name, for at most
+  `ttl_s`; no act depends on it (the agent takes the driver of a replay from the node's
+  `vol_data.json` and re-checks the mount right before acting; NodeGone's force-delete
+  re-reads the Node, not claims). A claim without a volumeName, or absent: read every time.
 
 All are thread-safe: read from the detection and worker threads, written from Kopf's
 event loop.
@@ -157,7 +162,7 @@ class BoundVolumes:
         if hit is not None and now - hit[0] <= self.ttl_s:
             return hit[1]
         obj = self._fetch(path)
-        if obj is not None and _bound(obj):
+        if obj is not None and _bound(path, obj):
             with self._lock:
                 self._kept[path] = (now, trimmed(obj))
                 if len(self._kept) > BOUND_MAX:  # the oldest first
@@ -168,9 +173,10 @@ class BoundVolumes:
         return obj
 
 
-def _bound(obj: JSON) -> bool:
-    """A bound claim (phase Bound, volumeName set) or a volume bound to a claim."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    if obj.get("kind") == "PersistentVolume" or "claimRef" in spec:
-        return status.get("phase") == "Bound"
-    return status.get("phase") == "Bound" and bool(spec.get("volumeName"))
+def _bound(path: str, obj: JSON) -> bool:
+    """What the diagnosis reads of it is fixed for the object's life: a volume (its source
+    is immutable) or a claim whose volumeName is set (settable once). The phase does not
+    matter: a Bound claim can turn Lost, its volumeName stays."""
+    if "/persistentvolumeclaims/" not in path:
+        return True
+    return bool((obj.get("spec") or {}).get("volumeName"))
