@@ -1,5 +1,24 @@
 """The CSI drivers registered with the kubelet, learned the way the kubelet learns them:
 a Registration.GetInfo call on each socket in `<kubelet-root>/plugins_registry/`.
+
+GetInfo answers are kept (`Registrations`), because every probe and every replay asks
+and the set of plugins changes rarely. What depends on the answer: the probe's
+`registeredPlugins` (with the CSINode, whether a mount's driver is registered — which
+decides between a replay through the driver and a plain unmount) and, right before a
+replay, the endpoint its NodeUnpublishVolume goes to. The freshness rule:
+
+- the directory is listed on every call: a socket file removed is gone at once, a new
+  one is asked at once;
+- an answer is used only while its socket file is the same file (device, inode, ctime,
+  taken before the call): a driver that re-registers binds a new socket file, so it is
+  asked again at the next call even at the same path (the kubelet itself calls GetInfo
+  once per socket file it sees created, and never again);
+- an answer is used at most `max_age_s` (2 s, one burst of probes): a driver that died and
+  left its socket file behind is known dead within 2 s. Meanwhile it can look registered:
+  its replay then fails to connect to its endpoint (no mount touched, the step fails and
+  is asked again) — the replay's own checks (the mount's identity, `vol_data.json` for
+  the driver and handle) are unchanged;
+- a socket that did not answer is not remembered: it is asked again at the next call.
 """
 
 from __future__ import annotations
@@ -7,6 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,26 +72,79 @@ def get_info(socket_path: str, timeout_s: float) -> Plugin:
     return Plugin(info.name, info.type, endpoint, socket_path)
 
 
+REGISTRATION_MAX_AGE_S = 2.0  # a GetInfo answer serves the calls of one burst
+
+FileIdentity = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns of a socket file
+
+
+class Registrations:
+    """GetInfo answers by registration socket, kept by the rule of the module doc."""
+
+    def __init__(
+        self,
+        max_age_s: float = REGISTRATION_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+        ask: Callable[[str, float], Plugin] = get_info,
+    ) -> None:
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self.ask = ask
+        self._lock = threading.Lock()
+        self._answers: dict[str, tuple[FileIdentity, float, Plugin]] = {}
+
+    def plugins(self, registry_dir: str, timeout_s: float) -> dict[str, Plugin]:
+        """name → Plugin for every CSI plugin answering on a `*.sock` in `registry_dir`."""
+        plugins: dict[str, Plugin] = {}
+        try:
+            names = sorted(os.listdir(registry_dir))
+        except OSError:
+            return plugins
+        seen: set[str] = set()
+        for name in names:
+            path = os.path.join(registry_dir, name)
+            plugin = self._plugin(path, name, timeout_s) if name.endswith(".sock") else None
+            seen.add(path)
+            if plugin is not None and plugin.type == CSI_PLUGIN_TYPE and plugin.name:
+                plugins[plugin.name] = plugin
+        self._forget(registry_dir, seen)
+        return plugins
+
+    def _plugin(self, path: str, name: str, timeout_s: float) -> Plugin | None:
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISSOCK(st.st_mode):
+                return None
+            identity = (st.st_dev, st.st_ino, st.st_ctime_ns)
+            now = self.clock()
+            with self._lock:
+                kept = self._answers.get(path)
+            if kept is not None and kept[0] == identity and now - kept[1] <= self.max_age_s:
+                return kept[2]
+            plugin = self.ask(path, timeout_s)  # identity and age from before the call
+        except (OSError, grpc.RpcError) as exc:
+            log.info("plugin socket %s did not answer GetInfo: %s", path, exc)
+            with self._lock:
+                self._answers.pop(path, None)
+            return None
+        with self._lock:
+            self._answers[path] = (identity, now, plugin)
+        return plugin
+
+    def _forget(self, registry_dir: str, seen: set[str]) -> None:
+        prefix = os.path.join(registry_dir, "")
+        with self._lock:
+            for path in [p for p in self._answers if p.startswith(prefix) and p not in seen]:
+                del self._answers[path]
+
+
+REGISTRATIONS = Registrations()  # the agent's one view, shared by its probes and steps
+
+
 def registered_plugins(registry_dir: str, timeout_s: float = 2.0) -> dict[str, Plugin]:
-    """name → Plugin for every CSI plugin answering on a `*.sock` in `registry_dir`.
+    """name → Plugin for every CSI plugin answering on a `*.sock` in `registry_dir`, by
+    the agent's shared `REGISTRATIONS` (answers kept per socket file, at most 2 s).
 
     Sockets that do not answer within `timeout_s` (stale files of a dead driver) are
     skipped: a driver that cannot answer the kubelet is not registered either.
     """
-    plugins: dict[str, Plugin] = {}
-    try:
-        names = sorted(os.listdir(registry_dir))
-    except OSError:
-        return plugins
-    for name in names:
-        path = os.path.join(registry_dir, name)
-        try:
-            if not name.endswith(".sock") or not stat.S_ISSOCK(os.lstat(path).st_mode):
-                continue
-            plugin = get_info(path, timeout_s)
-        except (OSError, grpc.RpcError) as exc:
-            log.info("plugin socket %s did not answer GetInfo: %s", path, exc)
-            continue
-        if plugin.type == CSI_PLUGIN_TYPE and plugin.name:
-            plugins[plugin.name] = plugin
-    return plugins
+    return REGISTRATIONS.plugins(registry_dir, timeout_s)
