@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import kopf
@@ -32,7 +33,10 @@ class _NoLeanWatcher:
     """Stands in for the lean PodWatcher: here the pods come from Kopf's own watch."""
 
     def __init__(self, *_: Any, **__: Any) -> None:
-        pass
+        # The runtime's first pass waits for its watchers' first LIST (runtime.run's
+        # `synced`); Kopf's watch has its own, so this one counts as synced at once.
+        self.synced = threading.Event()
+        self.synced.set()
 
     def start(self) -> None:
         pass
