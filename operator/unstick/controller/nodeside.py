@@ -26,7 +26,14 @@ from unstick.controller.decision import RATE_LIMITED, Pass
 from unstick.controller.policies import Policy
 from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, StatusWriter
 from unstick.controller.trust import ProbeRequests
-from unstick.core.remediation import NodeStep, NodeStepsRequest, parse_time, rfc3339
+from unstick.core.remediation import (
+    NODE_STEPS_REQUESTED_AT,
+    NodeStep,
+    NodeStepsRequest,
+    parse_time,
+    rfc3339,
+    steps_answered,
+)
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
 
@@ -58,9 +65,7 @@ def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
     gets through."""
     spec = rem.get("spec") or {}
     status = rem.get("status") or {}
-    requested: str = spec.get("nodeStepsRequestedAt") or ""
-    done_at: str = status.get("nodeStepsDoneAt") or ""
-    if not (requested and done_at and parse_time(done_at) >= parse_time(requested)):
+    if not steps_answered(spec, status):
         return []
     out = []
     for item in status.get("nodeActions") or []:
@@ -123,12 +128,10 @@ def retry_backoff_s(times: int, ceiling_s: float) -> float:
 def steps_pending(rem: JSON) -> bool:
     """Node steps were handed to the agent and it has not answered them yet."""
     spec, status = rem.get("spec") or {}, rem.get("status") or {}
-    requested, done_at = spec.get("nodeStepsRequestedAt"), status.get("nodeStepsDoneAt")
+    requested = spec.get(NODE_STEPS_REQUESTED_AT)
     if not isinstance(requested, str) or not requested:
         return False
-    return not (
-        isinstance(done_at, str) and done_at and parse_time(done_at) >= parse_time(requested)
-    )
+    return not steps_answered(spec, status)
 
 
 def late_agent_actions(rem: JSON, now: float) -> list[Any] | None:
@@ -181,7 +184,7 @@ class NodeSide:
         steps = [s.to_json() for s in planned]
         requested: str = spec.get("nodeStepsRequestedAt") or ""
         done_at: str = status.get("nodeStepsDoneAt") or ""
-        finished = bool(requested and done_at and parse_time(done_at) >= parse_time(requested))
+        finished = bool(requested) and steps_answered(spec, status)
         if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
             return self.wait_for_probe(p)
         if requested and spec.get("nodeSteps") == steps and not finished:
