@@ -1,4 +1,4 @@
-"""The node actions of DESIGN §3, one method per action, each re-checking its own
+"""The node actions of design.md §3, one method per action, each re-checking its own
 preconditions on the host right before it acts: `run_step` runs one; unmount and
 replay-unpublish are here, rmdir-stale in agent/rmdir_step.py, the checks they share (and
 the rules every act follows) in agent/stepchecks.py.

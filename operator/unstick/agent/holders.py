@@ -1,4 +1,4 @@
-"""Who holds a mount (DESIGN §3 invariant 9): any process, in any mount namespace, that
+"""Who holds a mount (design.md §3 invariant 9): any process, in any mount namespace, that
 uses the mount or a copy of it (a bind, a propagated peer or slave, at any path).
 
 Holders are matched by mount identity (device and root, see

@@ -1,4 +1,4 @@
-"""The checks the node steps share (DESIGN §3 safety invariants), re-run right before
+"""The checks the node steps share (design.md §3 safety invariants), re-run right before
 each act; the steps themselves are in agent/executor.py and agent/rmdir_step.py.
 
 Every path is derived by the agent from the pod UID and its own kubelet root; a step's

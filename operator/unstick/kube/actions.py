@@ -1,4 +1,4 @@
-"""The two API actions of DESIGN §3, each guarded on the server side as well.
+"""The two API actions of design.md §3, each guarded on the server side as well.
 
 - `force-delete`: DELETE with gracePeriodSeconds=0 and `preconditions.uid`, so a new pod
   that reused the name is never hit.
@@ -49,7 +49,7 @@ def _refused(exc: ApiException, *, patch: bool = False) -> Outcome:
     if patch and exc.status == 422 and not _TEST_FAILED.search(server_message(exc)):
         # Not our `test` op failing (the list changed) but the server refusing the object
         # itself (validation, admission: e.g. "Pod QoS is immutable" on an old pod spec,
-        # DESIGN §9 "rejected fix"): not retried until the pod changes.
+        # design.md §9 "rejected fix"): not retried until the pod changes.
         return Outcome("rejected", f"API server rejected the patch (422): {server_message(exc)}")
     if exc.status in (404, 409, 422):
         return Outcome(
