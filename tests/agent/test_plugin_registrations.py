@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -37,10 +38,12 @@ class _Registration(pluginregistration_pb2_grpc.RegistrationServicer):
 class Driver:
     """A registration server on a real unix socket; stop() leaves no socket file."""
 
-    def __init__(self, path: Path, name: str, endpoint: str) -> None:
+    def __init__(
+        self, path: Path, name: str, endpoint: str, servicer: _Registration | None = None
+    ) -> None:
         self.path = path
-        self.servicer = _Registration(name, endpoint)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        self.servicer = servicer or _Registration(name, endpoint)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(self.servicer, self.server)
         self.server.add_insecure_port(f"unix://{path}")
         self.server.start()
@@ -142,3 +145,34 @@ def test_a_socket_that_did_not_answer_is_asked_again(registry: Path, drivers: li
     path.unlink()
     drivers.append(Driver(path, DRIVER, "/plugins/a/csi.sock"))
     assert DRIVER in view.plugins(str(registry), timeout_s=2)
+
+
+class _Slow(_Registration):
+    """Answers only once released: the callers that come meanwhile must wait for it."""
+
+    def __init__(self, name: str, endpoint: str) -> None:
+        super().__init__(name, endpoint)
+        self.asked = threading.Event()
+        self.release = threading.Event()
+
+    def GetInfo(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        self.asked.set()
+        self.release.wait(30)
+        return self.info
+
+
+def test_callers_during_a_getinfo_in_flight_share_its_answer(
+    registry: Path, drivers: list[Driver]
+) -> None:
+    slow = _Slow(DRIVER, "/plugins/a/csi.sock")
+    drivers.append(Driver(registry / f"{DRIVER}-reg.sock", DRIVER, slow.info.endpoint, slow))
+    view = Registrations(max_age_s=3600.0, clock=Clock())
+    with futures.ThreadPoolExecutor(max_workers=16) as pool:
+        first = pool.submit(view.plugins, str(registry), 5)
+        assert slow.asked.wait(30)
+        rest = [pool.submit(view.plugins, str(registry), 5) for _ in range(15)]
+        slow.release.set()
+        answers = [first.result(30), *(f.result(30) for f in rest)]
+    assert all(DRIVER in a for a in answers)
+    assert slow.calls == 1

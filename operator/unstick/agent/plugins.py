@@ -18,7 +18,9 @@ replay, the endpoint its NodeUnpublishVolume goes to. The freshness rule:
   its replay then fails to connect to its endpoint (no mount touched, the step fails and
   is asked again) — the replay's own checks (the mount's identity, `vol_data.json` for
   the driver and handle) are unchanged;
-- a socket that did not answer is not remembered: it is asked again at the next call.
+- a socket that did not answer is not remembered: it is asked again at the next call;
+- one GetInfo is in flight per socket: callers meanwhile wait for it and share its answer
+  (or its failure: it answered no call made after theirs started).
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ class Registrations:
         self.ask = ask
         self._lock = threading.Lock()
         self._answers: dict[str, tuple[FileIdentity, float, Plugin]] = {}
+        self._asking: dict[str, threading.Lock] = {}  # one GetInfo in flight per socket
+        self._failed: dict[str, tuple[FileIdentity, int]] = {}  # no answer: file, ticket
+        self._failures = 0  # tickets of calls that did not answer
 
     def plugins(self, registry_dir: str, timeout_s: float) -> dict[str, Plugin]:
         """name → Plugin for every CSI plugin answering on a `*.sock` in `registry_dir`."""
@@ -102,39 +107,55 @@ class Registrations:
         seen: set[str] = set()
         for name in names:
             path = os.path.join(registry_dir, name)
-            plugin = self._plugin(path, name, timeout_s) if name.endswith(".sock") else None
+            plugin = self._plugin(path, timeout_s) if name.endswith(".sock") else None
             seen.add(path)
             if plugin is not None and plugin.type == CSI_PLUGIN_TYPE and plugin.name:
                 plugins[plugin.name] = plugin
         self._forget(registry_dir, seen)
         return plugins
 
-    def _plugin(self, path: str, name: str, timeout_s: float) -> Plugin | None:
+    def _plugin(self, path: str, timeout_s: float) -> Plugin | None:
         try:
             st = os.lstat(path)
-            if not stat.S_ISSOCK(st.st_mode):
-                return None
-            identity = (st.st_dev, st.st_ino, st.st_ctime_ns)
-            now = self.clock()
+        except OSError as exc:
+            log.info("plugin socket %s did not answer GetInfo: %s", path, exc)
+            return None
+        if not stat.S_ISSOCK(st.st_mode):
+            return None
+        identity = (st.st_dev, st.st_ino, st.st_ctime_ns)
+        with self._lock:
+            asking = self._asking.setdefault(path, threading.Lock())
+            failures_seen = self._failures
+        with asking:  # one GetInfo in flight per socket: callers meanwhile share its answer
             with self._lock:
                 kept = self._answers.get(path)
+                failed = self._failed.get(path)
+            now = self.clock()
             if kept is not None and kept[0] == identity and now - kept[1] <= self.max_age_s:
                 return kept[2]
-            plugin = self.ask(path, timeout_s)  # identity and age from before the call
-        except (OSError, grpc.RpcError) as exc:
-            log.info("plugin socket %s did not answer GetInfo: %s", path, exc)
+            if failed is not None and failed[0] == identity and failed[1] > failures_seen:
+                return None  # it did not answer a call made while this one waited
+            try:
+                plugin = self.ask(path, timeout_s)  # identity and age from before the call
+            except (OSError, grpc.RpcError) as exc:
+                log.info("plugin socket %s did not answer GetInfo: %s", path, exc)
+                with self._lock:
+                    self._answers.pop(path, None)
+                    self._failures += 1
+                    self._failed[path] = (identity, self._failures)
+                return None
             with self._lock:
-                self._answers.pop(path, None)
-            return None
-        with self._lock:
-            self._answers[path] = (identity, now, plugin)
-        return plugin
+                self._answers[path] = (identity, now, plugin)
+                self._failed.pop(path, None)
+            return plugin
 
     def _forget(self, registry_dir: str, seen: set[str]) -> None:
         prefix = os.path.join(registry_dir, "")
         with self._lock:
-            for path in [p for p in self._answers if p.startswith(prefix) and p not in seen]:
-                del self._answers[path]
+            for path in [p for p in self._asking if p.startswith(prefix) and p not in seen]:
+                self._answers.pop(path, None)
+                self._failed.pop(path, None)
+                del self._asking[path]
 
 
 REGISTRATIONS = Registrations()  # the agent's one view, shared by its probes and steps
