@@ -15,7 +15,15 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from unstick.core.remediation import ALL_REMEDIATIONS, parse_time, rfc3339
+from unstick.core.remediation import (
+    ALL_REMEDIATIONS,
+    INCIDENT,
+    NODE_NAME,
+    POD_NAME,
+    POD_UID,
+    parse_time,
+    rfc3339,
+)
 
 if TYPE_CHECKING:
     from unstick.kube.client import JSON, Kube
@@ -92,7 +100,7 @@ def gather(api: Kube, now: float) -> JSON:
     rems, why = _list(api, REMEDIATIONS)
     notes += [why] if why else []
     by_uid = {
-        str((r.get("spec") or {}).get("podUID")): r
+        str((r.get("spec") or {}).get(POD_UID)): r
         for r in rems
         if (r.get("status") or {}).get("phase") not in FINAL
     }
@@ -120,7 +128,7 @@ def _incident_pods(rems: list[JSON]) -> list[tuple[str, JSON]]:
     out = []
     for r in rems:
         spec, status = r.get("spec") or {}, r.get("status") or {}
-        if not spec.get("incident") or status.get("phase") in FINAL:
+        if not spec.get(INCIDENT) or status.get("phase") in FINAL:
             continue
         for entry in status.get("pods") or []:
             if isinstance(entry, dict) and not entry.get("goneAt"):
@@ -152,7 +160,7 @@ def _waiters(rems: list[JSON], now: float) -> list[JSON]:
     out = []
     for r in rems:
         spec, status = r.get("spec") or {}, r.get("status") or {}
-        holder = f"{(r.get('metadata') or {}).get('namespace')}/{spec.get('podName')}"
+        holder = f"{(r.get('metadata') or {}).get('namespace')}/{spec.get(POD_NAME)}"
         for w in status.get("waiters") or []:
             if not isinstance(w, dict) or w.get("until"):
                 continue
@@ -162,7 +170,7 @@ def _waiters(rems: list[JSON], now: float) -> list[JSON]:
                     "pod": w.get("pod"),
                     "claim": w.get("claim"),
                     "heldBy": holder,
-                    "holderNode": spec.get("nodeName"),
+                    "holderNode": spec.get(NODE_NAME),
                     "holderCause": status.get("cause"),
                     "waitedSeconds": None if since is None else round(now - since),
                 }

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import records
 from unstick.controller.incidentrecord import Incident, IncidentPod
-from unstick.core.remediation import parse_time, rfc3339
+from unstick.core.remediation import INCIDENT, NODE_NAME, parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger("unstick.decisions")
@@ -47,7 +47,7 @@ def unresolved(items: list[JSON]) -> tuple[list[Incident], list[JSON]]:
     empty: list[JSON] = []
     for rem in items:
         spec, status = rem.get("spec") or {}, rem.get("status") or {}
-        if not spec.get("incident") or status.get("phase") == "Resolved":
+        if not spec.get(INCIDENT) or status.get("phase") == "Resolved":
             continue
         inc = _incident(rem)
         if inc is None:
@@ -83,11 +83,11 @@ def _incident(rem: JSON) -> Incident | None:
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     return Incident(
         namespace,
-        str(spec.get("nodeName") or ""),
-        str(spec.get("incident")),
+        str(spec.get(NODE_NAME) or ""),
+        str(spec.get(INCIDENT)),
         str(status.get("policy") or ""),
         name,
-        {"cause": str(spec.get("incident")), **{k: status[k] for k in SUMMARY_KEYS if k in status}},
+        {"cause": str(spec.get(INCIDENT)), **{k: status[k] for k in SUMMARY_KEYS if k in status}},
         opened=created,
         last_join=created,
         pods=pods,

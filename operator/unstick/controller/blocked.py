@@ -47,7 +47,7 @@ from unstick.core.aftermath import (
     namespace_message,
     waiter_entry,
 )
-from unstick.core.remediation import parse_time, rfc3339
+from unstick.core.remediation import POD_UID, parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
 from unstick.kube.events import EventFeed, post_event
 from unstick.kube.objectwatch import DictStore, ObjectWatcher
@@ -280,7 +280,7 @@ class Aftermath:
     def _remediation(self, holder: PodRef) -> JSON | None:
         for name in records.remediation_names(holder.name, holder.uid):
             rem = records.get_remediation(self.kube, holder.namespace, name)
-            if rem is not None and (rem.get("spec") or {}).get("podUID") == holder.uid:
+            if rem is not None and (rem.get("spec") or {}).get(POD_UID) == holder.uid:
                 return rem
         return None
 

@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from unstick.core.ratelimit import WINDOW_S
-from unstick.core.remediation import ALL_REMEDIATIONS, parse_time
+from unstick.core.remediation import (
+    ALL_REMEDIATIONS,
+    NODE_NAME,
+    NODE_STEPS_REQUESTED_AT,
+    parse_time,
+)
 from unstick.core.vocabulary import API_ACTIONS
 from unstick.kube.client import JSON, Kube, remediation_path
 
@@ -62,9 +67,9 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
     for rem in remediations:
         spec = rem.get("spec") or {}
         status = rem.get("status") or {}
-        node = str(spec.get("nodeName") or "") or "(none)"
+        node = str(spec.get(NODE_NAME) or "") or "(none)"
         policy = str(status.get("policy") or "")
-        times = [_time(spec.get("nodeStepsRequestedAt"))]
+        times = [_time(spec.get(NODE_STEPS_REQUESTED_AT))]
         # per-pod records: status.actions; node incidents: status.pods (incidents.py)
         for entry in [*(status.get("actions") or []), *(status.get("pods") or [])]:
             if (

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from unstick.controller import records
 from unstick.controller.decision import Decision, status_summary
 from unstick.controller.records import POD_LABEL_PREFIX, EventQueue
-from unstick.core.remediation import INCIDENT_LABEL, rfc3339
+from unstick.core.remediation import DRY_RUN, INCIDENT, INCIDENT_LABEL, NODE_NAME, rfc3339
 from unstick.core.vocabulary import Action, Cause
 from unstick.kube.client import JSON, Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
@@ -143,7 +143,7 @@ def create_record(
                 **labels,
             },
         },
-        "spec": {"nodeName": inc.node, "incident": inc.cause, "dryRun": False},
+        "spec": {NODE_NAME: inc.node, INCIDENT: inc.cause, DRY_RUN: False},
     }
     try:
         created = kube.request("POST", remediation_path(inc.namespace), body=body)

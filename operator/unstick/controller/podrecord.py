@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from unstick.controller import metrics, records, trust
 from unstick.controller.nodeside import late_agent_actions, steps_pending
 from unstick.controller.statuswriter import StatusWriter
-from unstick.core.remediation import rfc3339
+from unstick.core.remediation import POD_UID, rfc3339
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod
@@ -140,7 +140,7 @@ class PodRecords:
         if uid not in self.awaiting_agent:
             return
         rem = records.get_remediation(self.kube, namespace, name)
-        if rem is None or (rem.get("spec") or {}).get("podUID") != uid or steps_pending(rem):
+        if rem is None or (rem.get("spec") or {}).get(POD_UID) != uid or steps_pending(rem):
             return
         self.awaiting_agent.pop(uid, None)
         late = late_agent_actions(rem, self.clock())

@@ -53,7 +53,7 @@ from unstick.controller.podrecord import PodRecords, log_resolved
 from unstick.controller.records import EventQueue
 from unstick.controller.statuswriter import StatusWriter
 from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
-from unstick.core.remediation import parse_time, rfc3339
+from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, parse_time, rfc3339
 from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube.client import JSON, Kube
@@ -162,7 +162,7 @@ class Reconciler:
             )
             return now + self.settings.recheck_s
         status = (rem or {}).get("status") or {}
-        probe = trust.usable_probe(status.get("probe"), record, self.requests.first(record.uid))
+        probe = trust.usable_probe(status.get(PROBE), record, self.requests.first(record.uid))
         pod = pod_json(record)
         try:
             decision = self.detector.decide(pod, probe.probe, now, None)
@@ -297,7 +297,7 @@ class Reconciler:
             if isinstance(a, dict)
         ):
             return 0.0
-        done_at = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
+        done_at = (p.rem.get("status") or {}).get(NODE_STEPS_DONE_AT)
         if not isinstance(done_at, str) or not done_at:
             return 0.0
         try:

@@ -20,6 +20,7 @@ from typing import Any
 from unstick.controller import records
 from unstick.controller.inputs import fetch_pod
 from unstick.controller.trust import FINAL_PHASES, check_record
+from unstick.core.remediation import POD_NAME, POD_UID
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,11 @@ class RecordChecks:
         spec = rem.get("spec") or {}
         if second:
             why: str | None = (
-                f"a second record of pod {spec.get('podName')!r} (UID {spec.get('podUID')}): "
+                f"a second record of pod {spec.get(POD_NAME)!r} (UID {spec.get(POD_UID)}): "
                 "unstick keeps the pod's record under another name; this one is not used"
             )
         else:
-            pod_name = spec.get("podName")
+            pod_name = spec.get(POD_NAME)
             pod = fetch_pod(self.kube, namespace, pod_name) if isinstance(pod_name, str) else None
             why = check_record(rem, pod)
         if why is not None:

@@ -39,6 +39,7 @@ from unstick.controller.scheduler import Scheduler
 from unstick.controller.startup import before_first_pass
 from unstick.controller.trust import usable_probe
 from unstick.controller.wiring import wire
+from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE
 from unstick.kube.client import JSON, Kube
 from unstick.kube.objectwatch import ObjectWatcher
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
@@ -191,13 +192,13 @@ class Runtime:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if uid in self.reconciler.awaiting_agent and (body.get("status") or {}).get(
-            "nodeStepsDoneAt"
+            NODE_STEPS_DONE_AT
         ):
             self._spawn(asyncio.to_thread(self.reconciler.record_late_answer, uid, *key))
         if self._own_record(uid, key) is False:
             self.record_checks.maybe_check(uid, body)  # a second record: its probe is not used
             return
-        probe = (body.get("status") or {}).get("probe")
+        probe = (body.get("status") or {}).get(PROBE)
         if probe and uid in self.pods:
             self.probes[uid] = probe
         else:
