@@ -19,6 +19,7 @@ from unstick.core.facts import Facts
 from unstick.core.planner import Plan, plan
 from unstick.core.policy import RemediationPolicy, parse_policy
 from unstick.core.ratelimit import ActionBudget
+from unstick.core.safety import MAX_CLOCK_SKEW_S
 from unstick.core.snapshot import parse_bundle
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 
@@ -204,7 +205,7 @@ def fresh(facts: Facts) -> bool:
     return (
         p is not None
         and p.node_name == facts.pod.node_name
-        and abs((facts.now - p.probed_at).total_seconds()) <= 120
+        and -MAX_CLOCK_SKEW_S <= (facts.now - p.probed_at).total_seconds() <= 120
         and p.pod_uid in (None, facts.pod.uid)
     )
 
