@@ -172,4 +172,6 @@ def test_the_node_budget_holds_across_an_agent_killed_mid_batch(
     (action,) = status["nodeActions"]
     assert action["action"] == "rmdir-stale" and action["result"] == "refused", action
     assert "rate limit: this node's budget (2 per minute" in action["message"], action
+    (whole,) = [r for r in status["nodeRefusals"] if r["action"] == "node-steps"]
+    assert whole["reason"] == "policy_forbids" and 1 <= whole["retryAfterSeconds"] <= 60, whole
     assert stale.is_dir()  # not run

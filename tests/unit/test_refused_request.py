@@ -63,6 +63,12 @@ def test_only_stale_and_the_agents_budget_are_retried() -> None:
 
 
 def test_the_agents_node_budget_is_busy_a_policy_that_forbids_is_not() -> None:
+    # the agent marks it with retryAfterSeconds, whatever the message says
+    marked = {**refusal("policy_forbids"), "message": "any words", "retryAfterSeconds": 12}
+    assert refused_request(rem(["refused"], [marked])) == ("busy", 1)
+    not_a_number = {**marked, "retryAfterSeconds": "12"}
+    assert refused_request(rem(["refused"], [not_a_number])) == ("policy_forbids", 1)
+    # an agent from before the marker: the message's beginning
     busy = {**refusal("policy_forbids"), "message": "rate limit: this node's budget (10 ..."}
     assert refused_request(rem(["refused"], [busy])) == ("busy", 1)
     forbids = {**refusal("policy_forbids"), "message": "RemediationPolicy 'x' does not permit"}

@@ -223,31 +223,33 @@ class Handler:
 
     def _authorised(
         self, ns: str, spec: JSON, asked: tuple[datetime, datetime], steps: list[tuple[str, str]]
-    ) -> tuple[list[StepResult], Mandate | Refusal]:
-        """(refusals, why) or ([], the mandate every step is permitted under)."""
+    ) -> tuple[list[StepResult], Mandate | Refusal, float | None]:
+        """(refusals, why, seconds until the node budget has room again when that is why)
+        or ([], the mandate every step is permitted under, None)."""
         try:
             m = self._check_request(ns, spec, asked)
         except BadRemediation as exc:
-            return self._refuse_all(steps, exc.refusal, str(exc)), exc.refusal
+            return self._refuse_all(steps, exc.refusal, str(exc)), exc.refusal, None
         for action, _target in steps:
             narrowed = permit(m, Action(action))
             if not narrowed:
                 assert narrowed.refusal is not None
                 why = narrowed.refusal
-                return self._refuse_all(steps, why, narrowed.message), why
+                return self._refuse_all(steps, why, narrowed.message), why, None
         assert m.policy is not None
         limit = m.policy.rate_limits.node_per_minute
         wait = self.budget.try_take(self.clock().timestamp(), limit)
         if wait > 0:
             message = (
-                # "rate limit:" begins it: the controller asks again (controller/nodeside.py)
+                # with retryAfterSeconds on record: the controller asks again (nodeside.py)
                 f"rate limit: this node's budget ({min(limit, self.budget.cap)} per minute: "
                 f"RemediationPolicy {m.policy.name!r} allows {limit}, the agent's "
                 f"--max-node-actions-per-minute {self.budget.cap}, or a stricter policy's "
                 f"in the last minute) is used up for {wait:.0f}s"
             )
-            return self._refuse_all(steps, Refusal.POLICY_FORBIDS, message), Refusal.POLICY_FORBIDS
-        return [], m
+            refused = self._refuse_all(steps, Refusal.POLICY_FORBIDS, message)
+            return refused, Refusal.POLICY_FORBIDS, wait
+        return [], m, None
 
     def _act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
         """Run the steps in order until one fails or is refused (see `pod_locks`)."""
@@ -280,6 +282,7 @@ class Handler:
     ) -> None:
         results: list[StepResult] = []
         why: Refusal | None = None
+        retry_after: float | None = None  # refused for the node budget: room again then
         try:
             steps = parse_steps(spec)
         except BadRemediation as exc:
@@ -287,7 +290,7 @@ class Handler:
             steps, why = [], exc.refusal
         m: Mandate | None = None
         if steps:
-            results, granted = self._authorised(ns, spec, asked, steps)
+            results, granted, retry_after = self._authorised(ns, spec, asked, steps)
             if isinstance(granted, Refusal):
                 log.warning(
                     "remediation %s/%s: node steps refused: %s", ns, name, results[0].message
@@ -303,7 +306,9 @@ class Handler:
             rem.NODE_STEPS_DONE_AT: rfc3339(done),
         }
         if why is not None:  # the request as a whole, with its reason (the controller's cue)
-            entry = refusal_entry(NODE_STEPS, why, results[0].message, done)
+            entry = refusal_entry(
+                NODE_STEPS, why, results[0].message, done, retry_after_s=retry_after
+            )
             patch[rem.NODE_REFUSALS] = with_refusal(status, entry)
         if m is not None:  # a refused request gets no probe either (same pod check)
             try:

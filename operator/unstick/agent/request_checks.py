@@ -8,6 +8,7 @@ agent cannot use is a `BadRemediation` whose message names the field, never an a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from unstick.core.remediation import (
     NODE_STEPS_REQUESTED_AT,
     POD_NAME,
     POD_UID,
+    RETRY_AFTER,
     RemediationError,
     field_time,
     rfc3339,
@@ -113,15 +115,27 @@ def check_pod(pod: JSON | None, spec: JSON, node: str, now: datetime) -> None:
         )
 
 
-def refusal_entry(action: str, refusal: Refusal, message: str, at: datetime) -> JSON:
-    """One `status.nodeRefusals` entry."""
-    return {
+def refusal_entry(
+    action: str,
+    refusal: Refusal,
+    message: str,
+    at: datetime,
+    *,
+    retry_after_s: float | None = None,
+) -> JSON:
+    """One `status.nodeRefusals` entry; `retryAfterSeconds` when what refused it was a
+    limit that has room again after that long (the agent's node budget), so the request
+    says nothing about its steps and may be asked again."""
+    entry: JSON = {
         "action": action,
         "reason": str(refusal),
         "message": message[:1000],
         "time": rfc3339(at),
         "by": "agent",
     }
+    if retry_after_s is not None:
+        entry[RETRY_AFTER] = max(1, math.ceil(retry_after_s))
+    return entry
 
 
 def with_refusal(status: JSON, entry: JSON) -> list[JSON]:

@@ -28,6 +28,7 @@ from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, StatusWriter
 from unstick.controller.trust import ProbeRequests
 from unstick.core.remediation import (
     NODE_STEPS_REQUESTED_AT,
+    RETRY_AFTER,
     NodeStep,
     NodeStepsRequest,
     parse_time,
@@ -44,11 +45,11 @@ log = logging.getLogger("unstick.decisions")
 AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
 #: Refusals of a whole request that say nothing about the steps — the request reached the
 #: agent too old or from the future of its clock (`stale`), or the agent's own node budget
-#: was used up (`policy_forbids` with a message starting BUSY): asked again after a
+#: was used up (`policy_forbids` with `retryAfterSeconds`): asked again after a
 #: backoff. A refusal for a safety reason (forged, unsafe, not opted in, a policy that does
 #: not permit the step, dry-run) is not.
 RETRIED_REFUSALS = frozenset({str(Refusal.STALE), "busy"})
-BUSY = "rate limit:"  # how the agent's refusal for its node budget begins (agent/handler.py)
+BUSY = "rate limit:"  # how an older agent's node-budget refusal began (no retryAfterSeconds)
 RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
 NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
 
@@ -84,9 +85,13 @@ def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
 
 
 def _word(entry: dict[str, Any]) -> str:
-    """The refusal's reason, `busy` for the agent's node budget (counted policy_forbids)."""
+    """The refusal's reason, `busy` for the agent's node budget (counted policy_forbids):
+    the entry carries `retryAfterSeconds` (or, from an agent before it did, a message
+    starting BUSY)."""
     reason = str(entry.get("reason"))
-    if reason == str(Refusal.POLICY_FORBIDS) and str(entry.get("message", "")).startswith(BUSY):
+    if reason == str(Refusal.POLICY_FORBIDS) and (
+        isinstance(entry.get(RETRY_AFTER), int) or str(entry.get("message", "")).startswith(BUSY)
+    ):
         return "busy"
     return reason
 

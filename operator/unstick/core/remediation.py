@@ -73,6 +73,9 @@ NODE_ACTIONS_FIELD = "nodeActions"
 NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
 #: The agent's refusals of a request as a whole (a probe, or a batch of node steps).
 NODE_REFUSALS = "nodeRefusals"
+#: In a `nodeRefusals` entry: the request was refused by a limit (the agent's node budget)
+#: that has room again after this many seconds — nothing ran, it may be asked again.
+RETRY_AFTER = "retryAfterSeconds"
 
 # Results of an API action on record before it is sent (record before act, design.md §3
 # invariant 10): `status.actions` of a per-pod record, `status.pods` of a node incident.
