@@ -1,34 +1,23 @@
-"""Node incidents: one Remediation for the pods that one node-level fact holds.
+"""Node incidents: one Remediation for the pods that one node-level fact holds
+(docs/incidents.md).
 
-When a node is deleted (NodeGone) or is fenced while unreachable (NodeUnreachable with the
-`node.kubernetes.io/out-of-service` taint), every opted-in pod on it has the same
-diagnosis from the same fact and the same fix, `force-delete`, and is gone a moment
-later. A record and an Event per pod would cost more API requests than the fix itself
-(2,000 pods: ~6 requests each, where the DELETE is one). So these pods share ONE
-Remediation per (namespace, node, cause, policy) — the *incident* — that lists each pod
-with what was done to it and when it went (docs/incidents.md):
+When a node is deleted (NodeGone) or fenced while unreachable (NodeUnreachable with the
+`node.kubernetes.io/out-of-service` taint), its opted-in pods share one diagnosis and one
+fix, `force-delete`. A record and an Event per pod would cost more requests than the fix,
+so they share ONE Remediation per (namespace, node, cause, policy), the *incident*:
+`spec.incident` and `spec.nodeName` (no pod: it is no channel to an agent), a label
+`pod.unstick.dev/<pod>` per pod, `status.pods` (name, uid, action, result, message, time,
+goneAt), `podCount`/`podsGone`, `Remediating` until every pod is gone, then `Resolved`; one
+Event when it opens and one when its pods are gone. A pod that stays (observed, dry run,
+refused) keeps its own Remediation. Each pod is still decided and re-checked on its own
+(controller/incidentpath.py) against a fresh read of its Node.
 
-- `spec.incident` (the cause) and `spec.nodeName`; no `spec.podName`/`podUID`: it is no
-  channel to an agent (NodeGone and fenced nodes have none) and no authority for anything;
-- a label `pod.unstick.dev/<pod name>` per pod, so `kubectl get remediations -A -l
-  pod.unstick.dev/<pod>` finds any one pod's story by its name (per-pod records carry
-  the same label);
-- `status.pods`: name, uid, action, result, message, time, goneAt; `status.podCount`,
-  `podsGone`; phase `Remediating` until every listed pod is gone, then `Resolved`;
-- one Event on the incident when it opens and one when all its pods are gone.
-
-Only pods that would be force-deleted take this path (opted in, not dry-run, the plan is
-exactly `force-delete`); a pod that stays (observed, dry run, refused) keeps its own
-Remediation and its own Event, where its owner looks. Each pod's action is still decided
-and re-checked on its own (controller/reconciler.py), against a fresh read of its Node.
-
-Record before act (design.md §3 invariant 10): a pod's force-delete is first put on record
-as an intent (`result: deleting`, at the time its budget slot was taken) and the DELETE
-is sent only once the record holding it is written — by one thread that writes every
-intent pending at that moment in one status patch, so a burst costs about one write per
-batch, not per pod. The DELETE's result follows off the action path, at most every
-`FLUSH_S` per incident. A restarted controller adopts the records it finds unresolved
-(controller/adoption.py): an intent without a result is settled by looking at the pod.
+Record before act (design.md §3 invariant 10): a force-delete is first on record as an
+intent (`result: deleting`, at the time its budget slot was taken) and the DELETE is sent
+only once the record holding it is written — by one thread that writes every intent
+pending at that moment in one status patch (a burst costs about one write per batch). The
+DELETE's result follows at most every `FLUSH_S` per incident. A restarted controller
+adopts the records it finds unresolved (controller/adoption.py).
 """
 
 from __future__ import annotations
@@ -57,9 +46,7 @@ from unstick.controller.incidentrecord import (
     create_record,
     patch_labels,
 )
-from unstick.controller.incidentrecord import (
-    summary as incident_summary,
-)
+from unstick.controller.incidentrecord import summary as incident_summary
 from unstick.controller.records import EventQueue, pod_label
 from unstick.core.remediation import DELETING
 from unstick.kube.client import Kube
@@ -84,6 +71,7 @@ class Incidents:
         # pods also listed by a second record of a dead controller (adoption.py): that
         # record notes when they go too, but never carries their action
         self._others: dict[str, list[Incident]] = {}
+        self._sending: set[str] = set()  # intents whose DELETE's answer is still to come
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -151,6 +139,7 @@ class Incidents:
                 return None
             pod = inc.pods[uid]
             pod.action, pod.result, pod.at = action, DELETING, at
+            self._sending.add(uid)
             pod.message = "decided; the DELETE is sent once this entry is on record"
             inc.waiting.pop(uid, None)
             self._touch(inc, urgent=True)
@@ -172,22 +161,28 @@ class Incidents:
         """The intent was not carried out (the API server refused the DELETE): no action on
         record for the pod until it is decided again."""
         with self._lock:
+            self._sending.discard(uid)
             inc = self._by_uid.get(uid)
             if inc is not None and inc.pods[uid].result == DELETING:
                 pod = inc.pods[uid]
                 pod.action = pod.result = pod.message = ""
                 pod.at = None
                 self._touch(inc)
+            if inc is not None and inc.pods[uid].gone_at is not None:  # went meanwhile
+                del self._by_uid[uid]
 
     def outcome(self, uid: str, action: str, result: str, message: str, at: float) -> bool:
         """Record what was done to the pod (`at`: when its budget slot was taken, the time a
         restarted controller counts the grant at); False when the same result was on
         record."""
         with self._lock:
+            self._sending.discard(uid)
             inc = self._by_uid.get(uid)
             if inc is None:
                 return False
             pod = inc.pods[uid]
+            if pod.gone_at is not None:  # the watch saw it go before this answer came
+                del self._by_uid[uid]
             if (pod.action, pod.result) == (action, result):
                 return False
             pod.action, pod.result, pod.message = action, result, message[:MAX_MESSAGE]
@@ -207,12 +202,16 @@ class Incidents:
     def gone(self, uid: str, now: float) -> IncidentPod | None:
         """The pod left the API: noted in its incident (None: no incident holds it)."""
         with self._lock:
-            inc = self._by_uid.pop(uid, None)
             for other in self._others.pop(uid, []):
                 self._mark_gone(other, uid, now)
-            if inc is None:
-                return None
-            return self._mark_gone(inc, uid, now)
+            if uid in self._sending and (inc := self._by_uid.get(uid)) is not None:
+                # its DELETE's answer is on its way (a sender): `outcome` records it
+                if inc.pods[uid].gone_at is None:
+                    inc.pods[uid].gone_at = now
+                    self._touch(inc)
+                return inc.pods[uid]
+            inc = self._by_uid.pop(uid, None)
+            return None if inc is None else self._mark_gone(inc, uid, now)
 
     def _mark_gone(self, inc: Incident, uid: str, now: float) -> IncidentPod:
         pod = inc.pods[uid]
