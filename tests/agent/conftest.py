@@ -74,7 +74,14 @@ def work() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def scenario() -> Callable[..., dict[str, Any]]:
-    """`scenario(name, workdir)`: run a mountns scenario, its JSON result."""
+    """`scenario(name, workdir)`: run a mountns scenario, its JSON result (a plain
+    function: session-scoped, so module-scoped fixtures may use it too)."""
     return run_scenario
+
+
+@pytest.fixture(scope="session")
+def host_mounts() -> Callable[[Path], list[str]]:
+    """`host_mounts(path)`: mount points under `path` in the test's own namespace."""
+    return host_mounts_under

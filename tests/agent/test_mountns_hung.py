@@ -9,6 +9,7 @@ does. Every process (daemon included) is killed and every mount goes with the na
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +63,15 @@ def _diagnosed(probe: dict[str, Any]) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from conftest import host_mounts_under, run_scenario
-
+def stopped(
+    scenario: Callable[..., dict[str, Any]], host_mounts: Callable[[Path], list[str]]
+) -> dict[str, Any]:
+    # (not `from conftest import ...`: in a whole-suite run `conftest` may be another
+    # directory's, found first)
     work = Path("/tmp") / f"uh-{os.getpid()}"
     try:
-        result = run_scenario("fuse_stopped", work, script=HUNG)
-        assert host_mounts_under(work) == [], "a mount leaked into the host namespace"
+        result = scenario("fuse_stopped", work, script=HUNG)
+        assert host_mounts(work) == [], "a mount leaked into the host namespace"
         return result
     finally:
         import shutil

@@ -207,8 +207,16 @@ def test_silent_node_is_observed_until_fenced_then_force_deleted(
     assert "force-delete" in [r["action"] for r in status.get("refused") or []], status
     assert not [a for a in status.get("actions") or [] if a["action"] != "observe"], status
     assert not [s for s in status.get("plan") or [] if s["action"] != "observe"], status
-    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
-    assert any(e.reason == "StuckNodeUnreachable" for e in events), [e.reason for e in events]
+
+    # Events are posted off the action path (records.EventQueue): after the status, not with it
+    def reasons() -> list[str]:
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
+        return [e.reason for e in events]
+
+    try:
+        wait_until(lambda: "StuckNodeUnreachable" in reasons(), timeout=30, what="the Event")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {reasons()}") from None
     metrics = controller_metrics(unstick_release)
     assert sample(metrics, "unstick_stuck_pods", namespace=ns, cause="NodeUnreachable") == 1
     forced = {"action": "force-delete", "cause": "NodeUnreachable", "result": "succeeded"}

@@ -26,14 +26,18 @@ from unstick.devcluster.node import RealNode
 from unstick.devcluster.process import wait_until
 
 DRIVER = "seed.csi.unstick.dev"
-# The plugin's module, run from the unstick image. `unstick.devcluster`'s __init__ imports
-# the local control plane, which needs `cryptography`, a dependency the image does not
-# install; the plugin itself needs only grpc and the CSI protos. So the package is
-# entered without its __init__ (a namespace stand-in with the same __path__).
+# The plugin's module, run with the unstick image's Python and packages. The image holds
+# the operator only (the wheel leaves the dev harness out), so this directory of the
+# source tree is mounted read-only at HARNESS_MOUNT. `unstick.devcluster`'s __init__
+# imports the local control plane, which needs `cryptography`, a dependency the image does
+# not install; the plugin itself needs only grpc and the CSI protos. So the package is
+# entered without its __init__ (a namespace stand-in whose __path__ is the mount).
+HARNESS = Path(__file__).resolve().parent
+HARNESS_MOUNT = "/unstick-harness/devcluster"
 _RUN = (
-    "python3 -c 'import runpy, sys, types, unstick; "
+    "python3 -c 'import runpy, sys, types; "
     'p = types.ModuleType("unstick.devcluster"); '
-    'p.__path__ = [unstick.__path__[0] + "/devcluster"]; '
+    f'p.__path__ = ["{HARNESS_MOUNT}"]; '
     "sys.modules[p.__name__] = p; "
     'sys.argv[0] = "csi_hostpath"; '
     'runpy.run_module("unstick.devcluster.csi_hostpath", run_name="__main__")\''
@@ -210,6 +214,7 @@ class CsiSeed:
                             },
                             {"name": "data", "mountPath": str(self.data_dir)},
                             {"name": "state", "mountPath": "/state"},
+                            {"name": "harness", "mountPath": HARNESS_MOUNT, "readOnly": True},
                         ],
                     }
                 ],
@@ -217,6 +222,7 @@ class CsiSeed:
                     {"name": "kubelet", "hostPath": {"path": root, "type": "Directory"}},
                     {"name": "data", "hostPath": {"path": str(self.data_dir), "type": "Directory"}},
                     {"name": "state", "emptyDir": {}},
+                    {"name": "harness", "hostPath": {"path": str(HARNESS), "type": "Directory"}},
                 ],
             },
         }
