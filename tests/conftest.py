@@ -11,8 +11,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from unstick.devcluster import ControlPlane, Kwok, find_bin_dir, node_manifest
+
+# The property tests draw the same examples on every run (Hypothesis seeds each test from
+# its own name): `make test` and CI see what a developer saw, and a property failure is
+# reproducible. HYPOTHESIS_PROFILE=explore draws new examples each run, for local hunting.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def _unshare_works() -> str | None:

@@ -402,6 +402,38 @@ def test_8_a_fully_sighted_empty_probe_is_kubelet_not_progressing(
     assert Action.FORCE_DELETE in plan(d, None, opted_in=True).actions
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    mounted=st.booleans(),
+    containers=st.lists(st.tuples(st.sampled_from(["app", "init"]), st.just("exited")), max_size=2),
+    consent=st.booleans(),
+)
+def test_6_a_volume_whose_driver_is_gone_is_never_replayed_nor_force_deleted(
+    mounted: bool, containers: list[tuple[str, str]], consent: bool
+) -> None:
+    """CSIDriverMissing, which the general generator reaches too rarely to count on (a
+    hung mount, a CNI Event or a holder comes first in most of its draws): mounted or
+    already unmounted with the kubelet's vol_data.json kept, no driver is called and the
+    pod is not force-deleted."""
+    volume_dir = csi_mount_path().rsplit("/", 1)[0]
+    b = bundle(
+        the_pod=pod(volumes=[pvc_volume()]),
+        pvcs=[pvc()],
+        pvs=[pv()],
+        the_csi_node=csi_node([]),
+        the_probe=probe(
+            plugins=[],
+            mounts=[mount_line(1000, csi_mount_path())] if mounted else [],
+            dirs=[(pod_path("volumes/kubernetes.io~csi"), False), (volume_dir, False)],
+            containers=containers,
+        ),
+    )
+    facts, p = run((b, None, consent))
+    d = diagnose(facts)
+    assert d.cause is Cause.CSIDriverMissing, d.evidence
+    assert Action.FORCE_DELETE not in p.actions and Action.REPLAY_UNPUBLISH not in p.actions
+
+
 def test_generated_cases_reached_every_cause() -> None:
     """The generator is not degenerate: the properties above saw every cause."""
     if not SEEN:
