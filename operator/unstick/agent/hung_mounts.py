@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from unstick.agent.holders import Holder
+from unstick.agent.pod_tasks import read_small, stat_state
 from unstick.agent.refused import Refused
 from unstick.agent.umount import MNT_DETACH, umount2
 from unstick.core.hung_mounts import family
@@ -92,19 +93,11 @@ class HungMount:
         }
 
 
-def _read(path: str, limit: int = 4096) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(limit)
-    except OSError:
-        return None
-
-
 def fuse_waiting(host_proc: str, mount: Mount) -> int | None:
     """Requests waiting on the mount's FUSE connection (None: fusectl not visible)."""
     device = mount.minor if mount.major == 0 else (mount.major << 20) | mount.minor
     for top in (os.path.join(host_proc, "1", "root", FUSECTL), "/" + FUSECTL):
-        text = _read(os.path.join(top, str(device), "waiting"), 64)
+        text = read_small(os.path.join(top, str(device), "waiting"), 64)
         if text is not None and text.strip().isdigit():
             return int(text.strip())
     return None
@@ -113,17 +106,15 @@ def fuse_waiting(host_proc: str, mount: Mount) -> int | None:
 def _task(host_proc: str, pid: int) -> tuple[str, str, str, tuple[str, ...]] | None:
     """(comm, state, wchan, stack functions) of a live process, None if gone."""
     base = os.path.join(host_proc, str(pid))
-    text = _read(os.path.join(base, "stat")) or ""
-    start, end = text.find("("), text.rfind(")")
-    rest = text[end + 1 :].split() if 0 <= start < end else []
-    if not rest:
+    parsed = stat_state(read_small(os.path.join(base, "stat")) or "")
+    if parsed is None:
         return None
-    wchan = (_read(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
+    wchan = (read_small(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
     stack = tuple(
         line.split("] ", 1)[-1].split("+", 1)[0].strip()
-        for line in (_read(os.path.join(base, "stack")) or "").splitlines()
+        for line in (read_small(os.path.join(base, "stack")) or "").splitlines()
     )
-    return text[start + 1 : end], rest[0], "" if wchan == "0" else wchan, stack
+    return parsed[0], parsed[1], "" if wchan == "0" else wchan, stack
 
 
 def waits_in(fam: str, wchan: str, stack: tuple[str, ...]) -> str | None:

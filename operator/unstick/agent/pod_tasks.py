@@ -77,7 +77,8 @@ class FrozenCgroup:
         }
 
 
-def _read(path: str, limit: int = 4096) -> str | None:
+def read_small(path: str, limit: int = 4096) -> str | None:
+    """The first `limit` characters of a small /proc file; None when it cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(limit)
@@ -85,7 +86,7 @@ def _read(path: str, limit: int = 4096) -> str | None:
         return None
 
 
-def _stat_state(text: str) -> tuple[str, str] | None:
+def stat_state(text: str) -> tuple[str, str] | None:
     """(comm, state) from a /proc/<pid>/stat line: comm is in the last parentheses."""
     start, end = text.find("("), text.rfind(")")
     if start < 0 or end < start:
@@ -106,11 +107,11 @@ def d_tasks(host_proc: str, members: Iterable[Member]) -> list[DTask]:
     out: list[DTask] = []
     for m in sorted(members, key=lambda m: m.pid):
         base = os.path.join(host_proc, str(m.pid))
-        parsed = _stat_state(_read(os.path.join(base, "stat")) or "")
+        parsed = stat_state(read_small(os.path.join(base, "stat")) or "")
         if parsed is None or parsed[1] != "D":
             continue
-        wchan = (_read(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
-        stack = _stack(_read(os.path.join(base, "stack")))
+        wchan = (read_small(os.path.join(base, "wchan"), MAX_CHARS) or "").strip()
+        stack = _stack(read_small(os.path.join(base, "stack")))
         out.append(DTask(m.pid, parsed[0], m.container, wchan if wchan != "0" else "", stack))
         if len(out) >= MAX_TASKS:
             break
@@ -125,7 +126,7 @@ class CgroupMount:
 
 
 def _cgroup_mounts(mountinfo_path: str, prefix: str) -> list[CgroupMount]:
-    text = _read(mountinfo_path, 1 << 24) or ""
+    text = read_small(mountinfo_path, 1 << 24) or ""
     # only the cgroup lines are parsed: a node's table can hold thousands of mounts
     lines = [line for line in text.splitlines() if " - cgroup" in line]
     try:
@@ -186,14 +187,14 @@ def _normal(path: str) -> bool:
 
 
 def _v1_state(directory: str) -> tuple[str | None, bool | None]:
-    state = _read(os.path.join(directory, "freezer.state"), 64)
-    own = _read(os.path.join(directory, "freezer.self_freezing"), 8)
+    state = read_small(os.path.join(directory, "freezer.state"), 64)
+    own = read_small(os.path.join(directory, "freezer.self_freezing"), 8)
     return (state.strip() if state else None), (None if own is None else own.strip() == "1")
 
 
 def _v2_state(directory: str) -> tuple[str | None, bool | None]:
-    events = _read(os.path.join(directory, "cgroup.events"), 256)
-    own = _read(os.path.join(directory, "cgroup.freeze"), 8)
+    events = read_small(os.path.join(directory, "cgroup.events"), 256)
+    own = read_small(os.path.join(directory, "cgroup.freeze"), 8)
     if events is None:
         return None, None
     self_frozen = None if own is None else own.strip() == "1"
