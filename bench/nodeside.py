@@ -1,4 +1,5 @@
-"""`python -m bench.nodeside --preset quick|full|tiny`: the node-side benchmark (issue #14).
+"""`python -m bench.nodeside --preset quick|full|tiny|thousand|stuck100`: the node side
+(issues #14, #23).
 
 One node with many stuck pods, each with an orphaned CSI mount and a stale volume dir (the
 csi-driver-host-path state bug: the driver restarted and forgot its mounts), resolved by
@@ -45,6 +46,7 @@ import psutil
 
 from bench import contenders, measure
 from bench.nodeside_node import STANDIN_UA
+from bench.nodeside_stretches import stretches
 from bench.workload import Api, parse_rfc3339
 from unstick.demo.cluster import _node_status
 from unstick.demo.scenarios import CSI_DRIVER
@@ -87,6 +89,10 @@ PRESETS = {
         setup_timeout_s=1800.0,
         peers=("naive",),
         points=("stuck_pods",),
+    ),
+    # the 100 stuck pods alone (~222 host mounts), no peers: the quick comparison of runs
+    "stuck100": NodeSideSettings(
+        pods=100, extra_mounts=0, resolve_timeout_s=240.0, peers=(), points=("stuck_pods",)
     ),
 }
 
@@ -337,6 +343,20 @@ def act_checks(remediations: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def _stretches(cp: ControlPlane, m: Measured) -> dict[str, dict[str, float | None]]:
+    """Per pod, where its time went (bench/nodeside_stretches.py)."""
+    rem_of_pod = {
+        str((r.get("spec") or {}).get("podName")): str((r.get("metadata") or {}).get("name"))
+        for r in m.remediations
+    }
+    who = {
+        "controller": contenders.CONTENDERS["unstick"].agents,
+        "agent": AGENT_UA,
+        "standin": (STANDIN_UA,),
+    }
+    return stretches(cp.audit_events(), rem_of_pod, who, m.window.strike)
+
+
 def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
     """The run's figures from what was measured and the audit log."""
     n = len(m.eligible)
@@ -370,6 +390,7 @@ def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
         if gone_s and len(gone_s) == n
         else None,
         "acts_and_checks": act_checks(m.remediations),
+        "stretches": _stretches(cp, m),
         "load_avg_at_strike": m.load_at_strike,
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "staging_mounts_left": final.get("staging_mounts_left"),
@@ -569,6 +590,8 @@ def run_node_side(settings: NodeSideSettings, say: Say) -> dict[str, Any]:
             r = result[name]
             say(f"  all resolved in {r['all_resolved_s']} s after eligibility; agent peak RSS "
                 f"{r['agent']['rss_peak_mib']} MiB")  # fmt: skip
+            say("  per pod (p50 / p90 s): " + ", ".join(
+                f"{k} {v['p50']} / {v['p90']}" for k, v in r["stretches"].items()))  # fmt: skip
             for peer in settings.peers:
                 peers[peer][name] = run_peer(settings, extra, logs / f"{name}-{peer}", say, peer)
                 say(f"  {peer}: all gone {peers[peer][name]['all_resolved_s']} s after "
