@@ -34,7 +34,14 @@ from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
 from unstick.agent.workers import KeyedWorkers
 from unstick.core.aftermath import ORPHAN_MIN_AGE_S
-from unstick.core.remediation import ALL_REMEDIATIONS, NODE_LABEL, POD_UID, POLICIES
+from unstick.core.remediation import (
+    ALL_REMEDIATIONS,
+    NODE_LABEL,
+    NODE_STEPS_REQUESTED_AT,
+    POD_UID,
+    POLICIES,
+    steps_answered,
+)
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import ClientSettings, Kube, remediation_path
 from unstick.kube.listwatch import ListWatch, WatchSpec
@@ -60,6 +67,14 @@ class LoopSettings:
     # (docs/benchmark.md, issue 23 second round)
     workers: int = 16
     orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
+
+
+def _steps_due(obj: JSON) -> bool:
+    """Whether the Remediation carries a node-steps request not answered yet."""
+    spec, status = obj.get("spec"), obj.get("status")
+    spec = spec if isinstance(spec, dict) else {}
+    status = status if isinstance(status, dict) else {}
+    return spec.get(NODE_STEPS_REQUESTED_AT) is not None and not steps_answered(spec, status)
 
 
 class Agent:
@@ -176,7 +191,8 @@ class Agent:
         if isinstance(pod_uid, str):
             self.stuck_uids[key] = pod_uid
         received = datetime.now(UTC)  # a request's age is judged at its arrival
-        self.workers().submit(key, lambda: self._handle(obj, received))
+        # node steps due finish a pod: before the probes on its worker (agent/workers.py)
+        self.workers().submit(key, lambda: self._handle(obj, received), urgent=_steps_due(obj))
 
     def _forget(self, key: str) -> None:
         self.handler.served_probes.pop(key, None)
