@@ -111,6 +111,50 @@ def scenario_fuse_answering(node: Node) -> dict[str, Any]:
     return {"vol": str(vol), "probe": node.probe(UID_A)}
 
 
+def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
+    """Nothing holds the stopped mount; only processes outside the pod wait on it — a
+    `stat` of the mount point (the kubelet's check) and a `cat` of a file in it (open).
+    fusectl's `waiting` is switched off for the second probe: what it finds comes from
+    the tasks' blocked system calls alone (agent/mount_waiters.py)."""
+    import unstick.agent.hung_mounts as hung_mounts
+    from unstick.agent.mount_waiters import mount_waiters
+
+    vol, daemon = _hung_volume(node)
+    daemon.send_signal(signal.SIGSTOP)
+    stat = _blocked(node, "stat", str(vol))
+    cat = _blocked(node, "cat", f"{vol}/missing.txt")
+    mount = next(m for m in node.executor().pod_table(UID_A).mounts if m.mount_point == str(vol))
+    waiters = [
+        {"pid": w.pid, "comm": w.comm, "wchan": w.wchan, "path": w.path, "words": w.words()}
+        for w in mount_waiters("/proc", [mount])
+    ]
+    probe = node.probe(UID_A)
+    hung_mounts.FUSECTL = "nonexistent/fusectl"  # the waiting count: not read
+    try:
+        probe_no_fusectl = node.probe(UID_A)
+    finally:
+        hung_mounts.FUSECTL = FUSECTL.lstrip("/")
+    ex = node.executor()
+    plain = step(ex, UID_A, "unmount", str(vol))
+    plain_all = step(ex, UID_A, "unmount", "", dry=True)
+    mounted_after_refusals = str(vol) in mount_points()
+    done = step(ex, UID_A, "lazy-unmount", str(vol))
+    return {
+        "vol": str(vol),
+        "source": SOURCE,
+        "stat": stat.pid,
+        "cat": cat.pid,
+        "waiters": waiters,
+        "probe": probe,
+        "probe_no_fusectl": probe_no_fusectl,
+        "plain": plain,
+        "plain_all": plain_all,
+        "mounted_after_refusals": mounted_after_refusals,
+        "done": done,
+        "mounted_after": str(vol) in mount_points(),
+    }
+
+
 def _remove_tree(top: Path) -> None:
     for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
         if path.is_dir():
@@ -151,6 +195,7 @@ if __name__ == "__main__":
                 "fuse_stopped": scenario_fuse_stopped,
                 "fuse_answering": scenario_fuse_answering,
                 "fuse_pod_process": scenario_fuse_pod_process,
+                "fuse_outside_waiter": scenario_fuse_outside_waiter,
             }
         )
     )

@@ -117,7 +117,10 @@ def test_lazy_unmount_refuses_what_is_not_a_hung_mount_of_the_pod(stopped: dict)
 def test_an_unheld_hung_mount_is_lazily_unmounted(stopped: dict) -> None:
     hung = stopped["unheld"]["hungMounts"]
     assert [h["mountPoint"] for h in hung] == [stopped["vol"]] and hung[0]["waiting"] >= 1
-    assert hung[0]["blocked"] == []  # the waiting `stat` holds nothing: only the count says so
+    # the waiting `stat` holds nothing: found by its blocked system call (agent/mount_waiters)
+    assert [(b["pid"], b["via"], b["path"]) for b in hung[0]["blocked"]] == [
+        (stopped["checker"], "path", stopped["vol"])
+    ]
     assert stopped["unheld"]["holders"] == []
     d, p = _diagnosed(stopped["unheld"])
     assert d.cause is Cause.HungMount
@@ -165,3 +168,59 @@ def test_a_process_of_the_pod_waiting_on_the_dead_server_is_named(scenario, work
     assert f"pid {r['pid']} (stat, a process of the pod) waits in `request_wait_answer`" in words
     assert p.actions == (Action.OBSERVE,)  # its container still runs: no lazy unmount
     assert r["refused"]["result"] == "refused", r["refused"]
+
+
+@pytest.fixture(scope="module")
+def outside(
+    scenario: Callable[..., dict[str, Any]], host_mounts: Callable[[Path], list[str]]
+) -> dict[str, Any]:
+    work = Path("/tmp") / f"uw-{os.getpid()}"
+    try:
+        result = scenario("fuse_outside_waiter", work, script=HUNG)
+        assert host_mounts(work) == [], "a mount leaked into the host namespace"
+        return result
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_waiters_outside_the_pod_are_found_from_their_blocked_system_calls(outside: dict) -> None:
+    vol = outside["vol"]
+    want = {(outside["stat"], "stat", vol), (outside["cat"], "cat", f"{vol}/missing.txt")}
+    assert {(w["pid"], w["comm"], w["path"]) for w in outside["waiters"]} == want
+    assert {w["wchan"] for w in outside["waiters"]} == {"request_wait_answer"}
+    assert f"pid {outside['stat']} (stat) waits in request_wait_answer on {vol}" in [
+        w["words"] for w in outside["waiters"]
+    ]
+    for probe in (outside["probe"], outside["probe_no_fusectl"]):
+        assert probe["holders"] == [] and probe["containers"] == []
+        (hung,) = probe["hungMounts"]
+        assert hung["mountPoint"] == vol
+        blocked = {(b["pid"], b["via"], b["path"]) for b in hung["blocked"]}
+        assert blocked == {(pid, "path", path) for pid, _, path in want}
+    assert outside["probe"]["hungMounts"][0]["waiting"] >= 2
+    assert outside["probe_no_fusectl"]["hungMounts"][0]["waiting"] is None
+
+
+def test_outside_waiters_alone_make_it_hung_and_plan_a_lazy_unmount(outside: dict) -> None:
+    d, p = _diagnosed(outside["probe_no_fusectl"])  # the waiting count not read at all
+    assert d.cause is Cause.HungMount
+    words = " ".join(e.message for e in d.evidence)
+    assert f"the FUSE daemon serving {outside['source']} (fuse.stub) does not answer" in words
+    assert (
+        f"pid {outside['stat']} (stat, outside the pod, holding nothing) waits in "
+        f"`request_wait_answer` on {outside['vol']}"
+    ) in words
+    assert [(s.action, s.target) for s in p.steps] == [(Action.LAZY_UNMOUNT, outside["vol"])]
+    assert Action.UNMOUNT in {r.action for r in p.refused}
+
+
+def test_the_executor_refuses_a_plain_unmount_of_a_mount_with_waiters(outside: dict) -> None:
+    for step in (outside["plain"], outside["plain_all"]):
+        assert step["result"] == "refused", step
+        assert f"pid {outside['stat']} (stat) waits in request_wait_answer on" in step["message"]
+        assert "a plain unmount would hang too" in step["message"]
+    assert outside["mounted_after_refusals"] is True
+    assert outside["done"]["result"] == "succeeded", outside["done"]
+    assert outside["mounted_after"] is False

@@ -100,6 +100,7 @@ class Executor(RmdirSteps):
         if dry_run or len(todo) > 1:  # all or none: every mount checked before the first act
             self._check_pod(uid)
             self._check_mounts(uid, todo)
+            self._check_no_waiters(*todo)  # issue #25: a hung mount's unmount hangs
         # one mount: the checks right before its act (below) are these
         if dry_run:
             return "would unmount " + ", ".join(m.mount_point for m in todo)
@@ -110,6 +111,7 @@ class Executor(RmdirSteps):
                 continue  # gone meanwhile
             self._check_pod(uid)
             self._check_mount(uid, current)
+            self._check_no_waiters(current)
             done.append(self._umount(current, lazy))
         left = {(m.mount_id, m.mount_point) for m in self._pod_table(uid).mounts} & {
             (m.mount_id, m.mount_point) for m in todo

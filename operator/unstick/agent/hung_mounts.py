@@ -12,7 +12,11 @@ stats, opens or lists one. It reads only:
 - `/proc/<pid>/{stat,wchan,stack}` of the processes tied to the mount — its holders (by
   mount identity, from `unstick.agent.holders`) and the pod's own processes (from the
   cgroup scan): a process waiting in that filesystem's kernel functions (FUSE's
-  `request_wait_answer`, NFS's `rpc_wait_bit_killable`, ...) is blocked on its server.
+  `request_wait_answer`, NFS's `rpc_wait_bit_killable`, ...) is blocked on its server;
+- any task on the node blocked in a system call on a path through the mount
+  (`unstick.agent.mount_waiters`: `/proc/<pid>/task/<tid>/syscall` and the path string in
+  its memory), e.g. the kubelet's own `stat` of the mount point: a waiter outside the pod
+  holds nothing (via `path`) but is evidence that the mount hangs, for NFS too.
 
 The node step `lazy-unmount` (MNT_DETACH; never a plain umount, which can wait for ever
 on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and re-checks,
@@ -24,10 +28,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unstick.agent.holders import Holder
+from unstick.agent.mount_waiters import Waiter, mount_waiters, waits_in
 from unstick.agent.pod_tasks import read_small, stat_state
 from unstick.agent.refused import Refused
 from unstick.agent.umount import MNT_DETACH, umount2
@@ -42,19 +47,9 @@ FUSECTL = "sys/fs/fuse/connections"
 MAX_HUNG = 32  # the Remediation CRD's bounds (probe.hungMounts[], .blocked[])
 MAX_BLOCKED = 16
 MAX_CHARS = 256
+MAX_PATH = 4096
 POD = "pod"  # `via` of a blocked process of the pod that holds no mount of it
-
-#: Kernel functions a task waits in for its filesystem's server, per family (wchan, or a
-#: line of /proc/<pid>/stack): a prefix match.
-WAIT_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    # the client side only: a FUSE daemon idle in fuse_dev_do_read (a sidecar of the pod,
-    # say) waits for requests, not for an answer
-    "fuse": ("request_wait_answer", "fuse_get_req", "fuse_wait_on_", "__fuse_simple_request"),
-    "nfs": ("rpc_wait_bit_killable", "nfs", "rpc_", "__rpc_", "xprt_"),
-    "cifs": ("wait_for_response", "cifs_", "smb2_", "compound_send_recv"),
-    "ceph": ("ceph_", "ceph_mdsc_", "__ceph_"),
-    "9p": ("p9_",),
-}
+PATH = "path"  # `via` of a process outside the pod blocked on a path of the mount
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +59,19 @@ class Blocked:
     state: str
     wchan: str
     via: str
+    path: str = ""  # the path its blocked system call looks up ("" when not read)
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "pid": self.pid,
             "comm": self.comm,
             "state": self.state,
             "wchan": self.wchan,
             "via": self.via,
         }
+        if self.path:
+            out["path"] = self.path[:MAX_PATH]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +116,6 @@ def _task(host_proc: str, pid: int) -> tuple[str, str, str, tuple[str, ...]] | N
     return parsed[0], parsed[1], "" if wchan == "0" else wchan, stack
 
 
-def waits_in(fam: str, wchan: str, stack: tuple[str, ...]) -> str | None:
-    """The kernel function (wait channel, else a stack line) where a sleeping task waits for
-    the family's server, None when it does not."""
-    prefixes = WAIT_FUNCTIONS.get(fam, ())
-    return next((fn for fn in (wchan, *stack) if fn and fn.startswith(prefixes)), None)
-
-
 def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
     """Those of `pids` (pid → via) waiting (state D or S) in the family's wait functions."""
     out = []
@@ -148,20 +140,41 @@ def hung_mounts(
     held: dict[str, dict[int, str]] = {}
     for h in holders:
         held.setdefault(normalise(h.mount_point) or h.mount_point, {}).setdefault(h.pid, h.via)
+    pod = set(pod_pids)
+    ours = [m for m in mounts if family(m.fstype) is not None]
+    waiters = mount_waiters(host_proc, ours) if ours else []
     out = []
-    for m in mounts:
-        fam = family(m.fstype)
-        if fam is None:
-            continue
+    for m in ours:
+        fam = family(m.fstype) or ""
         point = normalise(m.mount_point) or m.mount_point
-        pids = {pid: POD for pid in pod_pids} | held.get(point, {})
+        pids = dict.fromkeys(pod, POD) | held.get(point, {})
         waiting = fuse_waiting(host_proc, m) if fam == "fuse" else None
-        blocked = blocked_in(host_proc, fam, pids)
+        blocked = with_waiters(
+            blocked_in(host_proc, fam, pids),
+            [w for w in waiters if w.mount_point == m.mount_point],
+            pod,
+        )
         if blocked or (waiting or 0) > 0:
             out.append(HungMount(point, m.fstype, m.source, waiting, tuple(blocked)))
         if len(out) >= MAX_HUNG:
             break
     return out
+
+
+def with_waiters(blocked: list[Blocked], waiters: list[Waiter], pod: set[int]) -> list[Blocked]:
+    """`blocked` (holders and the pod's processes in the family's wait functions) with the
+    tasks blocked on a path of the mount (`mount_waiters`): the path added to one already
+    listed, a new entry (via `pod`, else `path`: outside the pod, holding nothing) else."""
+    out = {b.pid: b for b in blocked}
+    for w in waiters:
+        b = out.get(w.pid)
+        if b is not None:
+            out[w.pid] = replace(b, path=b.path or w.path)
+        elif len(out) < MAX_BLOCKED:
+            via = POD if w.pid in pod else PATH
+            wchan = w.wchan[:MAX_CHARS]
+            out[w.pid] = Blocked(w.pid, w.comm[:64], w.state, wchan, via, w.path)
+    return sorted(out.values(), key=lambda b: b.pid)
 
 
 def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from unstick.agent.containers import still_running
 from unstick.agent.holders import scan_holders
 from unstick.agent.keylocks import KeyLocks
+from unstick.agent.mount_waiters import mount_waiters
 from unstick.agent.mounts import MountTable
 from unstick.agent.mounttable import MountWatch, watch_for
 from unstick.agent.plugins import Plugin, registered_plugins
@@ -251,6 +252,19 @@ class StepChecks:
             points = ", ".join(dict.fromkeys(m.mount_point for m in mounts))
             raise Refused(f"{after}cannot tell who holds {points}, not unmounting: {scan.unknown}")
         self.acts.holders = True
+
+    def _check_no_waiters(self, *mounts: Mount) -> None:
+        """Refused when a task is blocked looking up a path through one of the mounts (issue
+        #25, agent/mount_waiters.py): a plain umount would hang with it, and hold the
+        worker for ever. A hung mount is lazy-unmount's, never a plain unmount's."""
+        found = mount_waiters(self.settings.host_proc, mounts)
+        if found:
+            point = found[0].mount_point
+            names = "; ".join(w.words() for w in found if w.mount_point == point)
+            raise Refused(
+                f"{point} hangs: {names} — a plain unmount would hang too, not unmounting "
+                "(a hung mount is for lazy-unmount)"
+            )
 
     def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
         log.info("%s %s: %s — %s", action, target or "(pod)", result, message)

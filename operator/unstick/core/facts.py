@@ -135,6 +135,8 @@ class BlockedTask:
     state: str  # the /proc stat state letter: D (uninterruptible) or S (e.g. FUSE's wait)
     wchan: str  # the kernel function it waits in ("" when not readable)
     via: str  # how it is tied to the mount: cwd | root | fd | maps | mountns (holder) | pod
+    # | path (outside the pod, holding nothing: its blocked system call's path is the mount's)
+    path: str = ""  # the path its blocked system call looks up ("" when not read)
 
 
 @dataclass(frozen=True, slots=True)

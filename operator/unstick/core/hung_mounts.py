@@ -91,15 +91,18 @@ def _blocked(m: Mapping[str, object], where: str) -> tuple[BlockedTask, ...]:
                 state=state,
                 wchan=f.opt_string(t, "wchan", at) or "",
                 via=f.string(t, "via", at),
+                path=f.opt_string(t, "path", at) or "",
             )
         )
     return tuple(out)
 
 
 def is_hung(h: HungMount) -> bool:
-    """Hung: a process tied to the mount waits inside its filesystem, or (FUSE) requests
-    wait for a daemon that has not read them — on a pod already past its deletion slack."""
-    return family(h.fstype) is not None and (bool(h.blocked) or (h.waiting or 0) > 0)
+    """Hung: a process waits on the mount — one tied to it waiting inside its filesystem,
+    or any blocked in a system call on a path through it (whatever the filesystem: its
+    plain umount would hang as well) — or (FUSE) requests wait for a daemon that has not
+    read them; on a pod already past its deletion slack."""
+    return bool(h.blocked) or (family(h.fstype) is not None and (h.waiting or 0) > 0)
 
 
 def hung_of_pod(probe: Probe, mounts: tuple[PodMount, ...]) -> tuple[HungMount, ...]:
@@ -127,7 +130,9 @@ def server_words(fstype: str, source: str) -> str:
         return f"SMB server {source[2:].split('/', 1)[0]} ({source})"
     if fam == "fuse":
         return f"the FUSE daemon serving {source or fstype} ({fstype})"
-    return f"the {fam or fstype} server of {source or '(no source)'} ({fstype})"
+    if fam is None:
+        return f"the device or server behind {source or '(no source)'} ({fstype})"
+    return f"the {fam} server of {source or '(no source)'} ({fstype})"
 
 
 def hung_words(h: HungMount) -> str:
@@ -137,6 +142,7 @@ def hung_words(h: HungMount) -> str:
         said.append(f"{h.waiting} request(s) wait for the FUSE daemon, unread")
     tasks = [
         f"pid {t.pid} ({t.comm}, {_via(t.via)}) waits in `{t.wchan or 'the filesystem'}`"
+        + (f" on {t.path}" if t.path else "")
         for t in h.blocked[:MAX_NAMED]
     ]
     if len(h.blocked) > MAX_NAMED:
@@ -148,7 +154,11 @@ def hung_words(h: HungMount) -> str:
 
 
 def _via(via: str) -> str:
-    return "a process of the pod" if via == "pod" else f"holds it via {via}"
+    if via == "pod":
+        return "a process of the pod"
+    if via == "path":  # a waiter, never a holder: holders are found by mount identity
+        return "outside the pod, holding nothing"
+    return f"holds it via {via}"
 
 
 def lazy_unmount_safe(
@@ -162,8 +172,11 @@ def lazy_unmount_safe(
 ) -> safety.Verdict:
     """`lazy-unmount`: only a mount of this pod the fresh probe saw hung, with no holder and
     no running container of the pod (invariant 2's conditions, lazily)."""
-    if not any(h.mount_point == target for h in hung):
+    found = next((h for h in hung if h.mount_point == target), None)
+    if found is None:
         return safety.refuse(f"{target} is not among the pod's hung mounts")
+    if family(found.fstype) is None:  # the agent detaches only network/FUSE mounts
+        return safety.refuse(f"{target} ({found.fstype}) is no network or FUSE mount")
     return safety.unmount_safe(
         target, kubelet_root, uid, holders, containers_running=containers_running
     )

@@ -1,0 +1,326 @@
+"""Who waits on a mount without holding it (issue #25): a task blocked in a system call on
+a path through the mount — typically the kubelet's own `stat` or `umount` of a hung NFS
+mount point. It has no file open there and its working directory is elsewhere, so the
+holder scan (`unstick.agent.holders`) does not see it, yet a plain umount of that mount
+would hang with it.
+
+Found from `<host-proc>` only, never touching the mount:
+
+1. every task (thread) of every process whose `stat` state is `D`, or `S` waiting in a
+   FUSE client function (`hung_mounts.WAIT_FUNCTIONS`: FUSE's request wait is
+   interruptible at first) — only when one of the mounts asked about is FUSE;
+2. its current system call, `<task>/syscall` (number and arguments while it is blocked):
+   only the calls that take a path (`stat`, `openat`, `statx`, `umount2`, ...), from this
+   machine's table (x86_64, aarch64; any other machine: nothing is found);
+3. the path string, read from `<pid>/mem` at the argument's address — at most PATH_MAX
+   bytes, only from an anonymous mapping or a file mapping on a device that is no network
+   or FUSE filesystem of the process's mount table (a page of a file on a hung mount
+   would hang the read itself), and only when the task's `syscall` line is the same
+   after the read (else it moved on: not counted);
+4. a relative path is joined to the task's cwd (or the dirfd's link) lexically; a path
+   with `..` is not counted (a symlink before it could lead anywhere: never resolved);
+5. the path is looked up in the process's own mount table (`/proc/<pid>/mountinfo`, paths
+   relative to its root as the path is) and compared by mount identity (device and root,
+   `unstick.core.mount_identity.uses`), never as text across namespaces.
+
+Anything unreadable, or a task that exits or changes meanwhile, is simply not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import posixpath
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from unstick.agent.holders_proc import PARSED, list_pids, own_pid
+from unstick.agent.pod_tasks import read_small, stat_state
+from unstick.core.hung_mounts import family
+from unstick.core.mount_identity import under, uses
+from unstick.core.mountinfo import Mount, MountinfoError
+
+PATH_MAX = 4096
+AT_FDCWD = -100
+MAX_WAITERS = 16
+
+#: Kernel functions a task waits in for its filesystem's server, per family (wchan, or a
+#: line of /proc/<pid>/stack): a prefix match.
+WAIT_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    # the client side only: a FUSE daemon idle in fuse_dev_do_read (a sidecar of the pod,
+    # say) waits for requests, not for an answer
+    "fuse": ("request_wait_answer", "fuse_get_req", "fuse_wait_on_", "__fuse_simple_request"),
+    "nfs": ("rpc_wait_bit_killable", "nfs", "rpc_", "__rpc_", "xprt_"),
+    "cifs": ("wait_for_response", "cifs_", "smb2_", "compound_send_recv"),
+    "ceph": ("ceph_", "ceph_mdsc_", "__ceph_"),
+    "9p": ("p9_",),
+}
+
+
+def waits_in(fam: str, wchan: str, stack: tuple[str, ...]) -> str | None:
+    """The kernel function (wait channel, else a stack line) where a sleeping task waits for
+    the family's server, None when it does not."""
+    prefixes = WAIT_FUNCTIONS.get(fam, ())
+    return next((fn for fn in (wchan, *stack) if fn and fn.startswith(prefixes)), None)
+
+
+#: syscall number → (index of the dirfd argument or None, index of the path argument),
+#: for the calls that look a path up (the ones a blocked stat/open/umount of a mount is in).
+PATH_CALLS: dict[str, dict[int, tuple[int | None, int]]] = {
+    "x86_64": {
+        2: (None, 0),  # open
+        4: (None, 0),  # stat
+        6: (None, 0),  # lstat
+        21: (None, 0),  # access
+        59: (None, 0),  # execve
+        76: (None, 0),  # truncate
+        80: (None, 0),  # chdir
+        83: (None, 0),  # mkdir
+        84: (None, 0),  # rmdir
+        85: (None, 0),  # creat
+        87: (None, 0),  # unlink
+        89: (None, 0),  # readlink
+        90: (None, 0),  # chmod
+        92: (None, 0),  # chown
+        94: (None, 0),  # lchown
+        137: (None, 0),  # statfs
+        165: (None, 1),  # mount (its target)
+        166: (None, 0),  # umount2
+        191: (None, 0),  # getxattr
+        192: (None, 0),  # lgetxattr
+        194: (None, 0),  # listxattr
+        195: (None, 0),  # llistxattr
+        257: (0, 1),  # openat
+        258: (0, 1),  # mkdirat
+        260: (0, 1),  # fchownat
+        262: (0, 1),  # newfstatat
+        263: (0, 1),  # unlinkat
+        267: (0, 1),  # readlinkat
+        268: (0, 1),  # fchmodat
+        269: (0, 1),  # faccessat
+        280: (0, 1),  # utimensat
+        303: (0, 1),  # name_to_handle_at
+        322: (0, 1),  # execveat
+        332: (0, 1),  # statx
+        437: (0, 1),  # openat2
+        439: (0, 1),  # faccessat2
+    },
+    "aarch64": {
+        8: (None, 0),  # getxattr
+        9: (None, 0),  # lgetxattr
+        11: (None, 0),  # listxattr
+        12: (None, 0),  # llistxattr
+        34: (0, 1),  # mkdirat
+        35: (0, 1),  # unlinkat
+        39: (None, 0),  # umount2
+        40: (None, 1),  # mount (its target)
+        43: (None, 0),  # statfs
+        45: (None, 0),  # truncate
+        48: (0, 1),  # faccessat
+        49: (None, 0),  # chdir
+        53: (0, 1),  # fchmodat
+        54: (0, 1),  # fchownat
+        56: (0, 1),  # openat
+        78: (0, 1),  # readlinkat
+        79: (0, 1),  # newfstatat
+        88: (0, 1),  # utimensat
+        221: (None, 0),  # execve
+        264: (0, 1),  # name_to_handle_at
+        281: (0, 1),  # execveat
+        291: (0, 1),  # statx
+        437: (0, 1),  # openat2
+        439: (0, 1),  # faccessat2
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    """A task blocked in a path lookup through one of the mounts."""
+
+    pid: int  # the process (thread group)
+    tid: int
+    comm: str
+    state: str  # D | S
+    wchan: str
+    path: str  # the path it looks up, as the process names it (from its root)
+    mount_point: str  # the mount it waits on (the target's mount point, as asked)
+
+    def words(self) -> str:
+        """`pid 812 (kubelet) waits in request_wait_answer on /var/lib/...`."""
+        return f"pid {self.pid} ({self.comm}) waits in {self.wchan or 'D state'} on {self.path}"
+
+
+def parse_syscall(text: str) -> tuple[int, tuple[int, ...]] | None:
+    """(number, six arguments) of a `<task>/syscall` line; None when it runs or is blocked
+    outside a system call."""
+    parts = text.split()
+    if len(parts) < 7 or not parts[0].isdigit():
+        return None
+    try:
+        return int(parts[0]), tuple(int(a, 16) for a in parts[1:7])
+    except ValueError:
+        return None
+
+
+def signed(value: int) -> int:
+    """A 64-bit register as a signed int (the dirfd AT_FDCWD is -100)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def lexical(path: str) -> str | None:
+    """`path` with `.` and repeated `/` removed; None when it has `..` (never resolved)."""
+    if not path.startswith("/") or ".." in path.split("/"):
+        return None
+    return posixpath.normpath(path).replace("//", "/")
+
+
+def unsafe_devices(mountinfo: str) -> set[str]:
+    """`major:minor` of the network and FUSE filesystems of a mount table (a mapped file on
+    one of them is never read: its page may have to come from a dead server)."""
+    out = set()
+    for line in mountinfo.splitlines():
+        fields, _, tail = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) > 2 and tail and family(tail.split(" ", 1)[0]) is not None:
+            out.add(parts[2])
+    return out
+
+
+def readable(maps: str, address: int, unsafe: set[str]) -> int:
+    """How many bytes from `address` may be read: up to the end of its mapping, if that is
+    anonymous or a file on a device not in `unsafe` (0 otherwise)."""
+    for line in maps.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5 or "-" not in parts[0]:
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-", 1))
+        if not start <= address < end:
+            continue
+        device = ":".join(str(int(x, 16)) for x in parts[3].split(":"))
+        if parts[4] != "0" and device in unsafe:
+            return 0
+        return min(end - address, PATH_MAX)
+    return 0
+
+
+class _Reader:
+    """One pass over `<host-proc>` for waiters on `targets`."""
+
+    def __init__(self, host_proc: str, targets: Sequence[Mount]) -> None:
+        self.proc = host_proc
+        self.targets = list(targets)
+        self.devices = frozenset((t.major, t.minor) for t in self.targets)
+        self.fuse = any(family(t.fstype) == "fuse" for t in self.targets)
+        self.calls = PATH_CALLS.get(platform.machine(), {})
+
+    def candidate(self, pid: int, tid: int) -> tuple[str, str, str] | None:
+        """(comm, state, wchan) of a task in D, or in S in a FUSE client wait."""
+        base = f"{self.proc}/{pid}/task/{tid}"
+        parsed = stat_state(read_small(f"{base}/stat") or "")
+        if parsed is None or parsed[1] not in ("D", "S") or (parsed[1] == "S" and not self.fuse):
+            return None
+        wchan = (read_small(f"{base}/wchan", 256) or "").strip()
+        wchan = "" if wchan == "0" else wchan
+        if parsed[1] == "S" and waits_in("fuse", wchan, ()) is None:
+            return None
+        return parsed[0], parsed[1], wchan
+
+    def path_of(self, pid: int, tid: int) -> str | None:
+        """The path the task's current system call looks up, as the process names it."""
+        base = f"{self.proc}/{pid}/task/{tid}"
+        line = read_small(f"{base}/syscall", 512) or ""
+        call = parse_syscall(line)
+        where = self.calls.get(call[0]) if call else None
+        if call is None or where is None:
+            return None
+        dirfd_at, path_at = where
+        mountinfo = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24) or ""
+        text = self.string(pid, call[1][path_at], unsafe_devices(mountinfo))
+        if text is None or read_small(f"{base}/syscall", 512) != line:
+            return None  # unreadable, or it moved on meanwhile
+        if text.startswith("/"):
+            return lexical(text)
+        dirfd = AT_FDCWD if dirfd_at is None else signed(call[1][dirfd_at])
+        link = f"{base}/cwd" if dirfd == AT_FDCWD else f"{self.proc}/{pid}/fd/{dirfd}"
+        try:
+            start = os.readlink(link)
+        except OSError:
+            return None
+        root = self.root(pid)
+        if root not in (None, "/") and under(start, root):  # links show the agent's view
+            start = start[len(root.rstrip("/")) :] or "/"
+        return lexical(posixpath.join(start, text)) if start.startswith("/") else None
+
+    def root(self, pid: int) -> str | None:
+        try:
+            return os.readlink(f"{self.proc}/{pid}/root")
+        except OSError:
+            return None
+
+    def string(self, pid: int, address: int, unsafe: set[str]) -> str | None:
+        """The NUL-terminated string at `address` in the process (see the module doc)."""
+        size = readable(read_small(f"{self.proc}/{pid}/maps", 1 << 24) or "", address, unsafe)
+        if size <= 0:
+            return None
+        try:
+            fd = os.open(f"{self.proc}/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                data = os.pread(fd, size, address)
+            finally:
+                os.close(fd)
+        except (OSError, OverflowError):
+            return None
+        end = data.find(b"\0")
+        return None if end <= 0 else os.fsdecode(data[:end])
+
+    def mounts_of(self, pid: int, path: str) -> list[str]:
+        """The targets `path` (in the process's namespace) lies in, by mount identity."""
+        ns = f"pid:{pid}"
+        try:
+            ns = os.readlink(f"{self.proc}/{pid}/ns/mnt")
+        except OSError:
+            pass
+        text = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24)
+        if not text:
+            return []
+        try:
+            table = PARSED.table(ns, text, self.devices)
+        except MountinfoError:
+            return []
+        mounts = table.containing(path)
+        return [t.mount_point for t in self.targets if any(uses(m, path, t) for m in mounts)]
+
+    def tasks(self, pid: int) -> list[int]:
+        try:
+            return sorted(int(t) for t in os.listdir(f"{self.proc}/{pid}/task") if t.isdigit())
+        except OSError:
+            return []
+
+
+def mount_waiters(host_proc: str, targets: Iterable[Mount]) -> list[Waiter]:
+    """The tasks blocked looking up a path through one of `targets` (at most MAX_WAITERS
+    per mount, one per process and mount), by pid (see the module doc)."""
+    reader = _Reader(host_proc, list(targets))
+    if not reader.targets or not reader.calls:
+        return []
+    pids, _ = list_pids(host_proc)
+    own = own_pid(host_proc)
+    out: list[Waiter] = []
+    seen: set[tuple[int, str]] = set()
+    for pid in pids:
+        if pid == own:
+            continue
+        for tid in reader.tasks(pid):
+            task = reader.candidate(pid, tid)
+            path = reader.path_of(pid, tid) if task else None
+            if task is None or path is None:
+                continue
+            for point in reader.mounts_of(pid, path):
+                count = sum(1 for w in out if w.mount_point == point)
+                if (pid, point) in seen or count >= MAX_WAITERS:
+                    continue
+                seen.add((pid, point))
+                comm = (read_small(f"{host_proc}/{pid}/comm", 64) or task[0]).strip()
+                out.append(Waiter(pid, tid, comm, task[1], task[2], path, point))
+    return out
