@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from unstick.agent.holders_proc import PARSED, list_pids, own_pid
-from unstick.agent.pod_tasks import read_small, stat_state
+from unstick.agent.pod_tasks import read_small
 from unstick.core.hung_mounts import family
 from unstick.core.mount_identity import under, uses
 from unstick.core.mountinfo import Mount, MountinfoError
@@ -204,6 +204,28 @@ def readable(maps: str, address: int, unsafe: set[str]) -> int:
     return 0
 
 
+def raw(path: str, limit: int = 1024) -> bytes:
+    """The first bytes of a /proc file, b"" when unreadable (one open and read: every task
+    of the node is looked at, most only for its state)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
+    except OSError:
+        return b""
+
+
+def task_state(path: str) -> tuple[str, str]:
+    """(comm, state letter) of a `stat` file, ("", "") when unreadable."""
+    data = raw(path)
+    start, end = data.find(b"("), data.rfind(b")")
+    if start < 0 or end < start:
+        return "", ""
+    return data[start + 1 : end].decode(errors="replace"), data[end + 2 : end + 3].decode()
+
+
 class _Reader:
     """One pass over `<host-proc>` for waiters on `targets`."""
 
@@ -217,14 +239,14 @@ class _Reader:
     def candidate(self, pid: int, tid: int) -> tuple[str, str, str] | None:
         """(comm, state, wchan) of a task in D, or in S in a FUSE client wait."""
         base = f"{self.proc}/{pid}/task/{tid}"
-        parsed = stat_state(read_small(f"{base}/stat") or "")
-        if parsed is None or parsed[1] not in ("D", "S") or (parsed[1] == "S" and not self.fuse):
+        comm, state = task_state(f"{base}/stat")
+        if state not in ("D", "S") or (state == "S" and not self.fuse):
             return None
-        wchan = (read_small(f"{base}/wchan", 256) or "").strip()
+        wchan = raw(f"{base}/wchan", 256).decode(errors="replace").strip()
         wchan = "" if wchan == "0" else wchan
-        if parsed[1] == "S" and waits_in("fuse", wchan, ()) is None:
+        if state == "S" and waits_in("fuse", wchan, ()) is None:
             return None
-        return parsed[0], parsed[1], wchan
+        return comm, state, wchan
 
     def path_of(self, pid: int, tid: int) -> str | None:
         """The path the task's current system call looks up, as the process names it."""
