@@ -29,6 +29,7 @@ from unstick.agent.mounts import read_mount_table
 from unstick.agent.orphan_events import OrphanReporter
 from unstick.agent.orphans import OrphanPass
 from unstick.agent.probe import orphaned_mounts
+from unstick.agent.scangroup import NextPass
 from unstick.agent.scope import ScopeGate
 from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
@@ -87,6 +88,9 @@ class Agent:
             ClientSettings(kubeconfig=loop.kubeconfig, user_agent=f"unstick-agent/{__version__}")
         )
         self.metrics = AgentMetrics(settings.node_name)
+        # namespace and policy GETs shared by the checks asking at the same moment, each
+        # read after its caller asked (docs/agent.md, "Namespace and policy reads shared")
+        self._reads: NextPass[JSON | None] = NextPass()
         executor = Executor(settings)
         # on the host (the state dir): the window survives an agent restart, even mid-batch
         budget = NodeBudget(
@@ -165,11 +169,17 @@ class Agent:
     def post(self, path: str, body: JSON) -> None:
         self.kube.request("POST", path, body=body)
 
+    def _shared_get(self, path: str) -> JSON | None:
+        """GET `path`, the one GET started after this call began that the callers asking
+        for the same path meanwhile share (`scangroup.NextPass`: never one already
+        running, never one that ended). The object is shared: read it, never change it."""
+        return self._reads.run(path, lambda: self.kube.get(path))
+
     def get_namespace(self, name: str) -> JSON | None:
-        return self.kube.get(f"/api/v1/namespaces/{quote(name, safe='')}")
+        return self._shared_get(f"/api/v1/namespaces/{quote(name, safe='')}")
 
     def get_policy(self, name: str) -> JSON | None:
-        return self.kube.get(f"{POLICIES}/{quote(name, safe='')}")
+        return self._shared_get(f"{POLICIES}/{quote(name, safe='')}")
 
     def _dispatch(self, obj: JSON, deleted: bool = False) -> None:
         """Book-keeping here; the handling on the Remediation's worker (in event order)."""
