@@ -15,7 +15,7 @@ from unstick.core.diagnosis import diagnose
 from unstick.core.policy import parse_policy
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
-from .bundles import bundle, holder, mount_line, pod, probe
+from .bundles import DRIVER, bundle, csi_node, holder, mount_line, pod, probe, pv, pvc, pvc_volume
 from .test_safety_properties import PATHS, cases, run
 
 
@@ -56,6 +56,58 @@ def test_hung_mounts_plan_only_a_lazy_unmount_of_an_unheld_one(case: Any) -> Non
 @settings(max_examples=500, deadline=None)
 @given(cases())
 def test_lazy_unmount_only_for_an_unheld_hung_mount_of_the_pod(case: Any) -> None:
+    _check(case)
+
+
+@st.composite
+def waiter_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
+    """Stuck pods whose mounts (network, FUSE or not) some processes are blocked on —
+    holders, the pod's own, or outside the pod holding nothing (the kubelet's `stat` of
+    the mount point: via `path`) — with or without a FUSE count, the pod's containers
+    done or not: where a plain unmount is otherwise the plan (OrphanedMount)."""
+    paths = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=4, unique=True))
+    fstype = draw(st.sampled_from(["nfs4", "fuse.sshfs", "ext4", "tmpfs"]))
+    waited = draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3, unique=True))
+    blocked = [
+        {"pid": 812, "comm": "kubelet", "state": draw(st.sampled_from(["D", "S"]))}
+        | {"wchan": "request_wait_answer", "via": draw(st.sampled_from(["path", "pod", "cwd"]))}
+        | {"path": p}
+        for p in waited
+    ]
+    the_probe = probe(
+        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], []])),
+        sight={
+            "hungMounts": [
+                {"mountPoint": b["path"], "fstype": fstype, "source": "x"}
+                | {"waiting": draw(st.sampled_from([None, 0, 1])), "blocked": [b]}
+                for b in blocked
+            ]
+        },
+    )
+    status = draw(st.sampled_from(["terminated", "terminated", "running"]))
+    b = bundle(
+        the_pod=pod(volumes=[pvc_volume()], statuses=[("app", status)]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=draw(st.sampled_from([DRIVER, None])))],
+        the_csi_node=csi_node([DRIVER]),
+        the_probe=the_probe,
+    )
+    everything = {"actions": [a.value for a in Action]}
+    policy = parse_policy(everything) if draw(st.booleans()) else None
+    return b, policy, draw(st.booleans())
+
+
+PLAIN = (Action.UNMOUNT, Action.REPLAY_UNPUBLISH)  # the CSI driver's unpublish: a plain umount
+
+
+@settings(max_examples=300, deadline=None)
+@given(waiter_cases())
+def test_no_plain_unmount_of_a_mount_with_a_blocked_waiter(case: Any) -> None:
+    facts, p = run(case)
+    assert facts.probe is not None
+    waited = {h.mount_point for h in facts.probe.hung_mounts if h.blocked}
+    assert not [s for s in p.steps if s.action in PLAIN and s.target in waited], p
     _check(case)
 
 
