@@ -358,6 +358,41 @@ def cases() -> dict[str, dict[str, Any]]:
             evidence=["pid 4242 (backup-agent) holds"],
         ),
     )
+    # HungMount whose only waiter is outside the pod and holds nothing: the kubelet's own
+    # stat of an NFS mount point (no FUSE count for NFS): found from its blocked syscall
+    c["hung-nfs-kubelet-outside-waiter"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=None)],
+        the_probe=probe(
+            mounts=[mount_line(1200, NFS_VOLUME, "nfs4", "10.0.0.5:/exports/x")],
+            containers=[("app", "exited")],
+            sight={
+                "hungMounts": [
+                    hung(
+                        NFS_VOLUME,
+                        "nfs4",
+                        blocked=[
+                            {"pid": 812, "comm": "kubelet", "state": "D", "via": "path"}
+                            | {"wchan": "rpc_wait_bit_killable", "path": NFS_VOLUME}
+                        ],
+                    )
+                ]
+            },
+        ),
+        expect=e(
+            "HungMount",
+            plan=["lazy-unmount"],
+            never=[a for a in CHANGING if a != "lazy-unmount"],
+            refused=["unmount", "force-delete"],
+            evidence=[
+                "NFS server 10.0.0.5 (10.0.0.5:/exports/x) does not answer",
+                "pid 812 (kubelet, outside the pod, holding nothing) waits in "
+                f"`rpc_wait_bit_killable` on {NFS_VOLUME}",
+            ],
+            policy=EVERYTHING,
+        ),
+    )
     # CNITeardownFailed (issue #25): the kubelet's real FailedKillPod text; observe only
     c["cni-teardown-failing-calico"] = bundle(
         the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
