@@ -148,30 +148,24 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
         {"fieldSelector": f"involvedObject.uid={uid}"},
     )
     bundle["policy"] = policy_in_force(api, pod)
-    bundle["leases"] = _owner_leases(api, pod)
+    bundle.update(_owners(api, pod, bundle["policy"]))
     _add_aftermath(api, bundle, pod)
     return bundle
 
 
-def _owner_leases(api: Kube, pod: JSON) -> list[JSON]:
-    """The leader leases of the controllers that remove the pod's built-in finalizers
-    (issue #25, `core/finalizer_owners.py`): optional; none without RBAC to read them."""
-    from kubernetes.client.exceptions import ApiException
+def _owners(api: Kube, pod: JSON, policy: JSON | None) -> JSON:
+    """The owners of the pod's finalizers (issue #25, `core/finalizer_owners.py`): the
+    leader leases of the controllers that remove built-in ones, and the Leases/Deployments
+    its policy's `spec.finalizerOwners` maps the others to; one found gone now is in
+    `ownersGoneSince` as of now. Optional keys; none without RBAC to read them."""
+    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.policy import PolicyError, parse_policy
 
-    from unstick.core.finalizer_owners import BUILT_IN
-
-    finalizers = (pod.get("metadata") or {}).get("finalizers") or []
-    keys = sorted({BUILT_IN[f][1] for f in finalizers if f in BUILT_IN})
-    leases = []
-    for ns, name in keys:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(ns, safe='')}/leases/"
-        try:
-            lease = api.get(path + quote(name, safe=""))
-        except ApiException:
-            continue
-        if lease is not None:
-            leases.append(lease)
-    return leases
+    try:
+        mapping = parse_policy(policy).finalizer_owners if policy else ()
+    except PolicyError:
+        mapping = ()
+    return bundle_keys(OwnerLeases(api, lambda: mapping).for_pod(pod))
 
 
 def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from unstick.controller.owner_leases import bundle_keys
 from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
 from unstick.kube.client import JSON, Kube, pod_path
 
@@ -44,7 +45,7 @@ class NodeInputs:
     get: Lookup | None = None  # claims and volumes, by path (controller/caches.py Bound)
     # the pod's FailedKillPod Events by pod UID, from memory (controller/kill_events.py)
     events: Callable[[str], list[JSON]] | None = None
-    # the leases of a FinalizerBlocked pod's finalizer owners (controller/owner_leases.py)
+    # a FinalizerBlocked pod's finalizer owners, as `OwnerLeases.for_pod` reads them
     leases: Callable[[JSON], list[JSON]] | None = None
 
 
@@ -109,5 +110,6 @@ def build_bundle(
         "volumeAttachments": attachments,
         "events": sources.events(str(meta.get("uid") or "")) if sources.events else [],
         "probe": probe or None,
-        "leases": sources.leases(pod) if sources.leases else [],
+        # leases, deployments, ownersGoneSince: a FinalizerBlocked pod's finalizer owners
+        **bundle_keys(sources.leases(pod) if sources.leases else []),
     }

@@ -45,6 +45,7 @@ class Policy:
             slack_s=self.slack_s,
             node_lost_after_s=self.node_lost_after_s,
             probe_max_age_s=self.probe_max_age_s,
+            finalizer_owners=getattr(self.parsed, "finalizer_owners", ()),  # issue #25
         )
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
@@ -136,6 +137,14 @@ class PolicyBook:
             if name in self._invalid:
                 return None, f"RemediationPolicy {name!r} is invalid: {self._invalid[name]}"
         return None, f"RemediationPolicy {name!r} does not exist"
+
+    def finalizer_owners(self) -> list[Any]:
+        """Every valid policy's `spec.finalizerOwners` entries (issue #25): whose owners
+        the controller reads for a FinalizerBlocked pod (each pod's evidence then uses
+        its own policy's entries only)."""
+        with self._lock:
+            valid = list(self._valid.values())
+        return [e for p in valid for e in getattr(p.parsed, "finalizer_owners", ())]
 
     def timing(self, name: str) -> Policy:
         policy, _ = self.lookup(name)

@@ -52,7 +52,8 @@ def wire(
     events = EventQueue(kube)
     incidents = Incidents(kube, events, clock)
     kill_events = KillPodEvents(kube, clock)
-    leases = OwnerLeases(kube)  # issue #25: whose finalizer, is its controller alive
+    # issue #25: whose finalizer, is its controller (lease, policy-mapped Deployment) alive
+    leases = OwnerLeases(kube, policies.finalizer_owners)
     detector = Detector(
         kube,
         policies,

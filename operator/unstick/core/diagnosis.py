@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.facts import Facts, FrozenCgroup, HungMount, NodeFacts, VolumeDir
-from unstick.core.finalizer_owners import finalizer_evidence
+from unstick.core.finalizer_owners import FinalizerOwner, OwnerView, finalizer_evidence, views
 from unstick.core.node_facts import PodMount
 from unstick.core.node_rules import NodeView, on_the_node
 from unstick.core.vocabulary import Cause
@@ -31,6 +31,8 @@ class DiagnosisSettings:
     slack_s: float = 60.0
     node_lost_after_s: float = 300.0
     probe_max_age_s: float = 120.0
+    # the policy's spec.finalizerOwners (issue #25, core/finalizer_owners.py)
+    finalizer_owners: tuple[FinalizerOwner, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class Diagnosis:
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # ContainerFrozen: the pod's frozen cgroups
     hung_mounts: tuple[HungMount, ...] = ()  # HungMount: the pod's hung mounts
     holders_unknown: bool = False  # HungMount: the holder scan or the runtime was blind
+    finalizer_owners: tuple[OwnerView, ...] = ()  # each finalizer's owner: alive, gone, unknown
 
     @property
     def pod(self) -> str:
@@ -140,6 +143,7 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         frozen_cgroups=view.frozen_cgroups,
         hung_mounts=view.hung_mounts,
         holders_unknown=view.holders_unknown,
+        finalizer_owners=views(facts, settings.finalizer_owners),
     )
 
 
@@ -177,13 +181,13 @@ def _decide(
                 f"finalizers keep the object: {finalizers}",
             )
         )
-        ev.extend(finalizer_evidence(pod.finalizers, facts.leases, facts.now))
+        ev.extend(finalizer_evidence(facts, settings.finalizer_owners))
         return Cause.FinalizerBlocked, none
     if pod.finalizers and pod.node_name is None:
         ev.append(
             Evidence("finalizer", f"pod is on no node; finalizers keep the object: {finalizers}")
         )
-        ev.extend(finalizer_evidence(pod.finalizers, facts.leases, facts.now))
+        ev.extend(finalizer_evidence(facts, settings.finalizer_owners))
         return Cause.FinalizerBlocked, none
 
     # 2. NodeGone

@@ -234,6 +234,17 @@ class LeaseFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class DeploymentFacts:
+    """An apps/v1 Deployment from the bundle's `deployments` (issue #25: a policy-mapped
+    finalizer owner). `unavailable_since`: the Available condition's lastTransitionTime
+    while it is False (None otherwise)."""
+
+    replicas: int
+    available: int
+    unavailable_since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """Everything one diagnosis looks at; `now` is the bundle's capturedAt."""
 
@@ -246,3 +257,6 @@ class Facts:
     probe: Probe | None = None
     events: tuple[PodEvent, ...] = ()  # Events about the pod (optional in a bundle)
     leases: Mapping[tuple[str, str], LeaseFacts] = field(default_factory=dict)  # (ns, name)
+    deployments: Mapping[tuple[str, str], DeploymentFacts] = field(default_factory=dict)
+    # bundle's `ownersGoneSince`: (kind, ns, name) → seen gone (missing, 0 available) since
+    owners_gone_since: Mapping[tuple[str, str, str], datetime] = field(default_factory=dict)

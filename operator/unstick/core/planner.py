@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from unstick.core import safety
 from unstick.core.diagnosis import Diagnosis
+from unstick.core.finalizer_owners import owner_gone_for
 from unstick.core.hung_mounts import lazy_unmount_safe
 from unstick.core.kubelet_paths import depth
 from unstick.core.pod_tasks import thaw_safe
@@ -49,9 +50,12 @@ def _order(actions: frozenset[Action]) -> list[Action]:
 
 
 class _Builder:
-    def __init__(self, d: Diagnosis, allowlist: tuple[str, ...]) -> None:
+    def __init__(
+        self, d: Diagnosis, allowlist: tuple[str, ...], owner_gone_s: float | None = None
+    ) -> None:
         self.d = d
         self.allowlist = allowlist
+        self.owner_gone_s = owner_gone_s  # spec.finalizerOwnerGoneSeconds (issue #25)
         self.steps: list[Step] = []
         self.refused: list[Refusal] = []
 
@@ -115,8 +119,11 @@ class _Builder:
             return thaw_safe(target, d.uid, d.frozen_cgroups)
         if action is Action.FORCE_DELETE:  # invariant 3
             return safety.force_delete_safe(d.cause, d.fenced, d.nothing_left, d.probe_fresh)
-        if action is Action.REMOVE_FINALIZER:  # invariant 4
-            return safety.finalizer_allowed(target, self.allowlist)
+        if action is Action.REMOVE_FINALIZER:  # invariant 4, then its owner gone long enough
+            allowed = safety.finalizer_allowed(target, self.allowlist)
+            if not allowed:
+                return allowed
+            return owner_gone_for(target, d.finalizer_owners, self.owner_gone_s, d.now)
         return safety.SAFE
 
     def finalizers(self) -> None:
@@ -251,7 +258,11 @@ def _cause_plan(b: _Builder) -> None:
 def plan(diagnosis: Diagnosis, policy: RemediationPolicy | None, opted_in: bool = True) -> Plan:
     """The plan for a diagnosis. policy None = every action permitted (what
     `unstick diagnose` shows without --policy); the finalizer allowlist is then empty."""
-    b = _Builder(diagnosis, policy.finalizer_allowlist if policy else ())
+    b = _Builder(
+        diagnosis,
+        policy.finalizer_allowlist if policy else (),
+        policy.finalizer_owner_gone_seconds if policy else None,
+    )
     _cause_plan(b)
     steps = b.steps
     if policy is not None:

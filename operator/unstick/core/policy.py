@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from unstick.core import fields as f
 from unstick.core.diagnosis import DiagnosisSettings
+from unstick.core.finalizer_owners import FinalizerOwner
+from unstick.core.finalizer_policy import finalizer_owners, owner_gone_seconds
 from unstick.core.remediation import POLICY_KIND
 from unstick.core.vocabulary import Action
 
@@ -42,6 +44,8 @@ SPEC_KEYS = (
     "lazyUnmount",
     "namespaceSelector",
     "orphanedPodDirs",
+    "finalizerOwners",
+    "finalizerOwnerGoneSeconds",
 )
 #: What the agent does with a pod directory whose pod is gone from the API (design.md §9).
 ORPHANED_POD_DIRS = ("observe", "clean")
@@ -108,6 +112,10 @@ class RemediationPolicy:
     namespace_selector: LabelSelector | None = None
     #: `observe` (count and report) or `clean` (the safe node steps; docs/aftermath.md).
     orphaned_pod_dirs: str = "observe"
+    #: finalizer prefix → the Lease/Deployment serving it (issue #25, core/finalizer_policy.py)
+    finalizer_owners: tuple[FinalizerOwner, ...] = ()
+    #: None: the allowlist alone decides; else also the owner gone for longer than this
+    finalizer_owner_gone_seconds: float | None = None
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
         """May a pod in `namespace` (with these labels) use this policy? `default` serves
@@ -132,6 +140,7 @@ class RemediationPolicy:
             slack_s=self.slack_seconds,
             node_lost_after_s=self.node_lost_after_seconds,
             probe_max_age_s=self.probe_max_age_seconds,
+            finalizer_owners=self.finalizer_owners,
         )
 
 
@@ -283,6 +292,8 @@ def _parse(obj: object) -> RemediationPolicy:
         lazy_unmount=_flag(spec, "lazyUnmount", False),
         namespace_selector=_selector(spec),
         orphaned_pod_dirs=_choice(spec, "orphanedPodDirs", ORPHANED_POD_DIRS),
+        finalizer_owners=finalizer_owners(spec),
+        finalizer_owner_gone_seconds=owner_gone_seconds(spec),
     )
 
 

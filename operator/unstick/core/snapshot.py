@@ -28,7 +28,7 @@ from unstick.core.facts import (
     ReadyCondition,
     VolumeDir,
 )
-from unstick.core.finalizer_owners import parse_leases
+from unstick.core.finalizer_owners import parse_deployments, parse_gone_since, parse_leases
 from unstick.core.hung_mounts import parse_hung_mounts
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
 from unstick.core.pod_tasks import parse_d_tasks, parse_frozen_cgroups
@@ -311,6 +311,8 @@ def parse_bundle(obj: object) -> Facts:
             probe=None if probe_obj is None else _probe(probe_obj),
             events=parse_events(bundle, pod.uid),
             leases=parse_leases(bundle),
+            deployments=parse_deployments(bundle),
+            owners_gone_since=parse_gone_since(bundle),
         )
     except BundleError:
         raise
