@@ -54,8 +54,8 @@ def sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def podman(*args: str, check: bool = True) -> str:
-    return run(["podman", *args], check=check)
+def podman(*args: str, check: bool = True, stdin: str | None = None) -> str:
+    return run(["podman", *args], stdin=stdin, check=check)
 
 
 def build_node_image() -> str:

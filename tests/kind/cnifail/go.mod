@@ -1,0 +1,3 @@
+module unstick.dev/tests/kind/cnifail
+
+go 1.22
