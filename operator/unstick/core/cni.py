@@ -104,7 +104,7 @@ def failure_words(c: CNIFailure) -> str:
     plugin = f"CNI plugin {c.plugin}" if c.plugin else "the CNI plugin"
     if c.network:
         plugin += f" (network {c.network})"
-    sandbox = f" of sandbox {c.sandbox}" if c.sandbox else ""
+    sandbox = f" {c.sandbox}" if c.sandbox else ""
     times = f" ({c.count} times)" if c.count > 1 else ""
     return (
         f"the kubelet cannot remove the pod's sandbox{sandbox}: {plugin} fails to delete its "
