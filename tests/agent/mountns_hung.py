@@ -155,6 +155,28 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
     }
 
 
+def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
+    """The only waiter looks the mount up through `..` (`stat <vol>/../pv-data`): its path
+    is never resolved, so nobody is named — and the plain unmount cannot tell, so refuses."""
+    from unstick.agent.mount_waiters import scan_waiters
+
+    vol, daemon = _hung_volume(node)
+    daemon.send_signal(signal.SIGSTOP)
+    waiter = _blocked(node, "stat", f"{vol}/../{vol.name}")
+    mount = next(m for m in node.executor().pod_table(UID_A).mounts if m.mount_point == str(vol))
+    scan = scan_waiters("/proc", [mount])
+    plain = step(node.executor(), UID_A, "unmount", str(vol))
+    return {
+        "vol": str(vol),
+        "pid": waiter.pid,
+        "waiters": [w.pid for w in scan.waiters],
+        "unknown": scan.unknown,
+        "probe": node.probe(UID_A),
+        "plain": plain,
+        "mounted_after": str(vol) in mount_points(),
+    }
+
+
 def _remove_tree(top: Path) -> None:
     for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
         if path.is_dir():
@@ -196,6 +218,7 @@ if __name__ == "__main__":
                 "fuse_answering": scenario_fuse_answering,
                 "fuse_pod_process": scenario_fuse_pod_process,
                 "fuse_outside_waiter": scenario_fuse_outside_waiter,
+                "fuse_unreadable_waiter": scenario_fuse_unreadable_waiter,
             }
         )
     )

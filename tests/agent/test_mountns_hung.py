@@ -224,3 +224,15 @@ def test_the_executor_refuses_a_plain_unmount_of_a_mount_with_waiters(outside: d
     assert outside["mounted_after_refusals"] is True
     assert outside["done"]["result"] == "succeeded", outside["done"]
     assert outside["mounted_after"] is False
+
+
+def test_a_waiter_whose_path_cannot_be_told_blocks_the_plain_unmount(scenario, work: Path) -> None:
+    r = scenario("fuse_unreadable_waiter", work, script=HUNG)
+    assert r["waiters"] == []  # `..` is never resolved: nobody is named
+    assert len(r["unknown"]) == 1 and f"pid {r['pid']} (stat)" in r["unknown"][0]
+    assert "is not resolved (`..`)" in r["unknown"][0]
+    (hung,) = r["probe"]["hungMounts"]  # hung by FUSE's count, nobody blocked by name
+    assert hung["blocked"] == [] and hung["waiting"] >= 1
+    assert r["plain"]["result"] == "refused", r["plain"]
+    assert "cannot tell whether tasks blocked in a path lookup wait on" in r["plain"]["message"]
+    assert r["mounted_after"] is True

@@ -47,7 +47,7 @@ FUSECTL = "sys/fs/fuse/connections"
 MAX_HUNG = 32  # the Remediation CRD's bounds (probe.hungMounts[], .blocked[])
 MAX_BLOCKED = 16
 MAX_CHARS = 256
-MAX_PATH = 4096
+MAX_PATH = 512  # a waiter's path in the Remediation (16 of them per mount, 32 mounts)
 POD = "pod"  # `via` of a blocked process of the pod that holds no mount of it
 PATH = "path"  # `via` of a process outside the pod blocked on a path of the mount
 
@@ -70,7 +70,8 @@ class Blocked:
             "via": self.via,
         }
         if self.path:
-            out["path"] = self.path[:MAX_PATH]
+            cut = len(self.path) > MAX_PATH
+            out["path"] = self.path[: MAX_PATH - 1] + "…" if cut else self.path
         return out
 
 

@@ -28,6 +28,7 @@ Anything unreadable, or a task that exits or changes meanwhile, is simply not co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import posixpath
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from unstick.agent.holders_proc import PARSED, list_pids, own_pid
 from unstick.agent.pod_tasks import read_small
 from unstick.core.hung_mounts import family
-from unstick.core.mount_identity import under, uses
+from unstick.core.mount_identity import MountTable, overlaps, under, uses
 from unstick.core.mountinfo import Mount, MountinfoError
 
 PATH_MAX = 4096
@@ -248,23 +249,35 @@ class _Reader:
             return None
         return comm, state, wchan
 
-    def path_of(self, pid: int, tid: int) -> str | None:
-        """The path the task's current system call looks up, as the process names it."""
+    def path_of(self, pid: int, tid: int) -> tuple[str | None, str]:
+        """(the path the task's current system call looks up, as the process names it, "")
+        or (None, why it cannot be told — "" when the task is in no path lookup, or moved on
+        meanwhile: then it is simply not counted)."""
         base = f"{self.proc}/{pid}/task/{tid}"
         line = read_small(f"{base}/syscall", 512) or ""
         call = parse_syscall(line)
         where = self.calls.get(call[0]) if call else None
         if call is None or where is None:
-            return None
+            return None, ""
         dirfd_at, path_at = where
         mountinfo = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24) or ""
         text = self.string(pid, call[1][path_at], unsafe_devices(mountinfo))
-        if text is None or read_small(f"{base}/syscall", 512) != line:
-            return None  # unreadable, or it moved on meanwhile
-        if text.startswith("/"):
-            return lexical(text)
-        dirfd = AT_FDCWD if dirfd_at is None else signed(call[1][dirfd_at])
-        link = f"{base}/cwd" if dirfd == AT_FDCWD else f"{self.proc}/{pid}/fd/{dirfd}"
+        if read_small(f"{base}/syscall", 512) != line:
+            return None, ""  # it moved on (or exited) meanwhile
+        if text is None:
+            return None, f"system call {call[0]}: its path could not be read"
+        if not text.startswith("/"):
+            dirfd = AT_FDCWD if dirfd_at is None else signed(call[1][dirfd_at])
+            link = f"{base}/cwd" if dirfd == AT_FDCWD else f"{self.proc}/{pid}/fd/{dirfd}"
+            start = self.link(pid, link)
+            if start is None:
+                return None, f"the directory its relative path {text!r} starts from is unknown"
+            text = posixpath.join(start, text)
+        path = lexical(text)
+        return (path, "") if path else (None, f"its path {text!r} is not resolved (`..`)")
+
+    def link(self, pid: int, link: str) -> str | None:
+        """A cwd/fd link of the process, from its root as its own paths are."""
         try:
             start = os.readlink(link)
         except OSError:
@@ -272,7 +285,7 @@ class _Reader:
         root = self.root(pid)
         if root not in (None, "/") and under(start, root):  # links show the agent's view
             start = start[len(root.rstrip("/")) :] or "/"
-        return lexical(posixpath.join(start, text)) if start.startswith("/") else None
+        return start if start.startswith("/") else None
 
     def root(self, pid: int) -> str | None:
         try:
@@ -296,22 +309,30 @@ class _Reader:
         end = data.find(b"\0")
         return None if end <= 0 else os.fsdecode(data[:end])
 
-    def mounts_of(self, pid: int, path: str) -> list[str]:
-        """The targets `path` (in the process's namespace) lies in, by mount identity."""
+    def table(self, pid: int) -> MountTable | None:
+        """The process's own mount table (its targets' devices parsed in full)."""
         ns = f"pid:{pid}"
-        try:
+        with contextlib.suppress(OSError):
             ns = os.readlink(f"{self.proc}/{pid}/ns/mnt")
-        except OSError:
-            pass
         text = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24)
         if not text:
-            return []
+            return None
         try:
-            table = PARSED.table(ns, text, self.devices)
+            return PARSED.table(ns, text, self.devices)
         except MountinfoError:
-            return []
-        mounts = table.containing(path)
+            return None
+
+    def mounts_of(self, pid: int, path: str) -> list[str]:
+        """The targets `path` (in the process's namespace) lies in, by mount identity."""
+        table = self.table(pid)
+        mounts = table.containing(path) if table else ()
         return [t.mount_point for t in self.targets if any(uses(m, path, t) for m in mounts)]
+
+    def could_reach(self, pid: int) -> bool:
+        """The process's namespace has a mount of a target's filesystem (or its table is
+        unreadable): only then can a path it looks up lie in a target."""
+        table = self.table(pid)
+        return table is None or any(overlaps(m, t) for m in table.mounts for t in self.targets)
 
     def tasks(self, pid: int) -> list[int]:
         try:
@@ -320,23 +341,41 @@ class _Reader:
             return []
 
 
+@dataclass(frozen=True, slots=True)
+class WaiterScan:
+    waiters: list[Waiter]
+    unknown: list[str]  # blocked tasks that could reach a target, their path unread
+
+
 def mount_waiters(host_proc: str, targets: Iterable[Mount]) -> list[Waiter]:
+    """The tasks blocked looking up a path through one of `targets` (see `scan_waiters`)."""
+    return scan_waiters(host_proc, targets).waiters
+
+
+def scan_waiters(host_proc: str, targets: Iterable[Mount]) -> WaiterScan:
     """The tasks blocked looking up a path through one of `targets` (at most MAX_WAITERS
-    per mount, one per process and mount), by pid (see the module doc)."""
+    per mount, one per process and mount), by pid (see the module doc); and the blocked
+    tasks in a path lookup whose path could not be read, in a namespace that has a mount
+    of a target's filesystem (an unmount's check counts them: it cannot tell)."""
     reader = _Reader(host_proc, list(targets))
     if not reader.targets or not reader.calls:
-        return []
+        return WaiterScan([], [])
     pids, _ = list_pids(host_proc)
     own = own_pid(host_proc)
     out: list[Waiter] = []
+    unknown: list[str] = []
     seen: set[tuple[int, str]] = set()
     for pid in pids:
         if pid == own:
             continue
         for tid in reader.tasks(pid):
             task = reader.candidate(pid, tid)
-            path = reader.path_of(pid, tid) if task else None
-            if task is None or path is None:
+            path, why = reader.path_of(pid, tid) if task else (None, "")
+            if task is None:
+                continue
+            if path is None:
+                if why and len(unknown) < MAX_WAITERS and reader.could_reach(pid):
+                    unknown.append(f"pid {pid} ({task[0]}) in {task[2] or 'D state'}: {why}")
                 continue
             for point in reader.mounts_of(pid, path):
                 count = sum(1 for w in out if w.mount_point == point)
@@ -345,4 +384,4 @@ def mount_waiters(host_proc: str, targets: Iterable[Mount]) -> list[Waiter]:
                 seen.add((pid, point))
                 comm = (read_small(f"{host_proc}/{pid}/comm", 64) or task[0]).strip()
                 out.append(Waiter(pid, tid, comm, task[1], task[2], path, point))
-    return out
+    return WaiterScan(out, unknown)

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from unstick.agent.containers import still_running
 from unstick.agent.holders import scan_holders
 from unstick.agent.keylocks import KeyLocks
-from unstick.agent.mount_waiters import mount_waiters
+from unstick.agent.mount_waiters import scan_waiters
 from unstick.agent.mounts import MountTable
 from unstick.agent.mounttable import MountWatch, watch_for
 from unstick.agent.plugins import Plugin, registered_plugins
@@ -255,15 +255,21 @@ class StepChecks:
 
     def _check_no_waiters(self, *mounts: Mount) -> None:
         """Refused when a task is blocked looking up a path through one of the mounts (issue
-        #25, agent/mount_waiters.py): a plain umount would hang with it, and hold the
-        worker for ever. A hung mount is lazy-unmount's, never a plain unmount's."""
-        found = mount_waiters(self.settings.host_proc, mounts)
-        if found:
-            point = found[0].mount_point
-            names = "; ".join(w.words() for w in found if w.mount_point == point)
+        #25, agent/mount_waiters.py), or one that could be cannot be told: a plain umount
+        would hang with it, and hold the worker for ever. A hung mount is lazy-unmount's."""
+        scan = scan_waiters(self.settings.host_proc, mounts)
+        if scan.waiters:
+            point = scan.waiters[0].mount_point
+            names = "; ".join(w.words() for w in scan.waiters if w.mount_point == point)
             raise Refused(
                 f"{point} hangs: {names} — a plain unmount would hang too, not unmounting "
                 "(a hung mount is for lazy-unmount)"
+            )
+        if scan.unknown:
+            points = ", ".join(dict.fromkeys(m.mount_point for m in mounts))
+            raise Refused(
+                f"cannot tell whether tasks blocked in a path lookup wait on {points}, not "
+                f"unmounting: {'; '.join(scan.unknown[:3])}"
             )
 
     def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
