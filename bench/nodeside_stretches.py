@@ -14,9 +14,11 @@ per pod; the audit log names the object of every request):
 - `steps_to_gone`: the steps' results → the pod's first successful DELETE — the kubelet
   stand-in.
 
-A stretch is counted only for the pods where every mark was found in that order (a
-re-requested probe or a refused request adds marks that do not fit: such a pod is left out
-of the stretches after it, `n` says how many were counted). Times are the API server's
+A controller that requests the probe in the Remediation it creates (one spec patch per
+pod: the node steps) has `created_to_probe_requested` 0. A stretch is counted only for the
+pods where every mark was found in that order (a re-requested probe or a refused request
+adds marks that do not fit: such a pod is left out of the stretches after it, `n` says how
+many were counted). Times are the API server's
 (requestReceivedTimestamp for a request's start, stageTimestamp for its end).
 """
 
@@ -82,6 +84,8 @@ def _pod_stretches(m: dict[str, list[float]]) -> dict[str, float]:
     """The stretches of one pod whose marks come in the expected order."""
     created, requested = m.get("created", []), m.get("requested", [])
     gets, answered, gone = m.get("agent_get", []), m.get("answered", []), m.get("gone", [])
+    if len(requested) == 1 and created:
+        requested = [created[0], *requested]  # the probe requested in the create itself
     if not created or len(requested) < 2 or len(gets) < 2 or len(answered) < 2:
         return {}
     points = [created[0], requested[0], gets[0], answered[0], requested[1], gets[1], answered[1]]

@@ -1,0 +1,69 @@
+"""bench/nodeside_stretches.py: each pod's stretches from audit events (who asked what,
+when), with the probe requested by a spec patch or in the create itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.nodeside_stretches import STRETCHES, stretches
+
+WHO = {"controller": ("ctl/",), "agent": ("agent/",), "standin": ("kubelet/",)}
+
+
+def _ev(t: float, ua: str, verb: str, resource: str, name: str, sub: str = "") -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(1_800_000_000 + t, UTC).isoformat().replace("+00:00", "Z")
+    ref = {"resource": resource, "name": name, **({"subresource": sub} if sub else {})}
+    return {
+        "stage": "ResponseComplete",
+        "verb": verb,
+        "userAgent": ua,
+        "objectRef": ref,
+        "responseStatus": {"code": 200},
+        "requestReceivedTimestamp": stamp,
+        "stageTimestamp": stamp,
+    }
+
+
+def _pod(probe_patch: bool) -> list[dict[str, Any]]:
+    marks = [
+        _ev(1.0, "ctl/1", "create", "remediations", "r-a"),
+        *([_ev(1.5, "ctl/1", "patch", "remediations", "r-a")] if probe_patch else []),
+        _ev(2.0, "agent/1", "get", "pods", "a"),
+        _ev(2.5, "agent/1", "patch", "remediations", "r-a", "status"),
+        _ev(4.0, "ctl/1", "patch", "remediations", "r-a"),
+        _ev(7.0, "agent/1", "get", "pods", "a"),
+        _ev(8.0, "agent/1", "patch", "remediations", "r-a", "status"),
+        _ev(8.5, "kubelet/1", "delete", "pods", "a"),
+    ]
+    other = _ev(3.0, "agent/1", "get", "pods", "b")  # another pod's request: not a's mark
+    return [*marks, other]
+
+
+def test_each_stretch_of_a_pod_from_its_marks() -> None:
+    out = stretches(_pod(probe_patch=True), {"a": "r-a"}, WHO, 1_800_000_000)
+    got = {k: v["p50"] for k, v in out.items()}
+    assert got == {
+        "created_to_probe_requested": 0.5,
+        "probe_queue": 0.5,
+        "probe": 0.5,
+        "probe_to_steps_requested": 1.5,
+        "steps_queue": 3.0,
+        "steps": 1.0,
+        "steps_to_gone": 0.5,
+    }
+    assert all(out[k]["n"] == 1 for k in STRETCHES)
+
+
+def test_a_probe_requested_in_the_create_counts_from_the_create() -> None:
+    out = stretches(_pod(probe_patch=False), {"a": "r-a"}, WHO, 1_800_000_000)
+    assert out["created_to_probe_requested"]["p50"] == 0.0
+    assert out["probe_queue"]["p50"] == 1.0
+    assert out["steps_queue"]["p50"] == 3.0
+
+
+def test_a_pod_without_every_mark_is_left_out() -> None:
+    events = [e for e in _pod(probe_patch=True) if e["verb"] != "delete"]
+    events = events[:-2]  # no answer to the node steps
+    out = stretches(events, {"a": "r-a"}, WHO, 1_800_000_000)
+    assert all(v["n"] == 0 and v["p50"] is None for v in out.values())
