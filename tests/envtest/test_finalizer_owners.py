@@ -3,7 +3,13 @@ controller's `batch.kubernetes.io/job-tracking` finalizer while kube-controller-
 leader lease was last renewed hours ago (the envtest runs no kube-controller-manager: the
 test writes the Lease as a gone leader left it). `unstick snapshot` captures the lease,
 `unstick diagnose` says who owns the finalizer and that it seems gone; removal is still
-only for an allowlisted finalizer."""
+only for an allowlisted finalizer.
+
+And a custom finalizer whose owner the policy's `spec.finalizerOwners` names: a real
+Deployment whose status says 0 of 1 replicas available since 2020 (written through its
+status subresource, as the absent Deployment controller left it), with
+`spec.finalizerOwnerGoneSeconds` set — removed (allowlisted); an owner alive → waits
+(`waitingFor`); not allowlisted → observed."""
 
 from __future__ import annotations
 
@@ -115,3 +121,211 @@ def test_the_running_controller_says_the_finalizers_owner_seems_gone(
             objects.core.patch_namespaced_pod(
                 pod["name"], namespace, {"metadata": {"finalizers": None}}
             )
+
+
+# --- the policy's finalizer owners (spec.finalizerOwners, spec.finalizerOwnerGoneSeconds) ----
+
+OWNED = "example.com/protect"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+GONE_SINCE = "2020-01-01T00:00:00Z"
+
+
+def _deployment(kube: Kube, namespace: str, name: str, available: int) -> None:
+    """A Deployment as its (absent) controller left it: `available` of 1 replicas."""
+    labels = {"app": name}
+    kube.request(
+        "POST",
+        DEPLOYMENTS.format(ns=namespace),
+        body={
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "op", "image": "registry.example/op:1"}]},
+                },
+            },
+        },
+    )
+    _set_available(kube, namespace, name, available)
+
+
+def _set_available(kube: Kube, namespace: str, name: str, available: int) -> None:
+    condition = {
+        "type": "Available",
+        "status": "True" if available else "False",
+        "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+        "lastTransitionTime": GONE_SINCE,
+        "lastUpdateTime": GONE_SINCE,
+    }
+    kube.request(
+        "PATCH",
+        f"{DEPLOYMENTS.format(ns=namespace)}/{name}/status",
+        body={
+            "status": {
+                "replicas": 1,
+                "updatedReplicas": 1,
+                "readyReplicas": available,
+                "availableReplicas": available,
+                "conditions": [condition],
+            }
+        },
+        content_type="application/merge-patch+json",
+    )
+
+
+def _owned_spec(namespace: str, **overrides: Any) -> dict[str, Any]:
+    owner = {"namespace": namespace, "name": "example-operator"}
+    return {
+        "slackSeconds": 0,
+        "actions": ["observe", "remove-finalizer"],
+        "finalizerAllowlist": [OWNED],
+        "finalizerOwners": [{"prefix": "example.com/", "deployment": owner}],
+        "finalizerOwnerGoneSeconds": 3600,
+    } | overrides
+
+
+def _ref(namespace: str, name: str) -> dict[str, str]:
+    return {"namespace": namespace, "name": name}
+
+
+def _remove_finalizers(core_api: Any, namespace: str, name: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core_api.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def test_a_mapped_deployment_gone_longer_than_the_threshold_is_triaged(
+    control_plane: ControlPlane, core_api: Any, namespace: str, tmp_path: Path
+) -> None:
+    from controller_support import policies_in_place
+
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    spec = _owned_spec(namespace)
+    with policies_in_place(control_plane, {"default": spec}):
+        _deployment(kube, namespace, "example-operator", available=0)
+        core_api.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {
+                    "name": "guarded",
+                    "finalizers": [OWNED],
+                    "annotations": {"unstick.dev/remediate": "true"},
+                },
+                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+            },
+        )
+        core_api.delete_namespaced_pod("guarded", namespace)
+        ref = f"{namespace}/guarded"
+        try:
+            bundle = wait_until(
+                lambda: (
+                    (b := snapshot(control_plane, ref))
+                    and b["pod"]["metadata"].get("deletionTimestamp")
+                    and b
+                ),
+                timeout=30,
+                what="the pod to be deleted",
+            )
+            assert [d["metadata"]["name"] for d in bundle["deployments"]] == ["example-operator"]
+            report = diagnose(tmp_path, bundle, {"spec": spec})
+            assert report["cause"] == "FinalizerBlocked", report
+            words = " ".join(e["message"] for e in report["evidence"])
+            assert (
+                f"finalizer {OWNED} is served by the Deployment {namespace}/example-operator "
+                f"(spec.finalizerOwners): 0 of 1 replicas available since {GONE_SINCE}" in words
+            )
+            assert [(s["action"], s["target"]) for s in report["plan"]] == [
+                ("remove-finalizer", OWNED)
+            ]
+            plain = diagnose(tmp_path, bundle, {"spec": spec | {"finalizerAllowlist": []}})
+            assert [s["action"] for s in plain["plan"]] == ["observe"]  # not allowlisted
+
+            _set_available(kube, namespace, "example-operator", 1)
+            alive = diagnose(tmp_path, snapshot(control_plane, ref), {"spec": spec})
+            assert [s["action"] for s in alive["plan"]] == ["observe"]
+            assert any("is alive: waiting for it" in r["reason"] for r in alive["refused"])
+
+            kube.request("DELETE", f"{DEPLOYMENTS.format(ns=namespace)}/example-operator")
+            missing = snapshot(control_plane, ref)
+            assert [(g["kind"], g["name"]) for g in missing["ownersGoneSince"]] == [
+                ("Deployment", "example-operator")
+            ]
+            report = diagnose(tmp_path, missing, {"spec": spec})
+            assert [s["action"] for s in report["plan"]] == ["observe"]  # just seen missing
+            assert any("not yet longer than 1h0m0s" in r["reason"] for r in report["refused"])
+        finally:
+            _remove_finalizers(core_api, namespace, "guarded")
+
+
+def test_the_controller_removes_only_where_the_mapped_owner_is_gone_long_enough(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    from controller_support import await_, policy_spec, running_controller
+
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    _deployment(kube, namespace, "gone-operator", available=0)
+    _deployment(kube, namespace, "live-operator", available=1)
+    gone, live = "gone.example.com/protect", "live.example.com/protect"
+    spec = policy_spec(
+        finalizerAllowlist=[gone, live],
+        finalizerOwners=[
+            {"prefix": "gone.example.com/", "deployment": _ref(namespace, "gone-operator")},
+            {"prefix": "live.example.com/", "deployment": _ref(namespace, "live-operator")},
+        ],
+        finalizerOwnerGoneSeconds=3600,
+    )
+    with running_controller(control_plane, tmp_path, {"default": spec}) as (_, objects):
+        removed = objects.pod(namespace, None, remediate="true", finalizers=[gone])
+        waits = objects.pod(namespace, None, remediate="true", finalizers=[live])
+        kept = objects.pod(namespace, None, remediate="true", finalizers=["gone.example.com/x"])
+        pods = [removed, waits, kept]
+        for p in pods:
+            objects.core.delete_namespaced_pod(p["name"], namespace)
+        try:
+            await_(
+                lambda: objects.read_pod(namespace, removed["name"]) is None,
+                60,
+                "the finalizer of the pod whose owner is gone for hours removed",
+            )
+            status = await_(
+                lambda: (s := objects.status(namespace, waits)).get("waitingFor") and s,
+                60,
+                "the pod whose owner is alive waiting for it",
+            )
+            assert status["waitingFor"] == (
+                f"the finalizer's owner: Deployment {namespace}/live-operator serving finalizer "
+                f"{live} is alive: waiting for it"
+            )
+            assert status["phase"] == "Observing"
+            status = await_(
+                lambda: (s := objects.status(namespace, kept)).get("phase") == "Observing" and s,
+                60,
+                "the pod with a finalizer not allowlisted observed",
+            )
+            words = " ".join(e["message"] for e in status["evidence"])
+            assert f"Deployment {namespace}/gone-operator" in words and "seems gone" in words
+            assert objects.read_pod(namespace, waits["name"]) is not None
+            assert objects.read_pod(namespace, kept["name"]) is not None
+        finally:
+            for p in pods:
+                _remove_finalizers(objects.core, namespace, p["name"])
+
+
+def test_the_policy_schema_refuses_an_owner_naming_both_kinds(control_plane: ControlPlane) -> None:
+    from controller_support import policies_in_place
+    from kubernetes.client.exceptions import ApiException
+
+    ref = {"namespace": "ops", "name": "x"}
+    both = {"finalizerOwners": [{"prefix": "example.com/", "lease": ref, "deployment": ref}]}
+    with policies_in_place(control_plane, {}) as objects, pytest.raises(ApiException) as err:
+        objects.create_policy("t-owner-both", both)
+    assert err.value.status == 422
+    assert "must name exactly one owner, lease or deployment" in str(err.value.body)

@@ -245,3 +245,15 @@ def test_an_old_bundle_without_the_new_keys_reads_as_before() -> None:
     b = bundle(the_pod=pod(node=None, grace=0, finalizers=[OWNED]))
     facts = parse_bundle(b)
     assert facts.deployments == {} and facts.owners_gone_since == {}
+
+
+def test_waiting_for_names_the_owner_an_allowlisted_finalizer_waits_for() -> None:
+    from unstick.core.finalizer_owners import waiting_for
+
+    d, _, _ = _triaged({"deployments": [deployment(1)]}, owned_policy())
+    assert waiting_for(d.finalizers, d.finalizer_owners, (OWNED,), 3600, d.now) == (
+        "the finalizer's owner: Deployment ops/example-operator serving finalizer "
+        f"{OWNED} is alive: waiting for it"
+    )
+    assert waiting_for(d.finalizers, d.finalizer_owners, (), 3600, d.now) is None
+    assert waiting_for(d.finalizers, d.finalizer_owners, (OWNED,), None, d.now) is None

@@ -14,7 +14,9 @@ from typing import Any
 
 from unstick.controller.policies import Policy
 from unstick.core.diagnosis import Diagnosis
+from unstick.core.finalizer_owners import waiting_for
 from unstick.core.remediation import rfc3339
+from unstick.core.vocabulary import Action
 from unstick.kube.client import JSON
 from unstick.kube.podwatch import TerminatingPod
 
@@ -85,4 +87,18 @@ def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
         ),
         "optedIn": dec.opted_in,
         "policy": dec.policy.name,
+        **_owner_wait(dec),
     }
+
+
+def _owner_wait(dec: Decision) -> dict[str, Any]:
+    """FinalizerBlocked (issue #25): `waitingFor` names the owner an allowlisted finalizer
+    waits for (alive, or not gone for spec.finalizerOwnerGoneSeconds yet), else null."""
+    d, parsed = dec.diagnosis, dec.policy.parsed
+    if str(d.cause) != "FinalizerBlocked" or parsed is None or not dec.opted_in:
+        return {}
+    if not parsed.permits(Action.REMOVE_FINALIZER):
+        return {}
+    owners, allowlist = d.finalizer_owners, parsed.finalizer_allowlist
+    gone_s = parsed.finalizer_owner_gone_seconds
+    return {"waitingFor": waiting_for(d.finalizers, owners, allowlist, gone_s, d.now)}

@@ -206,6 +206,23 @@ def owner_gone_for(
     return safety.SAFE
 
 
+def waiting_for(
+    finalizers: tuple[str, ...],
+    owners: tuple[OwnerView, ...],
+    allowlist: tuple[str, ...],
+    gone_s: float | None,
+    now: datetime,
+) -> str | None:
+    """`status.waitingFor` of a pod whose allowlisted finalizer waits for its owner (with
+    `spec.finalizerOwnerGoneSeconds` set); None when none does."""
+    for name in finalizers:
+        if name in allowlist:
+            verdict = owner_gone_for(name, owners, gone_s, now)
+            if not verdict:
+                return f"the finalizer's owner: {verdict.reason}"
+    return None
+
+
 def _lease_words(owner: str, key: tuple[str, str], lease: LeaseFacts | None, now: datetime) -> str:
     name = f"{key[0]}/{key[1]}"
     if lease is None:
