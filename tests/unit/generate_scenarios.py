@@ -290,6 +290,53 @@ def cases() -> dict[str, dict[str, Any]]:
             },
         }
     ]
+    # FinalizerBlocked, the policy's finalizerOwners and finalizerOwnerGoneSeconds (issue #25):
+    # the mapped Deployment at 0 of 1 available for 3 h (> 1 h) -> removal (allowlisted);
+    # alive -> wait
+    owned = "example.com/protect"
+    owner_policy = EVERYTHING | {
+        "finalizerAllowlist": [owned],
+        "finalizerOwners": [
+            {"prefix": "example.com/", "deployment": {"namespace": "ops", "name": "example-op"}}
+        ],
+        "finalizerOwnerGoneSeconds": 3600,
+    }
+    for name, available, expected in (
+        ("finalizer-owner-deployment-gone-past-threshold", 0, (["remove-finalizer"], [], [
+            "served by the Deployment ops/example-op (spec.finalizerOwners): 0 of 1 replicas "
+            "available since 2026-11-20T07:00:00Z (3h0m0s): it seems gone",
+        ])),
+        ("finalizer-owner-deployment-alive-waits", 1, (["observe"], ["remove-finalizer"], [
+            "served by the Deployment ops/example-op (spec.finalizerOwners): 1 of 1 replicas "
+            "available: it is alive — wait for it",
+        ])),
+    ):  # fmt: skip
+        plan_, refused, evidence = expected
+        c[name] = bundle(
+            the_pod=pod(node=None, grace=0, finalizers=[owned]),
+            expect=e(
+                "FinalizerBlocked",
+                plan=plan_,
+                refused=["force-delete", *refused],
+                evidence=evidence,
+                policy=owner_policy,
+            ),
+        )
+        condition = {
+            "type": "Available",
+            "status": "False",
+            "lastTransitionTime": "2026-11-20T07:00:00Z",
+        }
+        c[name]["deployments"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"namespace": "ops", "name": "example-op"},
+                "spec": {"replicas": 1},
+                "status": {"replicas": 1, "availableReplicas": available}
+                | ({} if available else {"conditions": [condition]}),
+            }
+        ]
     # HungMount (issue #25): after ContainerFrozen, before ContainersStillRunning
     c["hung-nfs-server-gone-container-blocked"] = bundle(
         the_pod=pod(volumes=DATA, statuses=[("app", "running")]),
