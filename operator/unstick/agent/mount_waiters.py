@@ -7,8 +7,8 @@ would hang with it.
 Found from `<host-proc>` only, never touching the mount:
 
 1. every task (thread) of every process whose `stat` state is `D`, or `S` waiting in a
-   FUSE client function (`hung_mounts.WAIT_FUNCTIONS`: FUSE's request wait is
-   interruptible at first) — only when one of the mounts asked about is FUSE;
+   FUSE client function (`WAIT_FUNCTIONS`, below: FUSE's request wait is interruptible
+   at first) — the latter only when one of the mounts asked about is FUSE;
 2. its current system call, `<task>/syscall` (number and arguments while it is blocked):
    only the calls that take a path (`stat`, `openat`, `statx`, `umount2`, ...), from this
    machine's table (x86_64, aarch64; any other machine: nothing is found);
@@ -23,7 +23,10 @@ Found from `<host-proc>` only, never touching the mount:
    relative to its root as the path is) and compared by mount identity (device and root,
    `unstick.core.mount_identity.uses`), never as text across namespaces.
 
-Anything unreadable, or a task that exits or changes meanwhile, is simply not counted.
+A task that exits or changes meanwhile is simply not counted. One in a path lookup whose
+path cannot be told (unreadable, in an unsafe mapping, with `..`) is not named either, but
+`scan_waiters` lists it as unknown when its namespace has a mount of a target's filesystem:
+an unmount's check then cannot tell, and refuses (agent/stepchecks.py).
 """
 
 from __future__ import annotations
