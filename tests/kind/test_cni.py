@@ -62,6 +62,9 @@ def test_the_test_plugin_speaks_cni(tmp_path: Any) -> None:
 def test_cni_teardown_failing_on_a_worker(
     kind: Kind, quick_policy: None, namespaces: list[str]
 ) -> None:
+    """A marker pod on a worker whose network ends in the failing plugin is deleted: the
+    kubelet's FailedKillPod in containerd's words -> CNITeardownFailed, observe only; the
+    plugin healed -> the kubelet's retry tears the network down, the pod goes, Resolved."""
     node = kind.workers()[0]
     ns = "kind-cni"
     namespaces.append(ns)
@@ -70,10 +73,13 @@ def test_cni_teardown_failing_on_a_worker(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": opt_in}}
     )
     name = f"{cni_plugin.MARKER}p"
-    with cni_plugin.installed(node):
+    with cni_plugin.installed(node) as network:
         kind.apply(busybox_pod(kind, name, ns, node))
         kind.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "-n", ns, "--timeout=120s")
-        uid = kind.get("pod", name, "-n", ns)["metadata"]["uid"]
+        the_pod = kind.get("pod", name, "-n", ns)
+        uid, ip = the_pod["metadata"]["uid"], the_pod["status"]["podIP"]
+        reserved = f"/var/lib/cni/networks/{network['name']}"  # host-local IPAM's leases
+        assert ip in podman("exec", node, "ls", reserved).split()
         # the runtime's ADD went through the chain (containerd loaded the configuration)
         assert f"ADD pod={name} exit=0" in cni_plugin.calls(node), cni_plugin.calls(node)
         kind.kubectl("delete", "pod", name, "-n", ns, "--wait=false")
@@ -112,6 +118,9 @@ def test_cni_teardown_failing_on_a_worker(
         # Healed: the kubelet's next KillPodSandbox removes the sandbox and the pod goes.
         cni_plugin.heal(node)
         wait_until(lambda: not kind.pods(ns), timeout=180, what="the pod gone once healed")
+        # the whole chain's DEL ran at last: the bridge plugin gave the pod's IP back
+        assert ip not in podman("exec", node, "ls", reserved).split()
+        assert f"DEL pod={name} exit=0" in cni_plugin.calls(node), cni_plugin.calls(node)
 
     def resolved() -> dict[str, Any] | None:
         rems = kind.remediations(ns)
