@@ -13,6 +13,7 @@ status subresource, as the absent Deployment controller left it), with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -329,3 +330,80 @@ def test_the_policy_schema_refuses_an_owner_naming_both_kinds(control_plane: Con
         objects.create_policy("t-owner-both", both)
     assert err.value.status == 422
     assert "must name exactly one owner, lease or deployment" in str(err.value.body)
+
+
+NO_DEPLOYMENTS = "unstick-t-no-deployments"
+
+
+def _kubeconfig_without_deployments(cp: ControlPlane, path: Path) -> tuple[Path, list[dict]]:
+    """A ServiceAccount that may read everything `unstick snapshot` reads except Deployments."""
+    from integrity_support import apply_objects, token_for
+
+    groups = ["", "storage.k8s.io", "coordination.k8s.io", "unstick.dev"]
+    rbac = "rbac.authorization.k8s.io"
+    ref = {"apiGroup": rbac, "kind": "ClusterRole", "name": NO_DEPLOYMENTS}
+    subject = {"kind": "ServiceAccount", "name": NO_DEPLOYMENTS, "namespace": "default"}
+    objs: list[dict] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": NO_DEPLOYMENTS, "namespace": "default"}},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": NO_DEPLOYMENTS},
+         "rules": [{"apiGroups": groups, "resources": ["*"], "verbs": ["get", "list"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": NO_DEPLOYMENTS}, "roleRef": ref, "subjects": [subject]},
+    ]  # fmt: skip
+    apply_objects(cp, objs)
+    token = token_for(cp, "default", NO_DEPLOYMENTS).token
+    cluster = {"server": cp.url, "certificate-authority": str(cp.certs.ca_cert)}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "t", "cluster": cluster}],
+        "users": [{"name": "t", "user": {"token": token}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+        "current-context": "t",
+    }
+    path.write_text(json.dumps(config))
+    return path, objs
+
+
+def test_an_owner_the_reader_may_not_read_is_not_known_and_never_counts_as_gone(
+    control_plane: ControlPlane, core_api: Any, namespace: str, tmp_path: Path
+) -> None:
+    """403 is not 404: without RBAC to read the mapped Deployment, the snapshot has none and
+    no `ownersGoneSince` for it, the evidence says it was not read, and with the threshold
+    set nothing is removed (the same pod read with the rights removes it)."""
+    from controller_support import policies_in_place
+    from integrity_support import delete_objects
+    from test_snapshot import unstick
+
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    spec = _owned_spec(namespace)
+    kubeconfig, objs = _kubeconfig_without_deployments(control_plane, tmp_path / "kubeconfig")
+    with policies_in_place(control_plane, {"default": spec}):
+        _deployment(kube, namespace, "example-operator", available=0)
+        meta = {"name": "guarded", "finalizers": [OWNED]}
+        core_api.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": meta | {"annotations": {"unstick.dev/remediate": "true"}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
+            },
+        )
+        core_api.delete_namespaced_pod("guarded", namespace)
+        try:
+            r = unstick("snapshot", f"{namespace}/guarded", "--kubeconfig", str(kubeconfig))
+            assert r.returncode == 0, r.stderr
+            bundle = json.loads(r.stdout)
+            assert "deployments" not in bundle and "ownersGoneSince" not in bundle
+            assert bundle["policy"]["metadata"]["name"] == "default"
+            report = diagnose(tmp_path, bundle, {"spec": spec})
+            words = " ".join(e["message"] for e in report["evidence"])
+            assert "it was not read: whether it runs is not known here" in words
+            assert [s["action"] for s in report["plan"]] == ["observe"]
+            with_rights = diagnose(
+                tmp_path, snapshot(control_plane, f"{namespace}/guarded"), {"spec": spec}
+            )
+            assert [s["action"] for s in with_rights["plan"]] == ["remove-finalizer"]
+        finally:
+            _remove_finalizers(core_api, namespace, "guarded")
+            delete_objects(control_plane, objs)
