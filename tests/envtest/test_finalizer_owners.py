@@ -407,3 +407,40 @@ def test_an_owner_the_reader_may_not_read_is_not_known_and_never_counts_as_gone(
         finally:
             _remove_finalizers(core_api, namespace, "guarded")
             delete_objects(control_plane, objs)
+
+
+def test_the_controller_remembers_since_when_an_owner_is_gone_and_forgets_once_alive(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """`OwnerLeases` over the real API: a missing Deployment is gone from the first read
+    that found it missing (not from the later ones), alive once it has a replica, and gone
+    again from the read that found it without one."""
+    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]
+    wall = iter(float(t) for t in range(1_800_000_000, 1_800_000_100, 10))
+    owners = OwnerLeases(kube, lambda: mapping, ttl_s=0.0, wall=lambda: next(wall))
+    pod = {"metadata": {"finalizers": [OWNED], "deletionGracePeriodSeconds": 0}, "spec": {}}
+
+    def seen() -> dict[str, Any]:
+        return bundle_keys(owners.for_pod(pod))
+
+    first = seen()
+    assert first["ownersGoneSince"] == [
+        {
+            "kind": "Deployment",
+            "namespace": namespace,
+            "name": "example-operator",
+            "since": "2027-01-15T08:00:00.000000Z",
+        }
+    ]
+    assert seen()["ownersGoneSince"] == first["ownersGoneSince"]  # still the first sighting
+    _deployment(kube, namespace, "example-operator", available=1)
+    alive = seen()
+    assert [d["metadata"]["name"] for d in alive["deployments"]] == ["example-operator"]
+    assert "ownersGoneSince" not in alive
+    _set_available(kube, namespace, "example-operator", 0)
+    again = seen()["ownersGoneSince"]
+    assert [g["since"] for g in again] == ["2027-01-15T08:00:20.000000Z"]
