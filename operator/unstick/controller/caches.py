@@ -21,6 +21,8 @@
   `ttl_s`; no act depends on it (the agent takes the driver of a replay from the node's
   `vol_data.json` and re-checks the mount right before acting; NodeGone's force-delete
   re-reads the Node, not claims). A claim without a volumeName, or absent: read every time.
+  The detection threads only `peek` (no request: a pod's first worker pass reads them,
+  before any probe needs them; a diagnosis without a probe does not use them).
 
 All are thread-safe: read from the detection and worker threads, written from Kopf's
 event loop.
@@ -155,12 +157,20 @@ class BoundVolumes:
         self._lock = threading.Lock()
         self._kept: dict[str, tuple[float, JSON]] = {}
 
-    def get(self, path: str) -> JSON | None:
-        now = self.clock()
+    def peek(self, path: str) -> JSON | None:
+        """The kept object, or None when none is kept: never a request (the detection
+        threads read this way; the worker pass reads with `get`)."""
         with self._lock:
             hit = self._kept.get(path)
-        if hit is not None and now - hit[0] <= self.ttl_s:
+        if hit is not None and self.clock() - hit[0] <= self.ttl_s:
             return hit[1]
+        return None
+
+    def get(self, path: str) -> JSON | None:
+        hit = self.peek(path)
+        if hit is not None:
+            return hit
+        now = self.clock()
         obj = self._fetch(path)
         if obj is not None and _bound(path, obj):
             with self._lock:

@@ -5,10 +5,11 @@ plan. `Detector.detect` runs it the moment a pod is due, from what the controlle
 in memory (the lean watcher's pod record, watch-fed Node and CSINode caches, the probe
 from the Remediation watch), and records the diagnosis at once: the
 `unstick_detection_lag_seconds` histogram (first stuck diagnosis of a pod without a
-Remediation) and the `unstick_stuck_pods` gauge. It makes no API request (except for pods
-with PVCs: their claims and volumes are read, and for a Node or CSINode the watch has
-not delivered yet), so detection does not queue behind the API writes and actions of a
-burst: those follow in the worker pool.
+Remediation) and the `unstick_stuck_pods` gauge. It makes no API request (except for a
+Node or CSINode the watch has not delivered yet; a pod's claims and volumes only as kept
+by `caches.BoundVolumes`, which the pod's first worker pass fills — a diagnosis without a
+probe does not use them), so detection does not queue behind the API reads and writes of
+a burst: those follow in the worker pool.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Detector:
         csi_nodes: ObjectCache,
         has_remediation: Callable[[str], bool],
         volumes: Callable[[str], JSON | None] | None = None,
+        kept_volumes: Callable[[str], JSON | None] | None = None,
         events: Callable[[str], list[JSON]] | None = None,
         leases: Callable[[JSON], list[JSON]] | None = None,
     ) -> None:
@@ -53,6 +55,15 @@ class Detector:
         self.namespaces = namespaces
         self.cached = NodeInputs(
             node=nodes.get, csi_node=csi_nodes.get, get=volumes, events=events, leases=leases
+        )
+        # Detection reads claims and volumes only as kept (no GET: a burst's detections
+        # must not queue behind 2 threads' reads; the worker pass reads them).
+        self.from_memory = NodeInputs(
+            node=nodes.get,
+            csi_node=csi_nodes.get,
+            get=kept_volumes or volumes,
+            events=events,
+            leases=leases,
         )
         self.has_remediation = has_remediation
         self.stuck = metrics.StuckPods()
@@ -90,7 +101,7 @@ class Detector:
     def detect(self, record: TerminatingPod, probe: Any, now: float) -> None:
         """Diagnose from memory; on a stuck diagnosis update the metrics right now."""
         try:
-            decision = self.decide(pod_json(record), probe, now, None)
+            decision = self.decide(pod_json(record), probe, now, self.from_memory)
         except BundleError:
             return  # the worker pass reports it (Event UnstickCannotDiagnose)
         d = decision.diagnosis

@@ -16,7 +16,7 @@ from unstick.controller.owner_leases import bundle_keys
 from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
 from unstick.kube.client import JSON, Kube, pod_path
 
-__all__ = ["Lookup", "NodeInputs", "build_bundle", "fetch_pod"]
+__all__ = ["Lookup", "NodeInputs", "build_bundle", "claims_and_volumes", "fetch_pod"]
 
 
 def _claim_names(pod: JSON) -> list[str]:
@@ -26,6 +26,27 @@ def _claim_names(pod: JSON) -> list[str]:
         if claim.get("claimName"):
             names.append(claim["claimName"])
     return names
+
+
+def claims_and_volumes(pod: JSON, get: Lookup) -> tuple[list[JSON], list[JSON]]:
+    """The pod's claims and their volumes, each read with `get` (by API path)."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    claims: list[JSON] = []
+    volumes: list[JSON] = []
+    for claim_name in _claim_names(pod):
+        claim = get(
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/persistentvolumeclaims/"
+            f"{quote(claim_name, safe='')}"
+        )
+        if claim is None:
+            continue
+        claims.append(claim)
+        pv_name = (claim.get("spec") or {}).get("volumeName")
+        if pv_name:
+            pv = get(f"/api/v1/persistentvolumes/{quote(pv_name, safe='')}")
+            if pv is not None:
+                volumes.append(pv)
+    return claims, volumes
 
 
 def fetch_pod(kube: Kube, namespace: str, name: str) -> JSON | None:
@@ -65,7 +86,6 @@ def build_bundle(
     of every VolumeAttachment in the cluster — too dear for each decision of the controller.
     """
     meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace") or ""
     node_name = (pod.get("spec") or {}).get("nodeName") or ""
     get_node = sources.node or (lambda n: kube.get(f"/api/v1/nodes/{quote(n, safe='')}"))
     get_csi = sources.csi_node or (
@@ -74,21 +94,7 @@ def build_bundle(
     node = get_node(node_name) if node_name else None
     csi_node = get_csi(node_name) if node_name else None
     get = sources.get or (lambda path: kube.get(path))  # noqa: PLW0108 (kube may be None)
-    claims: list[JSON] = []
-    volumes: list[JSON] = []
-    for claim_name in _claim_names(pod):
-        claim = get(
-            f"/api/v1/namespaces/{quote(namespace, safe='')}/persistentvolumeclaims/"
-            f"{quote(claim_name, safe='')}"
-        )
-        if claim is None:
-            continue
-        claims.append(claim)
-        pv_name = (claim.get("spec") or {}).get("volumeName")
-        if pv_name:
-            pv = get(f"/api/v1/persistentvolumes/{quote(pv_name, safe='')}")
-            if pv is not None:
-                volumes.append(pv)
+    claims, volumes = claims_and_volumes(pod, get)
     attachments: list[JSON] = []
     if with_attachments and volumes and node_name:
         pv_names = {(pv.get("metadata") or {}).get("name") for pv in volumes}

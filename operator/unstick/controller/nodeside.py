@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.controller import metrics, records
+from unstick.controller import metrics
 from unstick.controller.decision import RATE_LIMITED, Pass
 from unstick.controller.policies import Policy
-from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, StatusWriter
+from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, Stale, StatusWriter
 from unstick.controller.trust import ProbeRequests
 from unstick.core.remediation import (
     NODE_STEPS_REQUESTED_AT,
@@ -167,8 +167,10 @@ class NodeSide:
         requests: ProbeRequests,
         status: StatusWriter,
         take_budget: Callable[[Policy, str, float], float],
+        give_back: Callable[[str, float], None] = lambda node, slot: None,
     ) -> None:
         self.kube = kube
+        self.give_back = give_back  # a slot whose request was not written (409)
         self.settings = settings
         self.requests = requests  # when this process asked the agent about each pod
         self.status = status
@@ -176,7 +178,7 @@ class NodeSide:
 
     def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
         """Write a request to the agent and remember, in memory, that we made it."""
-        records.patch_spec(self.kube, p.rem, spec)
+        self.status.patch_spec(p.rem, spec)  # onto the version decided from (statuswriter)
         self.requests.asked(p.record.uid, p.now)
 
     def steps(self, p: Pass) -> float | None:
@@ -229,7 +231,12 @@ class NodeSide:
         if wait > 0:
             self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
             return p.now + wait
-        return self._request_steps(p, planned, "requested-from-agent")
+        try:
+            return self._request_steps(p, planned, "requested-from-agent")
+        except Stale:
+            if self.requests.last(p.record.uid) != p.now:  # not handed over: the slot back
+                self.give_back(p.record.node, p.now)
+            raise
 
     def _request_steps(self, p: Pass, steps: tuple[NodeStep, ...], result: str) -> float:
         request = NodeStepsRequest(

@@ -124,6 +124,7 @@ class PodActions:
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
             outcome = actions.Outcome("refused", verdict.reason)
         elif not self._intend(p, step, slot):
+            self.give_back(record.node, slot)  # not carried out: its intent is not on record
             return self.clock() + RECHECK_AFTER_CONFLICT_S  # no act without its record
         elif step.action == Action.FORCE_DELETE:
             # The version just read as a precondition too: an opt-out or a finalizer added
@@ -147,14 +148,16 @@ class PodActions:
             outcome.message,
         )
         p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]  # the answer now
+        # The answer records what happened (decided nothing): written whatever the record's
+        # version now (guarded=False), so it is not lost to an agent's write meanwhile.
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
-            self.status.write(p, "Remediating", waitingFor=None)
+            self.status.write(p, "Remediating", guarded=False, waitingFor=None)
             return self.clock() + RECHECK_AFTER_CONFLICT_S
         if outcome.result == "rejected":  # recorded once as failed, in the server's words
             self.rejected[record.uid] = version
             self.status.count_once(p, step.action, step.target, "failed", outcome.message)
-            self.status.write(p, "Failed", waitingFor=None)
+            self.status.write(p, "Failed", guarded=False, waitingFor=None)
             return self.clock() + self.settings.recheck_s
         self.status.count_once(
             p,
@@ -164,7 +167,7 @@ class PodActions:
             outcome.message,
             force=outcome.result == "failed",
         )
-        self.status.write(p, "Remediating", waitingFor=None)
+        self.status.write(p, "Remediating", guarded=False, waitingFor=None)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
 
     def _intend(self, p: Pass, step: Any, slot: float) -> bool:

@@ -20,8 +20,8 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics, records, trust
 from unstick.controller.nodeside import late_agent_actions, steps_pending
-from unstick.controller.statuswriter import StatusWriter
-from unstick.core.remediation import POD_UID, rfc3339
+from unstick.controller.statuswriter import Stale, StatusWriter
+from unstick.core.remediation import POD_UID, PROBE_REQUESTED_AT, rfc3339
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod
@@ -63,12 +63,14 @@ class PodRecords:
         self.awaiting_agent: dict[str, tuple[str, str]] = {}
 
     def create(
-        self, record: TerminatingPod, name: str, dry_run: bool, now: float
+        self, record: TerminatingPod, name: str, dry_run: bool, now: float, *, ask_probe: bool
     ) -> tuple[JSON | None, str | None]:
         """Create the pod's Remediation at `name`, or at the next name when a record that is
         not the pod's is found there (marked Refused); (None, None) when every name is
-        taken so."""
+        taken so. With `ask_probe` the creation is the probe request too
+        (`spec.probeRequestedAt`), remembered as ours only when this POST created it."""
         names = records.remediation_names(record.name, record.uid)
+        asked = {PROBE_REQUESTED_AT: rfc3339(now)} if ask_probe else {}
         for candidate in names[names.index(name) :] if name in names else (name,):
             rem = records.create_remediation(
                 self.kube,
@@ -78,9 +80,14 @@ class PodRecords:
                 node=record.node,
                 dry_run=dry_run,
                 name=candidate,
+                spec=asked,
             )
+            self.status.copies.offer(rem)
             why = trust.identity_mismatch(rem, record)
             if why is None:
+                spec = rem.get("spec") or {}
+                if asked and spec.get(PROBE_REQUESTED_AT) == asked[PROBE_REQUESTED_AT]:
+                    self.requests.asked(record.uid, now)  # the record we just created
                 return rem, candidate
             self.refuse(rem, why, now)  # someone else's record holds that name
         log.warning(
@@ -101,7 +108,7 @@ class PodRecords:
         if known is not None:
             names = (known[1], *[n for n in names if n != known[1]])
         for name in names:
-            rem = records.get_remediation(self.kube, record.namespace, name)
+            rem = self.read(record.namespace, name)
             if rem is None:
                 return None, name
             why = trust.identity_mismatch(rem, record)
@@ -109,6 +116,18 @@ class PodRecords:
                 return rem, name
             self.refuse(rem, why, now)
         return None, None
+
+    def read(self, namespace: str, name: str) -> JSON | None:
+        """The record from its copy (remcopies.py: the watch's or our own write's answer),
+        else a GET. A copy may be older than the server's version: every write from it is
+        guarded by its resourceVersion (statuswriter.py), so deciding from it is safe."""
+        rem = self.status.copies.get(namespace, name)
+        if rem is not None:
+            return rem
+        rem = records.get_remediation(self.kube, namespace, name)
+        if rem is not None:
+            self.status.copies.offer(rem)
+        return rem
 
     def refuse(self, rem: JSON, why: str, now: float) -> None:
         """Mark a Remediation that is not the record of its pod `Refused`, saying why."""
@@ -129,7 +148,7 @@ class PodRecords:
         if refusals is not None:
             patch["refusals"] = refusals
         try:
-            self.status.patch(rem, patch)
+            self.status.patch(rem, patch, guarded=False)  # identity is immutable (CEL)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -153,12 +172,27 @@ class PodRecords:
         stuck."""
         asked_agent = self.requests.last(record.uid) is not None
         self.requests.forget(record.uid)
-        known = self.known.pop(record.uid, None)
+        known = self.known.get(record.uid)
+        try:
+            self._resolve(record, now, known, asked_agent=asked_agent)
+        finally:  # the pod is gone: its record's copy is not needed any more
+            self.known.pop(record.uid, None)
+            if known is not None:
+                self.status.copies.drop(known[0], known[1])
+
+    def _resolve(
+        self,
+        record: TerminatingPod,
+        now: float,
+        known: tuple[str, str, str] | None,
+        *,
+        asked_agent: bool,
+    ) -> None:
         if known is not None and asked_agent:
             # The agent may have reported node steps that no pass has recorded yet (the
             # kubelet removes the pod right after them): read the record once to count them.
             namespace, name, phase = known
-            found = records.get_remediation(self.kube, namespace, name)
+            found = self.read(namespace, name)  # its copy: the write below is guarded
             rem: JSON | None = (
                 found
                 if found is not None and trust.identity_mismatch(found, record) is None
@@ -183,6 +217,31 @@ class PodRecords:
             return
         # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
         metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
+        for attempt in (1, 2):
+            try:
+                self._mark_resolved(record, rem, now)
+                break
+            except Stale as exc:  # the copy was older than the record: read it, once
+                fresh = (
+                    None if exc.status == 404 else records.get_remediation(self.kube, *exc.record)
+                )
+                if fresh is None or attempt == 2:
+                    return
+                rem = fresh
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return  # someone deleted the Remediation meanwhile: nothing to mark
+        log.info(
+            "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
+            record.key,
+            record.uid,
+            now - record.deletion_timestamp,
+        )
+
+    def _mark_resolved(self, record: TerminatingPod, rem: JSON, now: float) -> None:
+        """Phase Resolved, with the agent's results no pass recorded yet; written onto the
+        version `rem` is a copy of when it has one (statuswriter.py)."""
         final: dict[str, Any] = {
             "phase": "Resolved",
             "resolvedAt": rfc3339(now),
@@ -196,15 +255,4 @@ class PodRecords:
             while len(self.awaiting_agent) > AWAITING_REMEMBERED:
                 self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
         rem["status"] = {}  # write all these keys: a merge patch of our own keys only
-        try:
-            self.status.patch(rem, final)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return  # someone deleted the Remediation meanwhile: nothing to mark
-        log.info(
-            "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
-            record.key,
-            record.uid,
-            now - record.deletion_timestamp,
-        )
+        self.status.patch(rem, final)

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from unstick.controller import trust
 from unstick.controller.decision import (
     KUBELET_FINISHING,
@@ -43,7 +45,7 @@ from unstick.controller.incidentpath import (
 )
 from unstick.controller.incidentrecord import takes_incident_path
 from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs
+from unstick.controller.inputs import NodeInputs, claims_and_volumes
 from unstick.controller.nodeside import (
     NodeSide,
     NodeSideSettings,
@@ -51,7 +53,7 @@ from unstick.controller.nodeside import (
 from unstick.controller.podactions import PodActions, PodActionSettings
 from unstick.controller.podrecord import PodRecords, log_resolved
 from unstick.controller.records import EventQueue
-from unstick.controller.statuswriter import StatusWriter
+from unstick.controller.statuswriter import Stale, StatusWriter
 from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, parse_time, rfc3339
 from unstick.core.snapshot import BundleError
@@ -60,6 +62,9 @@ from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
 
 log = logging.getLogger("unstick.decisions")
+
+WAITING, OBSERVING = "WaitingForAgent", "Observing"  # status.phase
+STALE_RETRIES = 3  # passes made in a row when each met a newer version of the record
 
 __all__ = ["RECHECK_AFTER_CONFLICT_S", "ActionInputs", "ReconcileSettings", "Reconciler"]
 
@@ -123,6 +128,7 @@ class Reconciler:
             requests=self.requests,
             status=self.status,
             take_budget=self.grants.take,
+            give_back=self.grants.give_back,
         )
         self.pod_actions = PodActions(
             kube,
@@ -150,7 +156,17 @@ class Reconciler:
 
     def reconcile(self, record: TerminatingPod) -> float | None:
         """One pass, decided from memory (the watcher's record, the caches and the
-        Remediation's probe); right before an action the pod and Node are read again."""
+        Remediation's copy); right before an action the pod and Node are read again. A
+        write from a copy older than the record (409) or of a record gone (404) wrote
+        nothing: the pass is made again at once from a fresh read (statuswriter.Stale)."""
+        for _ in range(STALE_RETRIES):
+            try:
+                return self._pass(record)
+            except Stale as exc:
+                log.debug("pod=%s uid=%s deciding again: %s", record.key, record.uid, exc)
+        return self.clock() + RECHECK_AFTER_CONFLICT_S
+
+    def _pass(self, record: TerminatingPod) -> float | None:
         now = self.clock()
         rem, name = self.pod_records.find(record, now)
         if name is None:
@@ -164,8 +180,11 @@ class Reconciler:
         status = (rem or {}).get("status") or {}
         probe = trust.usable_probe(status.get(PROBE), record, self.requests.first(record.uid))
         pod = pod_json(record)
+        # Without a probe no rule reads claims or volumes (only a mount's driver does):
+        # decided from memory, and they are read after this pass's writes (`_read_claims`).
+        memory = self.detector.from_memory if probe.probe is None else None
         try:
-            decision = self.detector.decide(pod, probe.probe, now, None)
+            decision = self.detector.decide(pod, probe.probe, now, memory)
         except BundleError as exc:
             log.warning("pod=%s uid=%s cannot diagnose: %s", record.key, record.uid, exc)
             self.inputs.events.post(pod, "UnstickCannotDiagnose", str(exc), rfc3339(now))
@@ -177,20 +196,43 @@ class Reconciler:
             self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
             return self.incident_path.act(record, decision, now)
         if rem is None:
-            rem, name = self.pod_records.create(record, name, decision.policy.dry_run, now)
+            rem, name = self.pod_records.create(
+                record, name, decision.policy.dry_run, now, ask_probe=_needs_probe(record, d)
+            )
             if rem is None or name is None:
                 return now + self.settings.recheck_s
             status = rem.get("status") or {}
         self.known[record.uid] = (record.namespace, name, status.get("phase") or "")
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
-        if status.get("cause") != str(d.cause):
+        # The Event says the diagnosis: not "Unknown" while the node's probe is awaited —
+        # posted when the probe answers (its cause) or the wait ends without one.
+        prior = status.get("phase")
+        waiting = _needs_probe(record, d)
+        if not waiting and (status.get("cause") != str(d.cause) or prior == WAITING):
             self._announce(pod, record, decision, now)
         due = self._advance(pod, record, rem, decision, now, probe=probe)
+        if waiting and prior != OBSERVING and self.known[record.uid][2] == OBSERVING:
+            self._announce(pod, record, decision, now)  # no probe in time: Unknown it is
+        if memory is not None:
+            self._read_claims(pod)
         # The node's Ready transition poked this pass; nothing pokes when it turns into
         # NodeUnreachable nodeLostAfter later: wake then, not at the slow re-check.
         if due is not None and d.node_lost_at is not None:
             due = min(due, d.node_lost_at.timestamp())
         return due
+
+    def _read_claims(self, pod: JSON) -> None:
+        """Read (and keep, caches.BoundVolumes) the pod's claims and volumes now, after the
+        pass's writes, so the decision on its probe finds them kept."""
+        get = self.detector.cached.get
+        if get is None:
+            return
+        try:
+            claims_and_volumes(pod, get)
+        except ApiException as exc:  # read again by the next decision that needs them
+            log.debug(
+                "claims of %s not read ahead: %s", (pod.get("metadata") or {}).get("name"), exc
+            )
 
     def _announce(self, pod: JSON, record: TerminatingPod, dec: Decision, now: float) -> None:
         d = dec.diagnosis
@@ -247,11 +289,7 @@ class Reconciler:
                 p.summary["refusals"] = refusals
         self.node_side.record_results(p)
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
-        # Without a fresh probe ContainersStillRunning is the kubelet's last word in
-        # pod.status, stale when the kubelet itself is what is stuck (found on the real
-        # node: a wedged kubelet's pod read "running" forever): ask the node as for Unknown.
-        unproven = (Cause.Unknown, Cause.ContainersStillRunning)
-        if d.cause in unproven and not d.probe_fresh and record.node:
+        if _needs_probe(record, d):
             return self.node_side.wait_for_probe(p)
         if not changing:
             self.status.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
@@ -350,3 +388,12 @@ def _succeeded(done: list[Any], action: Any, target: str) -> bool:
         and a.get("result") == "succeeded"
         for a in done
     )
+
+
+def _needs_probe(record: TerminatingPod, d: Any) -> bool:
+    """The pass waits for a probe of the pod's node. Without a fresh probe
+    ContainersStillRunning is the kubelet's last word in pod.status, stale when the kubelet
+    itself is what is stuck (found on the real node: a wedged kubelet's pod read "running"
+    forever): the node is asked as for Unknown."""
+    unproven = (Cause.Unknown, Cause.ContainersStillRunning)
+    return d.cause in unproven and not d.probe_fresh and bool(record.node)

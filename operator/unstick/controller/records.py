@@ -67,11 +67,14 @@ def create_remediation(
     node: str,
     dry_run: bool,
     name: str | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> JSON:
     """Create the pod's Remediation (or return the object already at that name, which the
-    caller must check is the pod's: it may not be)."""
+    caller must check is the pod's: it may not be). `spec`: more spec keys in the same
+    request (a probe request: one write less than a PATCH right after)."""
     name = name or remediation_name(pod_name, uid)
     body = new_remediation(namespace, name, pod_name, uid, node=node, dry_run=dry_run)
+    body["spec"] = {**(spec or {}), **body["spec"]}
     try:
         return kube.request("POST", remediation_path(namespace), body=body)
     except ApiException as exc:
@@ -83,22 +86,33 @@ def create_remediation(
     return existing
 
 
-def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any]) -> JSON:
+def _body(key: str, value: dict[str, Any], resource_version: str) -> JSON:
+    """A merge patch; with a resourceVersion the API server applies it only onto that
+    version of the object (409 Conflict otherwise: optimistic concurrency)."""
+    body: JSON = {key: value}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    return body
+
+
+def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any], *, resource_version: str = "") -> JSON:
     meta = rem["metadata"]
     return kube.request(
         "PATCH",
         remediation_path(meta["namespace"], meta["name"]),
-        body={"spec": spec},
+        body=_body("spec", spec, resource_version),
         content_type="application/merge-patch+json",
     )
 
 
-def patch_status(kube: Kube, rem: JSON, status: dict[str, Any]) -> JSON:
+def patch_status(
+    kube: Kube, rem: JSON, status: dict[str, Any], *, resource_version: str = ""
+) -> JSON:
     meta = rem["metadata"]
     return kube.request(
         "PATCH",
         remediation_path(meta["namespace"], meta["name"]) + "/status",
-        body={"status": status},
+        body=_body("status", status, resource_version),
         content_type="application/merge-patch+json",
     )
 

@@ -62,6 +62,7 @@ def wire(
         csi_nodes=csi_nodes,
         has_remediation=remediations.__contains__,
         volumes=bound.get,
+        kept_volumes=bound.peek,
         events=kill_events.events_of,
         leases=leases.for_pod,
     )
