@@ -1,23 +1,30 @@
 """agent/mount_waiters.py's reading of a task's blocked system call, on this process's own
-/proc: the syscall line, the path string from `/proc/<pid>/mem` (never from a file mapping
-on a network/FUSE device), lexical paths. A blocked task on a real hung mount is in
-test_mountns_hung.py."""
+/proc: the syscall line, the path string from `/proc/<pid>/mem` (only from anonymous memory
+or a file mapping on a device the process's table shows with a local filesystem), lexical
+paths; what cannot be told is unknown, naming the mounts it could wait on. A blocked task
+on a real hung mount is in test_mountns_hung.py."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
+import platform
 import tempfile
+from pathlib import Path
+
+import pytest
 
 from unstick.agent.mount_waiters import (
     _Reader,
     lexical,
     parse_syscall,
     readable,
+    safe_devices,
+    scan_waiters,
     signed,
-    unsafe_devices,
 )
+from unstick.core.mountinfo import Mount, parse_mountinfo
 
 MAPS = (
     "55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0          [heap]\n"
@@ -42,18 +49,27 @@ def test_paths_are_lexical_and_never_resolved_through_dotdot() -> None:
     assert lexical("relative/path") is None
 
 
-def test_strings_are_read_only_from_anonymous_or_safe_file_mappings() -> None:
-    unsafe = unsafe_devices(
+def test_strings_are_read_only_from_anonymous_or_local_file_mappings() -> None:
+    safe = safe_devices(
         "30 1 0:42 / /mnt/nfs rw - nfs4 10.0.0.5:/x rw\n"
         "31 1 0:43 / /mnt/f rw - fuse.sshfs h: rw\n"
         "32 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        "33 32 8:1 /srv /srv rw - ext4 /dev/sda1 rw\n"
     )
-    assert unsafe == {"0:42", "0:43"}
-    assert readable(MAPS, 0x55D0C0A00010, unsafe) == 4096  # the heap
-    assert readable(MAPS, 0x55D0C0A20FF0, unsafe) == 0x10  # up to the mapping's end
-    assert readable(MAPS, 0x7F0000002100, unsafe) == 4096  # a file on a disk
-    assert readable(MAPS, 0x7F0000000100, {"0:42"}) == 0  # a file on the NFS mount
-    assert readable(MAPS, 0x7F0000001800, unsafe) == 0  # not mapped
+    assert safe == {"8:1"}
+    assert readable(MAPS, 0x55D0C0A00010, safe) == 4096  # the heap
+    assert readable(MAPS, 0x55D0C0A20FF0, safe) == 0x10  # up to the mapping's end
+    assert readable(MAPS, 0x7F0000002100, safe) == 4096  # a file on a disk
+    assert readable(MAPS, 0x7F0000000100, safe) == 0  # a file on the NFS mount
+    assert readable(MAPS, 0x7F0000001800, safe) == 0  # not mapped
+
+
+def test_a_file_mapping_of_a_device_the_table_does_not_show_is_not_read() -> None:
+    # a file mapped from a hung mount that was lazily detached since: its device is in no
+    # mount table any more, and its page would still have to come from the dead server
+    assert readable(MAPS, 0x7F0000000100, {"8:1"}) == 0
+    assert readable(MAPS, 0x7F0000002100, set()) == 0  # the process's table was unreadable
+    assert readable(MAPS, 0x55D0C0A00010, set()) == 4096  # anonymous memory still is
 
 
 def test_the_path_string_is_read_from_the_process_memory() -> None:
@@ -64,7 +80,7 @@ def test_the_path_string_is_read_from_the_process_memory() -> None:
     assert reader.string(os.getpid(), 8, set()) is None  # unmapped: not read
 
 
-def test_a_string_in_a_file_mapping_of_an_unsafe_device_is_not_read() -> None:
+def test_a_string_in_a_file_mapping_is_read_only_from_a_local_device() -> None:
     with tempfile.TemporaryFile() as f:
         f.write(b"/some/path\0" + b"\0" * 4085)
         f.flush()
@@ -75,8 +91,8 @@ def test_a_string_in_a_file_mapping_of_an_unsafe_device_is_not_read() -> None:
             st = os.fstat(f.fileno())
             device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
             start = _mapping_of(st.st_ino)
-            assert reader.string(os.getpid(), start, set()) == "/some/path"
-            assert reader.string(os.getpid(), start, {device}) is None
+            assert reader.string(os.getpid(), start, {device}) == "/some/path"
+            assert reader.string(os.getpid(), start, set()) is None
 
 
 def _mapping_of(inode: int) -> int:
@@ -86,3 +102,70 @@ def _mapping_of(inode: int) -> int:
             if len(parts) >= 5 and parts[4] == str(inode):
                 return int(parts[0].split("-")[0], 16)
     raise AssertionError(f"inode {inode} is not mapped")
+
+
+NFS_LINE = "30 1 0:42 / /mnt/nfs rw - nfs4 10.0.0.5:/x rw\n"
+TABLE = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n" + NFS_LINE
+FSTATAT = {"x86_64": 262, "aarch64": 79}.get(platform.machine(), -1)
+
+
+def _target() -> list[Mount]:
+    return list(parse_mountinfo(NFS_LINE))
+
+
+def _proc(tmp: Path, *, path: bytes, cwd: str, root: str, syscall: bool = True) -> str:
+    """A /proc tree (pid 1 the reader, pid 42 one task in D in newfstatat(AT_FDCWD, path))
+    standing in for what the kernel would show in the cases a test machine cannot make
+    safely: a chroot whose cwd is outside it, a system call not ours to read."""
+    proc = tmp / "proc"
+    task = proc / "42" / "task" / "42"
+    task.mkdir(parents=True)
+    (proc / "1").mkdir()
+    (proc / "self").symlink_to("1")
+    (task / "stat").write_text("42 (stat) D 1 42 42 0 -1\n")
+    (task / "wchan").write_text("rpc_wait_bit_killable")
+    if syscall:
+        (task / "syscall").write_text(f"{FSTATAT} 0xffffffffffffff9c 0x1000 0x0 0x0 0x0 0x0\n")
+    (task / "cwd").symlink_to(cwd)
+    (proc / "42" / "root").symlink_to(root)
+    (proc / "42" / "mountinfo").write_text(TABLE)
+    (proc / "42" / "maps").write_text("1000-2000 rw-p 00000000 00:00 0 \n")
+    (proc / "42" / "mem").write_bytes(b"\0" * 0x1000 + path + b"\0")
+    return str(proc)
+
+
+@pytest.mark.skipif(FSTATAT < 0, reason="no system call table for this machine")
+def test_a_relative_path_is_joined_to_the_cwd_from_the_process_root(tmp_path: Path) -> None:
+    scan = scan_waiters(_proc(tmp_path, path=b"x", cwd="/mnt/nfs", root="/"), _target())
+    assert [(w.pid, w.path, w.mount_point) for w in scan.waiters] == [
+        (42, "/mnt/nfs/x", "/mnt/nfs")
+    ]
+    assert scan.unknown == [] and scan.unsure == ()
+
+
+@pytest.mark.skipif(FSTATAT < 0, reason="no system call table for this machine")
+def test_a_cwd_outside_the_process_root_cannot_be_told(tmp_path: Path) -> None:
+    # chroot without chdir: the cwd is outside the root, its path means nothing there
+    scan = scan_waiters(_proc(tmp_path, path=b"x", cwd="/mnt/nfs", root="/jail"), _target())
+    assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
+    assert scan.unknown == [
+        "pid 42 (stat) in rpc_wait_bit_killable: the directory its relative path 'x' starts "
+        "from is unknown"
+    ]
+
+
+def test_a_blocked_task_whose_system_call_cannot_be_read_cannot_be_told(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, path=b"/mnt/nfs/x", cwd="/", root="/", syscall=False)
+    scan = scan_waiters(proc, _target())
+    assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
+    assert scan.unknown == [
+        "pid 42 (stat) in rpc_wait_bit_killable: its system call could not be read"
+    ]
+
+
+def test_a_proc_that_does_not_show_every_process_makes_every_mount_unsure(
+    tmp_path: Path,
+) -> None:
+    scan = scan_waiters(str(tmp_path), _target())  # lists no process
+    assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
+    assert scan.unknown == [f"{tmp_path} lists no process (not a mounted /proc?)"]

@@ -13,20 +13,24 @@ Found from `<host-proc>` only, never touching the mount:
    only the calls that take a path (`stat`, `openat`, `statx`, `umount2`, ...), from this
    machine's table (x86_64, aarch64; any other machine: nothing is found);
 3. the path string, read from `<pid>/mem` at the argument's address — at most PATH_MAX
-   bytes, only from an anonymous mapping or a file mapping on a device that is no network
-   or FUSE filesystem of the process's mount table (a page of a file on a hung mount
-   would hang the read itself), and only when the task's `syscall` line is the same
-   after the read (else it moved on: not counted);
-4. a relative path is joined to the task's cwd (or the dirfd's link) lexically; a path
-   with `..` is not counted (a symlink before it could lead anywhere: never resolved);
+   bytes, only from an anonymous mapping or a file mapping on a device that the process's
+   mount table shows mounted with a local filesystem (a page of a file on a hung mount
+   would hang the read itself; a device it does not show — a mount detached since, say —
+   is not read either), and only when the task's `syscall` line is the same after the
+   read (else it moved on: not counted);
+4. a relative path is joined to the task's cwd (or the dirfd's link, read relative to
+   the process's root; one outside it, or a root that cannot be read, is not told)
+   lexically; a path with `..` is not counted (a symlink before it could lead anywhere:
+   never resolved);
 5. the path is looked up in the process's own mount table (`/proc/<pid>/mountinfo`, paths
    relative to its root as the path is) and compared by mount identity (device and root,
    `unstick.core.mount_identity.uses`), never as text across namespaces.
 
 A task that exits or changes meanwhile is simply not counted. One in a path lookup whose
 path cannot be told (unreadable, in an unsafe mapping, with `..`) is not named either, but
-`scan_waiters` lists it as unknown when its namespace has a mount of a target's filesystem:
-an unmount's check then cannot tell, and refuses (agent/stepchecks.py).
+`scan_waiters` lists it as unknown, with the targets whose filesystem its namespace has a
+mount of: an unmount's check then cannot tell, and refuses (agent/stepchecks.py), and the
+probe lists those mounts in `waitersUnknown` (agent/hung_mounts.py).
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from dataclasses import dataclass
 
 from unstick.agent.holders_proc import PARSED, list_pids, own_pid
 from unstick.agent.pod_tasks import read_small
+from unstick.agent.syscall_paths import PATH_CALLS
 from unstick.core.hung_mounts import family
-from unstick.core.mount_identity import MountTable, overlaps, under, uses
+from unstick.core.mount_identity import MountTable, overlaps, relative, uses
 from unstick.core.mountinfo import Mount, MountinfoError
 
 PATH_MAX = 4096
@@ -66,76 +71,6 @@ def waits_in(fam: str, wchan: str, stack: tuple[str, ...]) -> str | None:
     the family's server, None when it does not."""
     prefixes = WAIT_FUNCTIONS.get(fam, ())
     return next((fn for fn in (wchan, *stack) if fn and fn.startswith(prefixes)), None)
-
-
-#: syscall number → (index of the dirfd argument or None, index of the path argument),
-#: for the calls that look a path up (the ones a blocked stat/open/umount of a mount is in).
-PATH_CALLS: dict[str, dict[int, tuple[int | None, int]]] = {
-    "x86_64": {
-        2: (None, 0),  # open
-        4: (None, 0),  # stat
-        6: (None, 0),  # lstat
-        21: (None, 0),  # access
-        59: (None, 0),  # execve
-        76: (None, 0),  # truncate
-        80: (None, 0),  # chdir
-        83: (None, 0),  # mkdir
-        84: (None, 0),  # rmdir
-        85: (None, 0),  # creat
-        87: (None, 0),  # unlink
-        89: (None, 0),  # readlink
-        90: (None, 0),  # chmod
-        92: (None, 0),  # chown
-        94: (None, 0),  # lchown
-        137: (None, 0),  # statfs
-        165: (None, 1),  # mount (its target)
-        166: (None, 0),  # umount2
-        191: (None, 0),  # getxattr
-        192: (None, 0),  # lgetxattr
-        194: (None, 0),  # listxattr
-        195: (None, 0),  # llistxattr
-        257: (0, 1),  # openat
-        258: (0, 1),  # mkdirat
-        260: (0, 1),  # fchownat
-        262: (0, 1),  # newfstatat
-        263: (0, 1),  # unlinkat
-        267: (0, 1),  # readlinkat
-        268: (0, 1),  # fchmodat
-        269: (0, 1),  # faccessat
-        280: (0, 1),  # utimensat
-        303: (0, 1),  # name_to_handle_at
-        322: (0, 1),  # execveat
-        332: (0, 1),  # statx
-        437: (0, 1),  # openat2
-        439: (0, 1),  # faccessat2
-    },
-    "aarch64": {
-        8: (None, 0),  # getxattr
-        9: (None, 0),  # lgetxattr
-        11: (None, 0),  # listxattr
-        12: (None, 0),  # llistxattr
-        34: (0, 1),  # mkdirat
-        35: (0, 1),  # unlinkat
-        39: (None, 0),  # umount2
-        40: (None, 1),  # mount (its target)
-        43: (None, 0),  # statfs
-        45: (None, 0),  # truncate
-        48: (0, 1),  # faccessat
-        49: (None, 0),  # chdir
-        53: (0, 1),  # fchmodat
-        54: (0, 1),  # fchownat
-        56: (0, 1),  # openat
-        78: (0, 1),  # readlinkat
-        79: (0, 1),  # newfstatat
-        88: (0, 1),  # utimensat
-        221: (None, 0),  # execve
-        264: (0, 1),  # name_to_handle_at
-        281: (0, 1),  # execveat
-        291: (0, 1),  # statx
-        437: (0, 1),  # openat2
-        439: (0, 1),  # faccessat2
-    },
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,21 +114,24 @@ def lexical(path: str) -> str | None:
     return posixpath.normpath(path).replace("//", "/")
 
 
-def unsafe_devices(mountinfo: str) -> set[str]:
-    """`major:minor` of the network and FUSE filesystems of a mount table (a mapped file on
-    one of them is never read: its page may have to come from a dead server)."""
-    out = set()
+def safe_devices(mountinfo: str) -> set[str]:
+    """`major:minor` of the local filesystems of a mount table: only a file mapped from one
+    of them is read (a page of a network/FUSE file may have to come from a dead server; a
+    device the table does not show may be a hung mount detached since)."""
+    local: set[str] = set()
+    remote: set[str] = set()
     for line in mountinfo.splitlines():
         fields, _, tail = line.partition(" - ")
         parts = fields.split()
-        if len(parts) > 2 and tail and family(tail.split(" ", 1)[0]) is not None:
-            out.add(parts[2])
-    return out
+        if len(parts) > 2 and tail:
+            is_remote = family(tail.split(" ", 1)[0]) is not None
+            (remote if is_remote else local).add(parts[2])
+    return local - remote
 
 
-def readable(maps: str, address: int, unsafe: set[str]) -> int:
-    """How many bytes from `address` may be read: up to the end of its mapping, if that is
-    anonymous or a file on a device not in `unsafe` (0 otherwise)."""
+def readable(maps: str, address: int, safe: set[str]) -> int:
+    """How many bytes from `address` may be read: up to the end of its mapping (at most
+    PATH_MAX), if that is anonymous or a file on a device in `safe` (0 otherwise)."""
     for line in maps.splitlines():
         parts = line.split(maxsplit=5)
         if len(parts) < 5 or "-" not in parts[0]:
@@ -202,7 +140,7 @@ def readable(maps: str, address: int, unsafe: set[str]) -> int:
         if not start <= address < end:
             continue
         device = ":".join(str(int(x, 16)) for x in parts[3].split(":"))
-        if parts[4] != "0" and device in unsafe:
+        if parts[4] != "0" and device not in safe:
             return 0
         return min(end - address, PATH_MAX)
     return 0
@@ -257,14 +195,16 @@ class _Reader:
         or (None, why it cannot be told — "" when the task is in no path lookup, or moved on
         meanwhile: then it is simply not counted)."""
         base = f"{self.proc}/{pid}/task/{tid}"
-        line = read_small(f"{base}/syscall", 512) or ""
+        line = read_small(f"{base}/syscall", 512)
+        if line is None:  # gone, or not ours to read (no CAP_SYS_PTRACE): cannot tell
+            return None, "" if not os.path.isdir(base) else "its system call could not be read"
         call = parse_syscall(line)
         where = self.calls.get(call[0]) if call else None
         if call is None or where is None:
             return None, ""
         dirfd_at, path_at = where
         mountinfo = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24) or ""
-        text = self.string(pid, call[1][path_at], unsafe_devices(mountinfo))
+        text = self.string(pid, call[1][path_at], safe_devices(mountinfo))
         if read_small(f"{base}/syscall", 512) != line:
             return None, ""  # it moved on (or exited) meanwhile
         if text is None:
@@ -280,25 +220,17 @@ class _Reader:
         return (path, "") if path else (None, f"its path {text!r} is not resolved (`..`)")
 
     def link(self, pid: int, link: str) -> str | None:
-        """A cwd/fd link of the process, from its root as its own paths are."""
+        """A cwd/fd link of the process, from its root as its own paths are (None when the
+        root cannot be read or the link lies outside it: then it cannot be told)."""
         try:
-            start = os.readlink(link)
+            start, root = os.readlink(link), os.readlink(f"{self.proc}/{pid}/root")
         except OSError:
             return None
-        root = self.root(pid)
-        if root not in (None, "/") and under(start, root):  # links show the agent's view
-            start = start[len(root.rstrip("/")) :] or "/"
-        return start if start.startswith("/") else None
+        return relative(start, root) if root.startswith("/") else None
 
-    def root(self, pid: int) -> str | None:
-        try:
-            return os.readlink(f"{self.proc}/{pid}/root")
-        except OSError:
-            return None
-
-    def string(self, pid: int, address: int, unsafe: set[str]) -> str | None:
+    def string(self, pid: int, address: int, safe: set[str]) -> str | None:
         """The NUL-terminated string at `address` in the process (see the module doc)."""
-        size = readable(read_small(f"{self.proc}/{pid}/maps", 1 << 24) or "", address, unsafe)
+        size = readable(read_small(f"{self.proc}/{pid}/maps", 1 << 24) or "", address, safe)
         if size <= 0:
             return None
         try:
@@ -331,11 +263,27 @@ class _Reader:
         mounts = table.containing(path) if table else ()
         return [t.mount_point for t in self.targets if any(uses(m, path, t) for m in mounts)]
 
-    def could_reach(self, pid: int) -> bool:
-        """The process's namespace has a mount of a target's filesystem (or its table is
-        unreadable): only then can a path it looks up lie in a target."""
+    def reach(self, pid: int) -> list[str]:
+        """The targets whose filesystem the process's namespace has a mount of (all when its
+        table is unreadable): only a path it looks up there can lie in one."""
         table = self.table(pid)
-        return table is None or any(overlaps(m, t) for m in table.mounts for t in self.targets)
+        if table is None:
+            return [t.mount_point for t in self.targets]
+        return [t.mount_point for t in self.targets if any(overlaps(m, t) for m in table.mounts)]
+
+    def named(
+        self, found: list[Waiter], pid: int, tid: int, task: tuple[str, str, str], path: str
+    ) -> list[Waiter]:
+        """The waiters one task is, one per target its path lies in (at most MAX_WAITERS per
+        target, one per process and target, counting those `found`)."""
+        out: list[Waiter] = []
+        for point in self.mounts_of(pid, path):
+            same = [w for w in (*found, *out) if w.mount_point == point]
+            if len(same) >= MAX_WAITERS or any(w.pid == pid for w in same):
+                continue
+            comm = (read_small(f"{self.proc}/{pid}/comm", 64) or task[0]).strip()
+            out.append(Waiter(pid, tid, comm, task[1], task[2], path, point))
+        return out
 
     def tasks(self, pid: int) -> list[int]:
         try:
@@ -348,6 +296,7 @@ class _Reader:
 class WaiterScan:
     waiters: list[Waiter]
     unknown: list[str]  # blocked tasks that could reach a target, their path unread
+    unsure: tuple[str, ...] = ()  # the targets those could wait on (mount points, as asked)
 
 
 def mount_waiters(host_proc: str, targets: Iterable[Mount]) -> list[Waiter]:
@@ -359,32 +308,29 @@ def scan_waiters(host_proc: str, targets: Iterable[Mount]) -> WaiterScan:
     """The tasks blocked looking up a path through one of `targets` (at most MAX_WAITERS
     per mount, one per process and mount), by pid (see the module doc); and the blocked
     tasks in a path lookup whose path could not be read, in a namespace that has a mount
-    of a target's filesystem (an unmount's check counts them: it cannot tell)."""
+    of a target's filesystem (an unmount's check counts them: it cannot tell), with those
+    targets. A `host_proc` that does not show every process makes every target unsure."""
     reader = _Reader(host_proc, list(targets))
     if not reader.targets or not reader.calls:
         return WaiterScan([], [])
-    pids, _ = list_pids(host_proc)
+    pids, blind = list_pids(host_proc)
+    if blind:
+        return WaiterScan([], [blind], tuple(t.mount_point for t in reader.targets))
     own = own_pid(host_proc)
     out: list[Waiter] = []
     unknown: list[str] = []
-    seen: set[tuple[int, str]] = set()
+    unsure: dict[str, None] = {}
     for pid in pids:
-        if pid == own:
-            continue
-        for tid in reader.tasks(pid):
+        for tid in reader.tasks(pid) if pid != own else ():
             task = reader.candidate(pid, tid)
             path, why = reader.path_of(pid, tid) if task else (None, "")
-            if task is None:
+            if task is None or (path is None and not why):
                 continue
             if path is None:
-                if why and len(unknown) < MAX_WAITERS and reader.could_reach(pid):
+                reach = reader.reach(pid)
+                if reach and len(unknown) < MAX_WAITERS:
                     unknown.append(f"pid {pid} ({task[0]}) in {task[2] or 'D state'}: {why}")
+                unsure |= dict.fromkeys(reach)
                 continue
-            for point in reader.mounts_of(pid, path):
-                count = sum(1 for w in out if w.mount_point == point)
-                if (pid, point) in seen or count >= MAX_WAITERS:
-                    continue
-                seen.add((pid, point))
-                comm = (read_small(f"{host_proc}/{pid}/comm", 64) or task[0]).strip()
-                out.append(Waiter(pid, tid, comm, task[1], task[2], path, point))
-    return WaiterScan(out, unknown)
+            out.extend(reader.named(out, pid, tid, task, path))
+    return WaiterScan(out, unknown, tuple(unsure))
