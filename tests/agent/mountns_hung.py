@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import UID_A, Node, main, mount_points, sh, step, wait_for
+from mountns_scenarios import DRIVER, UID_A, Node, main, mount_points, sh, step, wait_for
+
+from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 
 STUB = Path(__file__).parent / "fuse_stub.py"
 SOURCE = "nfs.example:/exports/data"
@@ -32,12 +34,13 @@ def _wchan(pid: int) -> str:
         return ""
 
 
-def _hung_volume(node: Node) -> tuple[Path, subprocess.Popen[str]]:
+def _hung_volume(node: Node, vol: Path | None = None) -> tuple[Path, subprocess.Popen[str]]:
     """A pod volume served by a FUSE daemon, answering, then stopped (the dead server)."""
     if not os.path.ismount(FUSECTL):
         sh("mount", "-t", "fusectl", "none", FUSECTL)
-    vol = node.pod(UID_A) / "volumes" / "kubernetes.io~nfs" / "pv-data"
-    vol.mkdir(parents=True)
+    if vol is None:
+        vol = node.pod(UID_A) / "volumes" / "kubernetes.io~nfs" / "pv-data"
+        vol.mkdir(parents=True)
     daemon = node.start(
         sys.executable, str(STUB), str(vol), SOURCE, stdout=subprocess.PIPE, text=True
     )
@@ -177,6 +180,66 @@ def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
     }
 
 
+class RecordingDriver(csi_pb2_grpc.NodeServicer):
+    """A CSI node service on a real gRPC socket that records every call and answers OK,
+    changing nothing: whether the agent called the driver is then a fact, not a guess."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def NodeUnpublishVolume(self, request: Any, context: Any) -> Any:
+        self.calls.append(["NodeUnpublishVolume", request.volume_id, request.target_path])
+        return csi_pb2.NodeUnpublishVolumeResponse()
+
+    def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
+        self.calls.append(["NodeGetCapabilities"])
+        return csi_pb2.NodeGetCapabilitiesResponse()
+
+
+def scenario_fuse_csi_replay_waiter(node: Node) -> dict[str, Any]:
+    """A CSI volume whose driver published a FUSE mount (an s3/sshfs-style driver) whose
+    daemon stopped; the only waiter is a `stat` of the target outside the pod. The
+    driver's NodeUnpublishVolume would be a plain umount: `replay-unpublish` must refuse
+    without calling it. With the waiter gone, the same step calls the driver."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    from unstick.agent.executor import Executor
+    from unstick.agent.plugins import Plugin
+
+    target = node.csi_volume(UID_A, "pv-fuse", "vol-fuse", bind=False)
+    vol, daemon = _hung_volume(node, target)
+    daemon.send_signal(signal.SIGSTOP)
+    waiter = _blocked(node, "stat", str(vol))
+    driver = RecordingDriver()
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    csi_pb2_grpc.add_NodeServicer_to_server(driver, server)
+    socket = node.work / "csi.sock"
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    try:
+        plugin = Plugin(DRIVER, "CSIPlugin", str(socket), "")
+        ex = Executor(node.settings, plugins=lambda: {DRIVER: plugin})
+        refused = step(ex, UID_A, "replay-unpublish", str(vol))
+        refused_dry = step(ex, UID_A, "replay-unpublish", "", dry=True)
+        calls_after_refusals = list(driver.calls)
+        node.stop(waiter)
+        replayed = step(ex, UID_A, "replay-unpublish", str(vol))
+        return {
+            "vol": str(vol),
+            "stat": waiter.pid,
+            "refused": refused,
+            "refused_dry": refused_dry,
+            "calls_after_refusals": calls_after_refusals,
+            "replayed": replayed,
+            "calls": driver.calls,
+        }
+    finally:
+        server.stop(None)
+        node.stop(daemon)  # the connection goes: nothing waits on the mount any more
+
+
 def _remove_tree(top: Path) -> None:
     for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
         if path.is_dir():
@@ -219,6 +282,7 @@ if __name__ == "__main__":
                 "fuse_pod_process": scenario_fuse_pod_process,
                 "fuse_outside_waiter": scenario_fuse_outside_waiter,
                 "fuse_unreadable_waiter": scenario_fuse_unreadable_waiter,
+                "fuse_csi_replay_waiter": scenario_fuse_csi_replay_waiter,
             }
         )
     )

@@ -168,6 +168,7 @@ class Executor(RmdirSteps):
                     continue
                 self._check_pod(uid)
                 self._check_mount(uid, mount)
+                self._check_no_waiters(mount)  # issue #25: the driver's umount would hang
                 if not dry_run:
                     self.acts.act(needs_holders=True)  # NodeUnpublishVolume, right after
                 messages.append(replay_volume(self, uid, mount, plugins, dry_run))
