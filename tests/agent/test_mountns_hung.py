@@ -236,3 +236,26 @@ def test_a_waiter_whose_path_cannot_be_told_blocks_the_plain_unmount(scenario, w
     assert r["plain"]["result"] == "refused", r["plain"]
     assert "cannot tell whether tasks blocked in a path lookup wait on" in r["plain"]["message"]
     assert r["mounted_after"] is True
+    # the probe says so: a blind spot naming the mount, and the mount in waitersUnknown
+    assert r["probe"]["waitersUnknown"] == [r["vol"]]
+    assert [b for b in r["probe"]["blindSpots"] if r["vol"] in b and f"pid {r['pid']}" in b]
+    d, p = _diagnosed(r["probe"])
+    assert [m.waiters_unknown for m in d.mounts] == [True]
+    assert not {Action.UNMOUNT, Action.REPLAY_UNPUBLISH} & set(p.actions), p
+
+
+def test_replay_unpublish_refuses_a_mount_with_a_waiter_and_never_calls_the_driver(
+    scenario, work: Path
+) -> None:
+    r = scenario("fuse_csi_replay_waiter", work, script=HUNG)
+    for refused in (r["refused"], r["refused_dry"]):
+        assert refused["result"] == "refused", refused
+        assert (
+            f"pid {r['stat']} (stat) waits in request_wait_answer on {r['vol']}"
+            in (refused["message"])
+        )
+        assert "a plain unmount would hang too, not unmounting" in refused["message"]
+    assert r["calls_after_refusals"] == []  # the driver was never called
+    # the waiter gone, the same step calls the driver (which answers OK, changing nothing)
+    assert r["replayed"]["result"] == "succeeded", r["replayed"]
+    assert ["NodeUnpublishVolume", "vol-fuse", r["vol"]] in r["calls"]

@@ -440,6 +440,29 @@ def cases() -> dict[str, dict[str, Any]]:
             policy=EVERYTHING,
         ),
     )
+    # An NFS mount a blocked task may wait on whose path the agent could not read (issue
+    # #25, `waitersUnknown`): still OrphanedMount, but no plain unmount (it could hang)
+    unread = f"cannot tell whether blocked tasks wait on {NFS_VOLUME}: pid 812 (kubelet) in "
+    c["hung-nfs-waiter-path-unread"] = bundle(
+        the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=None)],
+        the_probe=probe(
+            mounts=[mount_line(1200, NFS_VOLUME, "nfs4", "10.0.0.5:/exports/x")],
+            containers=[("app", "exited")],
+            sight={
+                "waitersUnknown": [NFS_VOLUME],
+                "blindSpots": [unread + "rpc_wait_bit_killable: its path could not be read"],
+            },
+        ),
+        expect=e(
+            "OrphanedMount",
+            never=["unmount", "replay-unpublish", "lazy-unmount", "force-delete"],
+            refused=["unmount", "force-delete"],
+            evidence=["the agent could not see: " + unread],
+            policy=EVERYTHING,
+        ),
+    )
     # CNITeardownFailed (issue #25): the kubelet's real FailedKillPod text; observe only
     c["cni-teardown-failing-calico"] = bundle(
         the_pod=pod(volumes=DATA, statuses=[("app", "terminated")]),

@@ -7,7 +7,13 @@ import pytest
 
 from unstick.core import fields as f
 from unstick.core.facts import BlockedTask, HungMount
-from unstick.core.hung_mounts import hung_words, is_hung, lazy_unmount_safe, parse_hung_mounts
+from unstick.core.hung_mounts import (
+    hung_words,
+    is_hung,
+    lazy_unmount_safe,
+    parse_hung_mounts,
+    parse_waiters_unknown,
+)
 
 ROOT = "/var/lib/kubelet"
 UID = "6f1d2c3b-4a5e-4f60-8a7b-9c0d1e2f3a4b"
@@ -65,3 +71,12 @@ def test_lazy_unmount_only_of_a_network_or_fuse_mount() -> None:
     nfs = (HungMount(VOL, "nfs4", "10.0.0.5:/x", None, (waiter,)),)
     assert lazy_unmount_safe(VOL, ROOT, UID, nfs, holders=0, containers_running=False)
     assert "device or server behind /dev/rbd0 (ext4)" in hung_words(ext4[0])
+
+
+def test_waiters_unknown_are_mount_points_a_bad_one_names_its_field() -> None:
+    assert parse_waiters_unknown({"waitersUnknown": [VOL]}) == (VOL,)
+    assert parse_waiters_unknown({}) == ()  # an older probe: none
+    with pytest.raises(f.FieldError, match=r"probe\.waitersUnknown\[1\]"):
+        parse_waiters_unknown({"waitersUnknown": [VOL, "relative"]})
+    with pytest.raises(f.FieldError, match=r"probe\.waitersUnknown"):
+        parse_waiters_unknown({"waitersUnknown": [VOL, 7]})

@@ -15,7 +15,19 @@ from unstick.core.diagnosis import diagnose
 from unstick.core.policy import parse_policy
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
-from .bundles import DRIVER, bundle, csi_node, holder, mount_line, pod, probe, pv, pvc, pvc_volume
+from .bundles import (
+    DRIVER,
+    bundle,
+    csi_mount_path,
+    csi_node,
+    holder,
+    mount_line,
+    pod,
+    probe,
+    pv,
+    pvc,
+    pvc_volume,
+)
 from .test_safety_properties import PATHS, cases, run
 
 
@@ -109,6 +121,73 @@ def test_no_plain_unmount_of_a_mount_with_a_blocked_waiter(case: Any) -> None:
     waited = {h.mount_point for h in facts.probe.hung_mounts if h.blocked}
     assert not [s for s in p.steps if s.action in PLAIN and s.target in waited], p
     _check(case)
+
+
+@st.composite
+def unsure_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
+    """Stuck pods whose network/FUSE mounts the probe could not tell about: a task blocked
+    in a path lookup whose path it could not read may wait on them (`waitersUnknown`),
+    with or without other mounts hung, held, the driver registered, the containers done:
+    where a plain unmount or the driver's unpublish is otherwise the plan."""
+    paths = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=4, unique=True))
+    fstype = draw(st.sampled_from(["nfs4", "fuse.sshfs", "cifs"]))
+    unsure = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=3, unique=True))
+    hung = draw(st.lists(st.sampled_from(paths), max_size=1, unique=True))
+    the_probe = probe(
+        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        holders=[holder(p, 100 + i) for i, p in enumerate(draw(st.sampled_from([[], hung])))],
+        containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], []])),
+        sight={
+            "waitersUnknown": unsure,
+            "blindSpots": ["cannot tell whether blocked tasks wait on ..."],
+            "hungMounts": [
+                {"mountPoint": p, "fstype": fstype, "source": "x", "waiting": 1, "blocked": []}
+                for p in hung
+            ],
+        },
+    )
+    b = bundle(
+        the_pod=pod(volumes=[pvc_volume()], statuses=[("app", "terminated")]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=draw(st.sampled_from([DRIVER, None])))],
+        the_csi_node=csi_node([DRIVER]),
+        the_probe=the_probe,
+    )
+    everything = {"actions": [a.value for a in Action]}
+    policy = parse_policy(everything) if draw(st.booleans()) else None
+    return b, policy, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(unsure_cases())
+def test_no_plain_unmount_of_a_mount_a_blocked_task_may_wait_on_unread(case: Any) -> None:
+    facts, p = run(case)
+    assert facts.probe is not None
+    unsure = set(facts.probe.waiters_unknown)
+    assert not [s for s in p.steps if s.action in PLAIN and s.target in unsure], p
+    _check(case)
+
+
+def test_a_mount_with_unknown_waiters_is_refused_its_unmount_and_replay_in_words() -> None:
+    target = csi_mount_path()
+    the_probe = probe(
+        mounts=[mount_line(1000, target, "nfs4", "10.0.0.5:/x")],
+        containers=[("app", "exited")],
+        sight={"waitersUnknown": [target]},
+    )
+    b = bundle(
+        the_pod=pod(volumes=[pvc_volume()], statuses=[("app", "terminated")]),
+        pvcs=[pvc()],
+        pvs=[pv(driver=DRIVER)],
+        the_csi_node=csi_node([DRIVER]),
+        the_probe=the_probe,
+    )
+    facts, p = run((b, None, True))
+    assert [m.waiters_unknown for m in diagnose(facts).mounts] == [True]
+    assert not [s for s in p.steps if s.action in PLAIN], p
+    words = {r.action: r.reason for r in p.refused}
+    for action in PLAIN:
+        assert words[action].startswith(f"cannot tell whether a blocked task waits on {target}")
 
 
 def _check(case: Any) -> None:

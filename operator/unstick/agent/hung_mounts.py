@@ -16,7 +16,10 @@ stats, opens or lists one. It reads only:
 - any task on the node blocked in a system call on a path through the mount
   (`unstick.agent.mount_waiters`: `/proc/<pid>/task/<tid>/syscall` and the path string in
   its memory), e.g. the kubelet's own `stat` of the mount point: a waiter outside the pod
-  holds nothing (via `path`) but is evidence that the mount hangs, for NFS too.
+  holds nothing (via `path`) but is evidence that the mount hangs, for NFS too. A blocked
+  task whose path cannot be told makes the mounts it could wait on unsure: the probe lists
+  them in `waitersUnknown` and says why in `blindSpots`, and the plan makes no plain
+  unmount or CSI unpublish of them (`unstick.core.hung_mounts.waiters_told`).
 
 The node step `lazy-unmount` (MNT_DETACH; never a plain umount, which can wait for ever
 on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and re-checks,
@@ -32,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unstick.agent.holders import Holder
-from unstick.agent.mount_waiters import Waiter, mount_waiters, waits_in
+from unstick.agent.mount_waiters import Waiter, scan_waiters, waits_in
 from unstick.agent.pod_tasks import read_small, stat_state
 from unstick.agent.refused import Refused
 from unstick.agent.umount import MNT_DETACH, umount2
@@ -93,6 +96,23 @@ class HungMount:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class HungScan:
+    """The pod's hung mounts, and those of its network/FUSE mounts a blocked task may wait
+    on whose path could not be read (`unsure`; `unknown`: those tasks, in words)."""
+
+    mounts: list[HungMount]
+    unsure: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+    def blind_spot(self) -> str:
+        """The probe's `blindSpots` line for the unsure mounts ("" when none)."""
+        if not self.unsure:
+            return ""
+        why = "; ".join(self.unknown[:2])
+        return f"cannot tell whether blocked tasks wait on {', '.join(self.unsure)}: {why}"
+
+
 def fuse_waiting(host_proc: str, mount: Mount) -> int | None:
     """Requests waiting on the mount's FUSE connection (None: fusectl not visible)."""
     device = mount.minor if mount.major == 0 else (mount.major << 20) | mount.minor
@@ -136,14 +156,16 @@ def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
 
 def hung_mounts(
     host_proc: str, mounts: Iterable[Mount], holders: Iterable[Holder], pod_pids: Iterable[int]
-) -> list[HungMount]:
-    """The pod's network/FUSE mounts that something waits on (see the module doc)."""
+) -> HungScan:
+    """The pod's network/FUSE mounts that something waits on, and those it cannot tell
+    (see the module doc)."""
     held: dict[str, dict[int, str]] = {}
     for h in holders:
         held.setdefault(normalise(h.mount_point) or h.mount_point, {}).setdefault(h.pid, h.via)
     pod = set(pod_pids)
     ours = [m for m in mounts if family(m.fstype) is not None]
-    waiters = mount_waiters(host_proc, ours) if ours else []
+    scan = scan_waiters(host_proc, ours)
+    waiters = scan.waiters
     out = []
     for m in ours:
         fam = family(m.fstype) or ""
@@ -159,7 +181,8 @@ def hung_mounts(
             out.append(HungMount(point, m.fstype, m.source, waiting, tuple(blocked)))
         if len(out) >= MAX_HUNG:
             break
-    return out
+    unsure = tuple(dict.fromkeys(normalise(p) or p for p in scan.unsure))[:MAX_HUNG]
+    return HungScan(out, unsure, tuple(scan.unknown))
 
 
 def with_waiters(blocked: list[Blocked], waiters: list[Waiter], pod: set[int]) -> list[Blocked]:

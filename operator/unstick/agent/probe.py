@@ -30,6 +30,8 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
 - `hungMounts`: the pod's network/FUSE mounts something waits on — FUSE requests the daemon
   has not read, processes holding the mount or of the pod waiting in its filesystem
   (`unstick.agent.hung_mounts`; issue #25), found without touching the mount.
+- `waitersUnknown`: the pod's network/FUSE mount points a task blocked in a path lookup
+  may wait on, its path unread (a blind spot says why): no plain unmount is planned there.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 
 from unstick.agent.containers import pod_component, runtime_answer
 from unstick.agent.holders import scan_holders
-from unstick.agent.hung_mounts import hung_mounts
+from unstick.agent.hung_mounts import HungScan, hung_mounts
 from unstick.agent.kubelet_health import kubelet_healthy
 from unstick.agent.mounts import MountTable, pod_lines, read_pod_table
 from unstick.agent.plugins import Plugin, registered_plugins
@@ -99,10 +101,12 @@ def probe_pod(
     mounts = cgroup_mounts(settings.host_proc) if answer.members else []
     frozen, unread = frozen_cgroups(answer.members, pod_component(uid), mounts)
     pids = [m.pid for m in answer.members]
-    hung = hung_mounts(settings.host_proc, mine, holders.holders, pids) if mine else []
+    hung = hung_mounts(settings.host_proc, mine, holders.holders, pids) if mine else HungScan([])
     blind.extend(unread[:2])
     if holders.unknown:
         blind.append(f"holder scan incomplete: {holders.unknown}")
+    if hung.unsure:
+        blind.append(hung.blind_spot())
     seen = pod_dirs_seen(root, blind)
     containers = answer.containers if answer.answered or answer.containers else None
     return {
@@ -124,7 +128,8 @@ def probe_pod(
         "containersSource": answer.source,
         "dTasks": [t.to_json() for t in tasks],
         "frozenCgroups": [c.to_json() for c in frozen],
-        "hungMounts": [h.to_json() for h in hung],
+        "hungMounts": [h.to_json() for h in hung.mounts],
+        "waitersUnknown": list(hung.unsure),
     }
 
 

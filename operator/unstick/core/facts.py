@@ -183,6 +183,8 @@ class Probe:
     d_tasks: tuple[DTask, ...] = ()  # the pod's processes in state D (older probes: none)
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # the pod's frozen cgroups (older: none)
     hung_mounts: tuple[HungMount, ...] = ()  # the pod's hung network/FUSE mounts (older: none)
+    # the pod's network/FUSE mount points a blocked task may wait on, unread (older: none)
+    waiters_unknown: tuple[str, ...] = ()
 
     @property
     def runtime_answered(self) -> bool:

@@ -8,7 +8,10 @@ it in the probe's optional key `hungMounts` (an older probe has none: read as be
 
     [{mountPoint, fstype, source, waiting?, blocked: [{pid, comm, state, wchan, via}]}]
 
-This module parses that key, decides which of the pod's mounts are hung (rule 3b, cause
+and, optional too, `waitersUnknown: [mountPoint]`: mounts a task blocked in a path lookup
+may wait on whose path the agent could not read.
+
+This module parses those keys, decides which of the pod's mounts are hung (rule 3b, cause
 `HungMount`), says so in words that name the server, and gives the one node step's safety
 predicate: `lazy-unmount` (MNT_DETACH), only for a hung mount of the pod with no holder and
 no running container of the pod — never a plain umount, which can wait on the dead server
@@ -95,6 +98,27 @@ def _blocked(m: Mapping[str, object], where: str) -> tuple[BlockedTask, ...]:
             )
         )
     return tuple(out)
+
+
+def parse_waiters_unknown(p: Mapping[str, object]) -> tuple[str, ...]:
+    """`probe.waitersUnknown` (optional): absolute mount points."""
+    points = f.string_list(p, "waitersUnknown", "probe")
+    for i, point in enumerate(points):
+        if not point.startswith("/"):
+            raise f.FieldError(f"probe.waitersUnknown[{i}]", f"{point!r} must be an absolute path")
+    return points
+
+
+def waiters_told(target: str, mounts: tuple[PodMount, ...]) -> safety.Verdict:
+    """A plain unmount of `target` (or its CSI driver's unpublish, a plain umount too) only
+    when the probe could tell whether a blocked task waits on it: one whose path it could
+    not read may be on it, and the umount would hang with it (the agent re-checks too)."""
+    if any(m.waiters_unknown for m in mounts if m.mount_point == target):
+        return safety.refuse(
+            f"cannot tell whether a blocked task waits on {target} (the probe could not read "
+            "its path): a plain unmount could hang, not unmounting"
+        )
+    return safety.SAFE
 
 
 def is_hung(h: HungMount) -> bool:

@@ -31,6 +31,7 @@ class PodMount:
     csi_driver: str | None  # known only when csi is True and the driver could be resolved
     driver_registered: bool | None  # None unless csi and csi_driver are known
     holders: tuple[Holder, ...] = ()
+    waiters_unknown: bool = False  # a blocked task may wait on it, its path unread (#25)
 
     @property
     def replayable(self) -> bool:
@@ -78,6 +79,7 @@ def mounts_of_pod(facts: Facts, probe: Probe) -> tuple[PodMount, ...]:
     """The pod's volume/subpath mounts on the node, deepest first, with holders."""
     uid, root = facts.pod.uid, probe.kubelet_root
     registered = registered_drivers(facts, probe)
+    unsure = {normalise(p) or p for p in probe.waiters_unknown}
     out = []
     for m in pod_mounts(probe.mounts, root, uid):
         point = normalise(m.mount_point) or m.mount_point
@@ -95,6 +97,7 @@ def mounts_of_pod(facts: Facts, probe: Probe) -> tuple[PodMount, ...]:
                 csi_driver=driver if csi else None,
                 driver_registered=(driver in registered) if csi and driver else None,
                 holders=holders,
+                waiters_unknown=point in unsure,
             )
         )
     return tuple(out)

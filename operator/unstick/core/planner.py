@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from unstick.core import safety
 from unstick.core.diagnosis import Diagnosis
 from unstick.core.finalizer_owners import owner_gone_for
-from unstick.core.hung_mounts import lazy_unmount_safe
+from unstick.core.hung_mounts import lazy_unmount_safe, waiters_told
 from unstick.core.kubelet_paths import depth
 from unstick.core.pod_tasks import thaw_safe
 from unstick.core.policy import RemediationPolicy
@@ -80,6 +80,10 @@ class _Builder:
         if action in NODE_ACTIONS and not d.probe_fresh:
             return safety.refuse("no fresh probe of the pod's node")  # invariant 1
         root = d.kubelet_root or ""
+        if action in (Action.UNMOUNT, Action.REPLAY_UNPUBLISH):  # issue #25: a plain umount
+            told = waiters_told(target, d.mounts)  # (the driver's too) could hang with a waiter
+            if not told:
+                return told
         if action is Action.UNMOUNT:  # invariant 2
             holders = sum(len(m.holders) for m in d.mounts if m.mount_point == target)
             return safety.unmount_safe(

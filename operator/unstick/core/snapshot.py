@@ -29,7 +29,7 @@ from unstick.core.facts import (
     VolumeDir,
 )
 from unstick.core.finalizer_owners import parse_deployments, parse_gone_since, parse_leases
-from unstick.core.hung_mounts import parse_hung_mounts
+from unstick.core.hung_mounts import parse_hung_mounts, parse_waiters_unknown
 from unstick.core.mountinfo import MountinfoError, parse_mountinfo
 from unstick.core.pod_tasks import parse_d_tasks, parse_frozen_cgroups
 from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
@@ -256,6 +256,7 @@ def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
         d_tasks=parse_d_tasks(p),
         frozen_cgroups=parse_frozen_cgroups(p),
         hung_mounts=parse_hung_mounts(p),
+        waiters_unknown=parse_waiters_unknown(p),
     )
 
 
