@@ -7,6 +7,10 @@
    `unmount`, removes the mount.
 3. NodeUnstageVolume when the driver stages volumes, the staging mount exists and no other
    pod's mount uses it (same device and root).
+
+Right before step 1 the executor (agent/executor.py) re-checks the mount as for a plain
+unmount, no blocked waiter included (issue #25): the driver's unpublish is a plain umount,
+and on a hung mount it would hang in the driver, the agent's call with it.
 """
 
 from __future__ import annotations

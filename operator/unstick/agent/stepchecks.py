@@ -7,7 +7,8 @@ of them, or be empty / the pod directory meaning "all of this pod's"). Right bef
 individual unmount, unpublish or rmdir the executor re-checks the mount table and checks:
 the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
 component, a complete holder scan finds no holder of the mount (an incomplete scan
-refuses), and no container of the pod runs.
+refuses), no container of the pod runs, and — before an unmount or unpublish — no task is
+blocked in a path lookup through the mount (`_check_no_waiters`, issue #25).
 
 The mount table comes from `unstick.agent.mounttable.MountWatch`: re-read when poll() on
 the open table says it changed since it was last read, else the text read then — which is
@@ -256,7 +257,8 @@ class StepChecks:
     def _check_no_waiters(self, *mounts: Mount) -> None:
         """Refused when a task is blocked looking up a path through one of the mounts (issue
         #25, agent/mount_waiters.py), or one that could be cannot be told: a plain umount
-        would hang with it, and hold the worker for ever. A hung mount is lazy-unmount's."""
+        (a CSI driver's unpublish too) would hang with it, and hold the worker for ever. A
+        hung mount is lazy-unmount's."""
         scan = scan_waiters(self.settings.host_proc, mounts)
         if scan.waiters:
             point = scan.waiters[0].mount_point
