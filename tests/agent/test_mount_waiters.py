@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from unstick.agent.mount_waiters import (
+    WaiterScan,
     _Reader,
     lexical,
     parse_syscall,
@@ -106,17 +107,31 @@ def _mapping_of(inode: int) -> int:
 
 NFS_LINE = "30 1 0:42 / /mnt/nfs rw - nfs4 10.0.0.5:/x rw\n"
 TABLE = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n" + NFS_LINE
-FSTATAT = {"x86_64": 262, "aarch64": 79}.get(platform.machine(), -1)
+CALLS = {"x86_64": {"fstatat": 262, "renameat": 264}, "aarch64": {"fstatat": 79, "renameat": 38}}
+NR = CALLS.get(platform.machine(), {})
+CWD = 0xFFFFFFFFFFFFFF9C  # AT_FDCWD
+needs_table = pytest.mark.skipif(not NR, reason="no system call table for this machine")
 
 
 def _target() -> list[Mount]:
     return list(parse_mountinfo(NFS_LINE))
 
 
-def _proc(tmp: Path, *, path: bytes, cwd: str, root: str, syscall: bool = True) -> str:
-    """A /proc tree (pid 1 the reader, pid 42 one task in D in newfstatat(AT_FDCWD, path))
-    standing in for what the kernel would show in the cases a test machine cannot make
-    safely: a chroot whose cwd is outside it, a system call not ours to read."""
+def _proc(
+    tmp: Path,
+    call: str = "fstatat",
+    args: tuple[int, ...] = (CWD, 0x1000),
+    *,
+    strings: tuple[bytes, ...] = (),
+    cwd: str = "/",
+    root: str = "/",
+    fds: dict[int, str] | None = None,
+    syscall: bool = True,
+) -> str:
+    """A /proc tree — pid 1 the reader, pid 42 one task in D in `call(*args)`, `strings`
+    at 0x1000, 0x1100, ... of its anonymous memory — standing in for what the kernel would
+    show in the cases a test machine cannot make safely: a chroot whose cwd is outside it,
+    a system call not ours to read, a task blocked on a dirfd's own file."""
     proc = tmp / "proc"
     task = proc / "42" / "task" / "42"
     task.mkdir(parents=True)
@@ -125,28 +140,38 @@ def _proc(tmp: Path, *, path: bytes, cwd: str, root: str, syscall: bool = True) 
     (task / "stat").write_text("42 (stat) D 1 42 42 0 -1\n")
     (task / "wchan").write_text("rpc_wait_bit_killable")
     if syscall:
-        (task / "syscall").write_text(f"{FSTATAT} 0xffffffffffffff9c 0x1000 0x0 0x0 0x0 0x0\n")
+        regs = " ".join(hex(a) for a in (*args, 0, 0, 0, 0, 0, 0)[:6])
+        (task / "syscall").write_text(f"{NR[call]} {regs} 0x7ffd2a00 0x7f12ab\n")
     (task / "cwd").symlink_to(cwd)
+    (proc / "42" / "fd").mkdir()
+    for fd, target in (fds or {}).items():
+        (proc / "42" / "fd" / str(fd)).symlink_to(target)
     (proc / "42" / "root").symlink_to(root)
     (proc / "42" / "mountinfo").write_text(TABLE)
     (proc / "42" / "maps").write_text("1000-2000 rw-p 00000000 00:00 0 \n")
-    (proc / "42" / "mem").write_bytes(b"\0" * 0x1000 + path + b"\0")
+    memory = bytearray(0x2000)
+    for i, text in enumerate(strings):
+        memory[0x1000 + 0x100 * i : 0x1000 + 0x100 * i + len(text) + 1] = text + b"\0"
+    (proc / "42" / "mem").write_bytes(bytes(memory))
     return str(proc)
 
 
-@pytest.mark.skipif(FSTATAT < 0, reason="no system call table for this machine")
+def _found(scan: WaiterScan) -> list[tuple[int, str, str]]:
+    return [(w.pid, w.path, w.mount_point) for w in scan.waiters]
+
+
+@needs_table
 def test_a_relative_path_is_joined_to_the_cwd_from_the_process_root(tmp_path: Path) -> None:
-    scan = scan_waiters(_proc(tmp_path, path=b"x", cwd="/mnt/nfs", root="/"), _target())
-    assert [(w.pid, w.path, w.mount_point) for w in scan.waiters] == [
-        (42, "/mnt/nfs/x", "/mnt/nfs")
-    ]
+    scan = scan_waiters(_proc(tmp_path, strings=(b"x",), cwd="/mnt/nfs"), _target())
+    assert _found(scan) == [(42, "/mnt/nfs/x", "/mnt/nfs")]
     assert scan.unknown == [] and scan.unsure == ()
 
 
-@pytest.mark.skipif(FSTATAT < 0, reason="no system call table for this machine")
+@needs_table
 def test_a_cwd_outside_the_process_root_cannot_be_told(tmp_path: Path) -> None:
     # chroot without chdir: the cwd is outside the root, its path means nothing there
-    scan = scan_waiters(_proc(tmp_path, path=b"x", cwd="/mnt/nfs", root="/jail"), _target())
+    proc = _proc(tmp_path, strings=(b"x",), cwd="/mnt/nfs", root="/jail")
+    scan = scan_waiters(proc, _target())
     assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
     assert scan.unknown == [
         "pid 42 (stat) in rpc_wait_bit_killable: the directory its relative path 'x' starts "
@@ -154,13 +179,32 @@ def test_a_cwd_outside_the_process_root_cannot_be_told(tmp_path: Path) -> None:
     ]
 
 
+@needs_table
 def test_a_blocked_task_whose_system_call_cannot_be_read_cannot_be_told(tmp_path: Path) -> None:
-    proc = _proc(tmp_path, path=b"/mnt/nfs/x", cwd="/", root="/", syscall=False)
+    proc = _proc(tmp_path, strings=(b"/mnt/nfs/x",), syscall=False)
     scan = scan_waiters(proc, _target())
     assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
     assert scan.unknown == [
         "pid 42 (stat) in rpc_wait_bit_killable: its system call could not be read"
     ]
+
+
+@needs_table
+def test_an_empty_path_is_the_dirfds_own_file(tmp_path: Path) -> None:
+    # glibc's fstat(3, ...) is newfstatat(3, "", AT_EMPTY_PATH): blocked on fd 3's file
+    proc = _proc(tmp_path, args=(3, 0x1000), strings=(b"",), fds={3: "/mnt/nfs/data.db"})
+    assert _found(scan_waiters(proc, _target())) == [(42, "/mnt/nfs/data.db", "/mnt/nfs")]
+
+
+@needs_table
+def test_every_path_of_a_two_path_call_is_looked_at(tmp_path: Path) -> None:
+    args = (CWD, 0x1000, CWD, 0x1100)  # renameat(AT_FDCWD, old, AT_FDCWD, new)
+    proc = _proc(tmp_path, "renameat", args, strings=(b"/tmp/a", b"/mnt/nfs/b"))
+    assert _found(scan_waiters(proc, _target())) == [(42, "/mnt/nfs/b", "/mnt/nfs")]
+    unread = _proc(tmp_path / "2", "renameat", (CWD, 0x1000, CWD, 0x3000), strings=(b"/tmp/a",))
+    scan = scan_waiters(unread, _target())  # the second path: unmapped, not read
+    assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
+    assert scan.unknown[0].endswith(f"system call {NR['renameat']}: its path could not be read")
 
 
 def test_a_proc_that_does_not_show_every_process_makes_every_mount_unsure(

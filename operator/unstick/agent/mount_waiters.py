@@ -10,9 +10,10 @@ Found from `<host-proc>` only, never touching the mount:
    FUSE client function (`WAIT_FUNCTIONS`, below: FUSE's request wait is interruptible
    at first) — the latter only when one of the mounts asked about is FUSE;
 2. its current system call, `<task>/syscall` (number and arguments while it is blocked):
-   only the calls that take a path (`stat`, `openat`, `statx`, `umount2`, ...), from this
-   machine's table (x86_64, aarch64; any other machine: nothing is found);
-3. the path string, read from `<pid>/mem` at the argument's address — at most PATH_MAX
+   only the calls that look a path up (`stat`, `openat`, `statx`, `umount2`, `rename`'s
+   two, ...), from this machine's table (`unstick.agent.syscall_paths`: x86_64, aarch64;
+   any other machine: nothing is found);
+3. each path string, read from `<pid>/mem` at the argument's address — at most PATH_MAX
    bytes, only from an anonymous mapping or a file mapping on a device that the process's
    mount table shows mounted with a local filesystem (a page of a file on a hung mount
    would hang the read itself; a device it does not show — a mount detached since, say —
@@ -20,8 +21,9 @@ Found from `<host-proc>` only, never touching the mount:
    read (else it moved on: not counted);
 4. a relative path is joined to the task's cwd (or the dirfd's link, read relative to
    the process's root; one outside it, or a root that cannot be read, is not told)
-   lexically; a path with `..` is not counted (a symlink before it could lead anywhere:
-   never resolved);
+   lexically, an empty one is the dirfd itself (`fstatat(fd, "", AT_EMPTY_PATH)`); a
+   path with `..` is not counted (a symlink before it could lead anywhere: never
+   resolved);
 5. the path is looked up in the process's own mount table (`/proc/<pid>/mountinfo`, paths
    relative to its root as the path is) and compared by mount identity (device and root,
    `unstick.core.mount_identity.uses`), never as text across namespaces.
@@ -190,32 +192,43 @@ class _Reader:
             return None
         return comm, state, wchan
 
-    def path_of(self, pid: int, tid: int) -> tuple[str | None, str]:
-        """(the path the task's current system call looks up, as the process names it, "")
-        or (None, why it cannot be told — "" when the task is in no path lookup, or moved on
-        meanwhile: then it is simply not counted)."""
+    def paths_of(self, pid: int, tid: int) -> tuple[tuple[str, ...], str]:
+        """(the paths the task's current system call looks up, as the process names them,
+        "") or ((), why they cannot be told — "" when the task is in no path lookup, or
+        moved on meanwhile: then it is simply not counted)."""
         base = f"{self.proc}/{pid}/task/{tid}"
         line = read_small(f"{base}/syscall", 512)
         if line is None:  # gone, or not ours to read (no CAP_SYS_PTRACE): cannot tell
-            return None, "" if not os.path.isdir(base) else "its system call could not be read"
+            return (), "" if not os.path.isdir(base) else "its system call could not be read"
         call = parse_syscall(line)
         where = self.calls.get(call[0]) if call else None
         if call is None or where is None:
-            return None, ""
-        dirfd_at, path_at = where
-        mountinfo = read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24) or ""
-        text = self.string(pid, call[1][path_at], safe_devices(mountinfo))
+            return (), ""
+        safe = safe_devices(read_small(f"{self.proc}/{pid}/mountinfo", 1 << 24) or "")
+        texts = [self.string(pid, call[1][at], safe) for _, at in where]
         if read_small(f"{base}/syscall", 512) != line:
-            return None, ""  # it moved on (or exited) meanwhile
-        if text is None:
-            return None, f"system call {call[0]}: its path could not be read"
-        if not text.startswith("/"):
+            return (), ""  # it moved on (or exited) meanwhile
+        paths = []
+        for (dirfd_at, _), text in zip(where, texts, strict=True):
+            if text is None:
+                return (), f"system call {call[0]}: its path could not be read"
             dirfd = AT_FDCWD if dirfd_at is None else signed(call[1][dirfd_at])
-            link = f"{base}/cwd" if dirfd == AT_FDCWD else f"{self.proc}/{pid}/fd/{dirfd}"
-            start = self.link(pid, link)
+            path, why = self.absolute(f"{pid}/task/{tid}", text, dirfd)
+            if path is None:
+                return (), why
+            paths.append(path)
+        return tuple(paths), ""
+
+    def absolute(self, task: str, text: str, dirfd: int) -> tuple[str | None, str]:
+        """A path argument from the process's root, lexically (a relative one from its cwd or
+        dirfd, an empty one the dirfd itself); else (None, why it cannot be told)."""
+        if not text.startswith("/"):
+            pid = task.split("/", 1)[0]
+            at = f"{task}/cwd" if dirfd == AT_FDCWD else f"{pid}/fd/{dirfd}"
+            start = self.link(int(pid), f"{self.proc}/{at}")
             if start is None:
                 return None, f"the directory its relative path {text!r} starts from is unknown"
-            text = posixpath.join(start, text)
+            text = posixpath.join(start, text) if text else start
         path = lexical(text)
         return (path, "") if path else (None, f"its path {text!r} is not resolved (`..`)")
 
@@ -242,7 +255,7 @@ class _Reader:
         except (OSError, OverflowError):
             return None
         end = data.find(b"\0")
-        return None if end <= 0 else os.fsdecode(data[:end])
+        return None if end < 0 else os.fsdecode(data[:end])  # "": the dirfd itself
 
     def table(self, pid: int) -> MountTable | None:
         """The process's own mount table (its targets' devices parsed in full)."""
@@ -323,14 +336,15 @@ def scan_waiters(host_proc: str, targets: Iterable[Mount]) -> WaiterScan:
     for pid in pids:
         for tid in reader.tasks(pid) if pid != own else ():
             task = reader.candidate(pid, tid)
-            path, why = reader.path_of(pid, tid) if task else (None, "")
-            if task is None or (path is None and not why):
+            paths, why = reader.paths_of(pid, tid) if task else ((), "")
+            if task is None or not (paths or why):
                 continue
-            if path is None:
+            if why:
                 reach = reader.reach(pid)
                 if reach and len(unknown) < MAX_WAITERS:
                     unknown.append(f"pid {pid} ({task[0]}) in {task[2] or 'D state'}: {why}")
                 unsure |= dict.fromkeys(reach)
                 continue
-            out.extend(reader.named(out, pid, tid, task, path))
+            for path in paths:
+                out.extend(reader.named(out, pid, tid, task, path))
     return WaiterScan(out, unknown, tuple(unsure))
