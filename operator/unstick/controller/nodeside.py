@@ -254,7 +254,10 @@ class NodeSide:
             ",".join(str(s.action) for s in steps),
             result,
         )
-        self.status.write(p, "Remediating", waitingFor=None)
+        # The request's own write was guarded (the decision was made from the record as
+        # it is); this one records that decision in our own keys only, whatever the agent
+        # wrote since (it reacts to the request at once): not bound to a version.
+        self.status.write(p, "Remediating", guarded=False, waitingFor=None)
         return p.now + p.dec.policy.probe_max_age_s * 2
 
     def _ask_again(self, p: Pass, steps: tuple[NodeStep, ...], reason: str, times: int) -> float:
@@ -296,7 +299,9 @@ class NodeSide:
             asked = p.now
         deadline = asked + p.dec.policy.probe_max_age_s
         if p.now < deadline:
-            self.status.write(p, "WaitingForAgent")
+            # Asked in this pass (its write guarded, or the record's create): this records
+            # that decision whatever the agent answered since, as after a steps request.
+            self.status.write(p, "WaitingForAgent", guarded=asked != p.now)
             return deadline
         # No fresh probe in time: node state is unknown — observe only (design.md §2).
         self.status.count_once(

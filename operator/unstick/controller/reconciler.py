@@ -64,6 +64,7 @@ from unstick.kube.podwatch import TerminatingPod, pod_json
 log = logging.getLogger("unstick.decisions")
 
 WAITING, OBSERVING = "WaitingForAgent", "Observing"  # status.phase
+FINAL_DELETE_WAIT_S = 1.0  # a pod whose final delete was issued: looked at again then
 STALE_RETRIES = 3  # passes made in a row when each met a newer version of the record
 
 __all__ = ["RECHECK_AFTER_CONFLICT_S", "ActionInputs", "ReconcileSettings", "Reconciler"]
@@ -168,6 +169,10 @@ class Reconciler:
 
     def _pass(self, record: TerminatingPod) -> float | None:
         now = self.clock()
+        if record.deletion_grace_period_s == 0 and not record.finalizers:
+            # The final delete was issued (the kubelet's, or ours) and nothing can keep the
+            # object (design.md §1): it goes now, the watch says so. Nothing to decide.
+            return now + FINAL_DELETE_WAIT_S
         rem, name = self.pod_records.find(record, now)
         if name is None:
             log.warning(

@@ -17,7 +17,7 @@ one is not a number, the one offered last); the older is dropped.
 
 from __future__ import annotations
 
-import copy
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +48,12 @@ def _newer(offered: str, kept: str) -> bool:
     return True
 
 
+def _copy(obj: JSON) -> JSON:
+    """A deep copy of a JSON object (a few times faster than copy.deepcopy)."""
+    copied: JSON = json.loads(json.dumps(obj))
+    return copied
+
+
 class RemediationCopies:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -59,7 +65,7 @@ class RemediationCopies:
         key = _key(obj)
         if key is None or not version(obj):
             return
-        kept = copy.deepcopy(dict(obj))
+        kept = _copy(dict(obj))
         with self._lock:
             current = self._copies.get(key)
             if current is not None and not _newer(version(kept), version(current)):
@@ -73,7 +79,7 @@ class RemediationCopies:
         """A copy of the record's newest version known here (the caller may change it)."""
         with self._lock:
             kept = self._copies.get((namespace, name))
-        return None if kept is None else copy.deepcopy(kept)
+        return None if kept is None else _copy(kept)
 
     def drop(self, namespace: str, name: str) -> None:
         """Forget the record (deleted, or a write from its copy met a conflict)."""
