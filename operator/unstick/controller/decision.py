@@ -16,7 +16,7 @@ from unstick.controller.policies import Policy
 from unstick.core.diagnosis import Diagnosis
 from unstick.core.finalizer_owners import waiting_for
 from unstick.core.remediation import rfc3339
-from unstick.core.vocabulary import Action
+from unstick.core.vocabulary import Action, Cause
 from unstick.kube.client import JSON
 from unstick.kube.podwatch import TerminatingPod
 
@@ -24,6 +24,7 @@ from unstick.kube.podwatch import TerminatingPod
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 #: `status.waitingFor` while the kubelet gets --kubelet-finish-seconds after node steps.
 KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
+WAITING, OBSERVING = "WaitingForAgent", "Observing"  # status.phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +103,30 @@ def _owner_wait(dec: Decision) -> dict[str, Any]:
     owners, allowlist = d.finalizer_owners, parsed.finalizer_allowlist
     gone_s = parsed.finalizer_owner_gone_seconds
     return {"waitingFor": waiting_for(d.finalizers, owners, allowlist, gone_s, d.now)}
+
+
+def needs_probe(record: TerminatingPod, d: Diagnosis) -> bool:
+    """The pass waits for a probe of the pod's node. Without a fresh probe
+    ContainersStillRunning is the kubelet's last word in pod.status, stale when the kubelet
+    itself is what is stuck (found on the real node: a wedged kubelet's pod read "running"
+    forever): the node is asked as for Unknown."""
+    unproven = (Cause.Unknown, Cause.ContainersStillRunning)
+    return d.cause in unproven and not d.probe_fresh and bool(record.node)
+
+
+def announces(before: JSON, after: JSON, cause: str, waiting: bool) -> bool:
+    """Whether a pass posts the pod's Event (`before`/`after`: its status): once per
+    diagnosis, and not while the diagnosis waits for the node — for its probe (the cause
+    is not known yet) or, after node steps, for the kubelet to finish the pod itself
+    (KubeletNotProgressing is not shown yet): posted when that wait ends, with the cause
+    it ended on (Unknown once, the first time a wait ends without a probe)."""
+    if waiting:
+        observed = any(
+            isinstance(a, dict) and a.get("action") == str(Action.OBSERVE)
+            for a in before.get("actions") or []
+        )
+        return after.get("phase") == OBSERVING and before.get("phase") != OBSERVING and not observed
+    if after.get("waitingFor") == KUBELET_FINISHING:
+        return False
+    held = before.get("phase") == WAITING or before.get("waitingFor") == KUBELET_FINISHING
+    return before.get("cause") != cause or held

@@ -34,6 +34,8 @@ from unstick.controller.decision import (
     RATE_LIMITED,
     Decision,
     Pass,
+    announces,
+    needs_probe,
     status_summary,
 )
 from unstick.controller.detector import Detector
@@ -63,7 +65,6 @@ from unstick.kube.podwatch import TerminatingPod, pod_json
 
 log = logging.getLogger("unstick.decisions")
 
-WAITING, OBSERVING = "WaitingForAgent", "Observing"  # status.phase
 FINAL_DELETE_WAIT_S = 1.0  # a pod whose final delete was issued: looked at again then
 STALE_RETRIES = 3  # passes made in a row when each met a newer version of the record
 
@@ -202,22 +203,16 @@ class Reconciler:
             return self.incident_path.act(record, decision, now)
         if rem is None:
             rem, name = self.pod_records.create(
-                record, name, decision.policy.dry_run, now, ask_probe=_needs_probe(record, d)
+                record, name, decision.policy.dry_run, now, ask_probe=needs_probe(record, d)
             )
             if rem is None or name is None:
                 return now + self.settings.recheck_s
             status = rem.get("status") or {}
         self.known[record.uid] = (record.namespace, name, status.get("phase") or "")
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
-        # The Event says the diagnosis: not "Unknown" while the node's probe is awaited —
-        # posted when the probe answers (its cause) or the wait ends without one.
-        prior = status.get("phase")
-        waiting = _needs_probe(record, d)
-        if not waiting and (status.get("cause") != str(d.cause) or prior == WAITING):
-            self._announce(pod, record, decision, now)
         due = self._advance(pod, record, rem, decision, now, probe=probe)
-        if waiting and prior != OBSERVING and self.known[record.uid][2] == OBSERVING:
-            self._announce(pod, record, decision, now)  # no probe in time: Unknown it is
+        if announces(status, rem.get("status") or {}, str(d.cause), needs_probe(record, d)):
+            self._announce(pod, record, decision, now)
         if memory is not None:
             self._read_claims(pod)
         # The node's Ready transition poked this pass; nothing pokes when it turns into
@@ -294,7 +289,7 @@ class Reconciler:
                 p.summary["refusals"] = refusals
         self.node_side.record_results(p)
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
-        if _needs_probe(record, d):
+        if needs_probe(record, d):
             return self.node_side.wait_for_probe(p)
         if not changing:
             self.status.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
@@ -393,12 +388,3 @@ def _succeeded(done: list[Any], action: Any, target: str) -> bool:
         and a.get("result") == "succeeded"
         for a in done
     )
-
-
-def _needs_probe(record: TerminatingPod, d: Any) -> bool:
-    """The pass waits for a probe of the pod's node. Without a fresh probe
-    ContainersStillRunning is the kubelet's last word in pod.status, stale when the kubelet
-    itself is what is stuck (found on the real node: a wedged kubelet's pod read "running"
-    forever): the node is asked as for Unknown."""
-    unproven = (Cause.Unknown, Cause.ContainersStillRunning)
-    return d.cause in unproven and not d.probe_fresh and bool(record.node)
