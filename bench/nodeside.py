@@ -474,13 +474,17 @@ def _profile_agent(pid: int, logs: Path) -> Process | None:
     """With $BENCH_PYSPY_DIR: py-spy attached to the agent (`agent-<run>.txt` there,
     collapsed stacks with idle samples and threads; with $BENCH_PYSPY_GIL set, only the
     thread holding the GIL: where the agent's Python CPU goes), as bench.contenders does
-    for the controllers. Profiling runs only: sampling costs the agent some CPU."""
+    for the controllers; with $BENCH_PYSPY_ACTIVE, the threads running, in Python or in a
+    system call, e.g. reading /proc: where its CPU time goes, the kernel's included.
+    Profiling runs only: sampling costs the agent some CPU."""
     out_dir = os.environ.get("BENCH_PYSPY_DIR")
     if not out_dir:
         return None
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = Path(out_dir) / f"agent-{logs.name}.txt"
     which = ["--gil"] if os.environ.get("BENCH_PYSPY_GIL") else ["--idle"]
+    if os.environ.get("BENCH_PYSPY_ACTIVE"):  # threads on a CPU, in Python or a system call
+        which = []
     argv = [spy, "record", *which, "--threads", "--format", "raw", "-o", str(out)]
     return Process("py-spy agent", [*argv, "--pid", str(pid)], logs / "py-spy-agent.log").start()
 
