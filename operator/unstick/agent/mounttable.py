@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from unstick.agent.mounts import MountTable, pod_lines
+from unstick.core.kubelet_paths import pod_dir
 from unstick.core.mountinfo import escape, parse_mountinfo
 
 PROC_SUPER_MAGIC = 0x9FA0
@@ -114,6 +115,7 @@ class MountWatch:
         self._text: str | None = None
         self._generation = 0
         self._views: dict[tuple[str, str], MountTable] = {}
+        self._containing: dict[str, str] = {}  # needle -> the text's lines with it
         self._local = threading.local()
 
     @property
@@ -180,15 +182,31 @@ class MountWatch:
         self._generation += 1
         self._text = text
         self._views.clear()
+        self._containing.clear()
         return Snapshot(text, self._generation, read_now=True)
 
-    def _view(self, key: tuple[str, str], make: Callable[[str], MountTable]) -> MountTable:
+    def _lines_containing(self, snap: Snapshot, needle: str) -> str:
+        """The lines of the snapshot's text that contain `needle` (in order, each with its
+        newline), split out once per text: the pods' views of one text share one pass over
+        the whole table (thousands of host mounts) instead of one pass each."""
+        with self._lock:
+            if snap.generation == self._generation and needle in self._containing:
+                return self._containing[needle]
+        kept = "".join(f"{line}\n" for line in snap.text.split("\n") if needle in line)
+        with self._lock:
+            if snap.generation == self._generation:
+                if len(self._containing) >= _MAX_VIEWS:
+                    self._containing.clear()
+                self._containing[needle] = kept
+        return kept
+
+    def _view(self, key: tuple[str, str], make: Callable[[Snapshot], MountTable]) -> MountTable:
         """A table derived from the current text, parsed once per text."""
         snap = self.snapshot()
         with self._lock:
             if snap.generation == self._generation and key in self._views:
                 return self._views[key]
-        table = make(snap.text)
+        table = make(snap)
         with self._lock:
             if snap.generation == self._generation:
                 if len(self._views) >= _MAX_VIEWS:
@@ -198,13 +216,19 @@ class MountWatch:
 
     def table(self) -> MountTable:
         """The whole table, parsed."""
-        return self._view(("all", ""), lambda t: MountTable(t, tuple(parse_mountinfo(t))))
+        return self._view(
+            ("all", ""), lambda snap: MountTable(snap.text, tuple(parse_mountinfo(snap.text)))
+        )
 
     def pod_table(self, kubelet_root: str, uid: str) -> MountTable:
         """Only the mounts under `<root>/pods/<uid>/` (as `mounts.read_pod_table`)."""
+        pods = pod_dir(kubelet_root, uid).rsplit("/", 1)[0] + "/"  # `<root>/pods/`
 
-        def make(text: str) -> MountTable:
-            lines = pod_lines(text, kubelet_root, uid)
+        def make(snap: Snapshot) -> MountTable:
+            # every line pod_lines keeps contains the escaped `<root>/pods/<uid>/`, so the
+            # escaped `<root>/pods/` too (escape() maps each character on its own): the
+            # same lines as pod_lines over the whole text
+            lines = pod_lines(self._lines_containing(snap, escape(pods)), kubelet_root, uid)
             return MountTable(lines, tuple(parse_mountinfo(lines)))
 
         return self._view(("pod", f"{kubelet_root}\0{uid}"), make)
@@ -212,8 +236,8 @@ class MountWatch:
     def under(self, top: str) -> MountTable:
         """Only the mounts strictly under `top`."""
 
-        def make(text: str) -> MountTable:
-            lines = lines_under(text, top)
+        def make(snap: Snapshot) -> MountTable:
+            lines = lines_under(snap.text, top)
             return MountTable(lines, tuple(parse_mountinfo(lines)))
 
         return self._view(("under", top), make)
