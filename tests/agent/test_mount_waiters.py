@@ -75,7 +75,7 @@ def test_a_file_mapping_of_a_device_the_table_does_not_show_is_not_read() -> Non
 
 def test_the_path_string_is_read_from_the_process_memory() -> None:
     text = ctypes.create_string_buffer(b"/var/lib/kubelet/pods/x/volumes/nfs/pv\0tail")
-    reader = _Reader("/proc", [])
+    reader = _Reader("/proc")
     got = reader.string(os.getpid(), ctypes.addressof(text), set())
     assert got == "/var/lib/kubelet/pods/x/volumes/nfs/pv"
     assert reader.string(os.getpid(), 8, set()) is None  # unmapped: not read
@@ -87,7 +87,7 @@ def test_a_string_in_a_file_mapping_is_read_only_from_a_local_device() -> None:
         f.flush()
         with mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ) as mapped:
             copy = (ctypes.c_char * 4096).from_buffer_copy(mapped)  # anonymous memory
-            reader = _Reader("/proc", [])
+            reader = _Reader("/proc")
             assert reader.string(os.getpid(), ctypes.addressof(copy), set()) == "/some/path"
             st = os.fstat(f.fileno())
             device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
