@@ -291,16 +291,26 @@ class Reconciler:
         changing = [s for s in dec.steps if s.action != Action.OBSERVE]
         if needs_probe(record, d):
             return self.node_side.wait_for_probe(p)
+        if d.cause is Cause.KubeletNotProgressing:
+            # The agent's steps left nothing of the pod: the kubelet gets its window to
+            # finish the pod itself, whatever is planned after it (force-delete, observe).
+            finish_by = self._kubelet_finish_by(p)
+            if finish_by > now:
+                phase = "Remediating" if changing else "Observing"
+                self.status.write(p, phase, waitingFor=KUBELET_FINISHING)
+                return finish_by
         if not changing:
             self.status.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
-            self.status.write(p, "Observing")
+            # the kubelet's window (above) is over: its waitingFor goes (a finalizer
+            # owner's, in the summary, stays)
+            self.status.write(p, "Observing", waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         if dec.policy.dry_run:
             for step in changing:
                 self.status.count_once(
                     p, step.action, step.target, "dry_run", "dry run: nothing changed"
                 )
-            self.status.write(p, "DryRun")
+            self.status.write(p, "DryRun", waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         step = next((s for s in changing if not _succeeded(p.done, s.action, s.target)), None)
         if step is not None and step.action in NODE_ACTIONS:
@@ -311,11 +321,6 @@ class Reconciler:
         if step is None:
             self.status.write(p, "Remediating")
             return now + self.settings.recheck_s
-        if step.action == Action.FORCE_DELETE and d.cause is Cause.KubeletNotProgressing:
-            finish_by = self._kubelet_finish_by(p)
-            if finish_by > now:
-                self.status.write(p, "Remediating", waitingFor=KUBELET_FINISHING)
-                return finish_by
         # Only a look at the budget (no slot taken: that happens right before acting), so
         # pods waiting for it do not re-read pod and Node every time a slot frees.
         wait = self.grants.wait(dec.policy, record.node, now)
