@@ -30,7 +30,7 @@ import contextlib
 import contextvars
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
@@ -40,67 +40,64 @@ if TYPE_CHECKING:  # holders imports this module
 
 ScanFn = Callable[[str, list["Mount"], str | None], "HolderScan"]
 _Key = tuple[str, str | None]
+R = TypeVar("R")
+K = TypeVar("K")
 
 
 @dataclass
-class _Batch:
-    mounts: list[Mount] = field(default_factory=list)
+class _Pass(Generic[R]):
     done: threading.Event = field(default_factory=threading.Event)
-    result: HolderScan | None = None
+    result: R | None = None
     error: BaseException | None = None
+    callers: int = 0
+    mounts: list[Mount] = field(default_factory=list)  # ScanGroup: the batch's targets
 
 
 @dataclass
-class ScanGroup:
-    """Holder scans shared by callers that ask at the same time (module docstring).
+class _Shared(Generic[K, R]):
+    """The one home of the rule (module docstring): a caller joins the batch of the **next**
+    run for its key; the first caller of a batch waits for the running one (if any) to end,
+    closes its batch and runs it; everyone in the batch gets the same result (or the same
+    exception). A result is never handed out after its run ended."""
 
-    The first caller of a batch waits for the running scan (if any) to end, closes the
-    batch and scans the union of the batch's mounts; each caller gets the holders of its
-    own mounts and the scan's completeness (a gap is a gap for every caller: never less
-    cautious than a scan of its own)."""
-
-    scans: int = 0  # scans run
+    runs: int = 0  # passes/scans run
     served: int = 0  # callers answered
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _idle: threading.Condition = field(init=False)
-    _next: dict[_Key, _Batch] = field(default_factory=dict)
-    _running: set[_Key] = field(default_factory=set)
+    _next: dict[K, _Pass[R]] = field(default_factory=dict)
+    _running: set[K] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._idle = threading.Condition(self._lock)
 
-    def scan(
-        self, host_proc: str, mounts: list[Mount], kubelet_root: str | None, scan_fn: ScanFn
-    ) -> HolderScan:
-        key = (host_proc, kubelet_root)
+    def _share(self, key: K, fn: Callable[[_Pass[R]], R], mounts: Iterable[Mount] = ()) -> R:
+        """`fn(batch)` run after this call began, shared with the callers of the same `key`
+        waiting for it (`fn` is the leader's: the same for one key)."""
         with self._lock:
             batch = self._next.get(key)
             leader = batch is None
             if batch is None:
-                batch = self._next[key] = _Batch()
+                batch = self._next[key] = _Pass()
+            batch.callers += 1
             batch.mounts.extend(mounts)
         if leader:
-            self._lead(key, batch, scan_fn)
+            self._lead(key, batch, fn)
         batch.done.wait()
         if batch.error is not None:
             raise batch.error
-        assert batch.result is not None
         with self._lock:
             self.served += 1
-        mine = {m.mount_point for m in mounts}
-        holders = [h for h in batch.result.holders if h.mount_point in mine]
-        return dataclasses.replace(batch.result, holders=holders)
+        return cast(R, batch.result)
 
-    def _lead(self, key: _Key, batch: _Batch, scan_fn: ScanFn) -> None:
+    def _lead(self, key: K, batch: _Pass[R], fn: Callable[[_Pass[R]], R]) -> None:
         with self._lock:
             while key in self._running:
                 self._idle.wait()
             self._running.add(key)
-            del self._next[key]  # closed: a caller from now on waits for the next scan
-            self.scans += 1
-            targets = list({(m.mount_id, m.mount_point): m for m in batch.mounts}.values())
+            del self._next[key]  # closed: a caller from now on waits for the next run
+            self.runs += 1
         try:
-            batch.result = scan_fn(key[0], targets, key[1])
+            batch.result = fn(batch)
         except BaseException as exc:  # every caller of the batch sees it
             batch.error = exc
         finally:
@@ -108,6 +105,32 @@ class ScanGroup:
                 self._running.discard(key)
                 self._idle.notify_all()
             batch.done.set()
+
+
+@dataclass
+class ScanGroup(_Shared[_Key, "HolderScan"]):
+    """Holder scans shared by callers that ask at the same time (module docstring).
+
+    The first caller of a batch waits for the running scan (if any) to end, closes the
+    batch and scans the union of the batch's mounts; each caller gets the holders of its
+    own mounts and the scan's completeness (a gap is a gap for every caller: never less
+    cautious than a scan of its own)."""
+
+    @property
+    def scans(self) -> int:
+        return self.runs
+
+    def scan(
+        self, host_proc: str, mounts: list[Mount], kubelet_root: str | None, scan_fn: ScanFn
+    ) -> HolderScan:
+        def run(batch: _Pass[HolderScan]) -> HolderScan:
+            targets = list({(m.mount_id, m.mount_point): m for m in batch.mounts}.values())
+            return scan_fn(host_proc, targets, kubelet_root)
+
+        result = self._share((host_proc, kubelet_root), run, mounts)
+        mine = {m.mount_point for m in mounts}
+        holders = [h for h in result.holders if h.mount_point in mine]
+        return dataclasses.replace(result, holders=holders)
 
 
 _SHARING: contextvars.ContextVar[ScanGroup | None] = contextvars.ContextVar(
@@ -130,19 +153,8 @@ def shared_scans(group: ScanGroup) -> Iterator[None]:
         _SHARING.reset(token)
 
 
-R = TypeVar("R")
-
-
 @dataclass
-class _Pass(Generic[R]):
-    done: threading.Event = field(default_factory=threading.Event)
-    result: R | None = None
-    error: BaseException | None = None
-    callers: int = 0
-
-
-@dataclass
-class NextPass(Generic[R]):
+class NextPass(_Shared[str, R]):
     """One read of something whole (every process's cgroup file, ...) for the callers that
     ask at the same time, by the rule of `ScanGroup`: a caller joins the **next** pass to
     start, never one already running, so what it gets was read after it asked — exactly as
@@ -150,47 +162,11 @@ class NextPass(Generic[R]):
     any) to end, closes its batch and runs it; everyone in the batch gets the same result
     (or the same exception). A result is never handed out after its pass ended."""
 
-    passes: int = 0  # passes run
-    served: int = 0  # callers answered
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _idle: threading.Condition = field(init=False)
-    _next: dict[str, _Pass[R]] = field(default_factory=dict)
-    _running: set[str] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self._idle = threading.Condition(self._lock)
+    @property
+    def passes(self) -> int:
+        return self.runs
 
     def run(self, key: str, fn: Callable[[], R]) -> R:
         """`fn()` run after this call began, shared with the callers of the same `key`
         waiting for it (`fn` is the same for one key)."""
-        with self._lock:
-            batch = self._next.get(key)
-            leader = batch is None
-            if batch is None:
-                batch = self._next[key] = _Pass()
-            batch.callers += 1
-        if leader:
-            self._lead(key, batch, fn)
-        batch.done.wait()
-        if batch.error is not None:
-            raise batch.error
-        with self._lock:
-            self.served += 1
-        return cast(R, batch.result)
-
-    def _lead(self, key: str, batch: _Pass[R], fn: Callable[[], R]) -> None:
-        with self._lock:
-            while key in self._running:
-                self._idle.wait()
-            self._running.add(key)
-            del self._next[key]  # closed: a caller from now on waits for the next pass
-            self.passes += 1
-        try:
-            batch.result = fn()
-        except BaseException as exc:  # every caller of the batch sees it
-            batch.error = exc
-        finally:
-            with self._lock:
-                self._running.discard(key)
-                self._idle.notify_all()
-            batch.done.set()
+        return self._share(key, lambda _batch: fn())
