@@ -21,7 +21,9 @@ node steps per pod at a time (`Handler.pod_locks`), each check right before its 
 
 Used by the probes and by the executor's checks right before each unmount or unpublish
 (`Executor.holder_scans`): in a burst, the checks that four worker threads ask for at the
-same moment cost one scan.
+same moment cost one scan. `NextPass` applies the same rule to other whole reads: the
+cgroup pass (`containers`), the namespace and policy GETs (`loop`), the waiter scan's pass
+over the node's tasks (`waiter_pass`).
 """
 
 from __future__ import annotations
