@@ -22,6 +22,8 @@ Points (where they are reached):
 - `incident-backoff`: a write failed and the writer backs off;
 - `incident-written`: a record was written;
 - `pod-intent-durable`: a per-pod record holds the intent of its action, not carried out yet;
+- `node-steps-requested`: a node-steps request was written to a pod's record (the agent
+  may run it at once), the pass's status write after it not made yet;
 - `incidents-adopted`: a started controller adopted and settled the records it found.
 """
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.controller import metrics
+from unstick.controller import failpoints, metrics
 from unstick.controller.decision import RATE_LIMITED, Pass
 from unstick.controller.policies import Policy
 from unstick.controller.statuswriter import MAX_RECORDED_ACTIONS, Stale, StatusWriter
 from unstick.controller.trust import ProbeRequests
 from unstick.core.remediation import (
+    NODE_STEPS_DONE_AT,
     NODE_STEPS_REQUESTED_AT,
     RETRY_AFTER,
     NodeStep,
@@ -34,6 +35,7 @@ from unstick.core.remediation import (
     parse_time,
     rfc3339,
     steps_answered,
+    time_or_none,
 )
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
@@ -68,6 +70,20 @@ def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
     status = rem.get("status") or {}
     if not steps_answered(spec, status):
         return []
+    return _node_actions(status)
+
+
+def answered_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """Like `agent_results`, of the agent's answer on record whichever request it answered
+    (`status.nodeStepsDoneAt` set): what a pass records in status.actions. An answer to an
+    earlier request stays in `status.nodeActions` only until the agent answers the next:
+    recorded from whichever version a pass or the resolve sees, never only when it is the
+    latest request's answer."""
+    status = rem.get("status") or {}
+    return _node_actions(status) if status.get(NODE_STEPS_DONE_AT) else []
+
+
+def _node_actions(status: JSON) -> list[tuple[str, str, str, str]]:
     out = []
     for item in status.get("nodeActions") or []:
         if not isinstance(item, dict):
@@ -146,7 +162,7 @@ def late_agent_actions(rem: JSON, now: float) -> list[Any] | None:
     done = list(status.get("actions") or [])
     cause = str(status.get("cause") or "Unknown")
     added = False
-    for action, target, result, message in agent_results(rem):
+    for action, target, result, message in answered_results(rem):
         entry = {"action": action, "target": target, "result": result}
         if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
             continue
@@ -194,11 +210,15 @@ class NodeSide:
         finished = bool(requested) and steps_answered(spec, status)
         if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
             return self.wait_for_probe(p)
-        if requested and spec.get("nodeSteps") == steps and not finished:
+        asked_at = time_or_none(requested)
+        deadline = asked_at.timestamp() + p.dec.policy.probe_max_age_s * 2 if asked_at else 0.0
+        if requested and not finished and (spec.get("nodeSteps") == steps or p.now < deadline):
+            # An unanswered request is not replaced by other steps while the agent may
+            # still run it: the next request's answer would take the place of its answer in
+            # status.nodeActions before a pass recorded it (every node act on record).
             self.status.write(p, "Remediating")
             # Never a time already past: that would re-run this pass back to back (a long
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
-            deadline = parse_time(requested) + p.dec.policy.probe_max_age_s * 2
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
         refused = refused_request(p.rem) if finished else None
         if refused and refused[0] in RETRIED_REFUSALS and spec.get("nodeSteps") == steps:
@@ -245,7 +265,12 @@ class NodeSide:
             dry_run=False,
             lazy_unmount=p.dec.policy.lazy_unmount,
         )
+        if p.done != ((p.rem.get("status") or {}).get("actions") or []):
+            # The agent's answer to the last request, recorded in this pass, goes on record
+            # before the next request: the agent answers that one at once, in place of it.
+            self.status.write(p, "Remediating", waitingFor=None)
         self._ask(p, request.to_spec())
+        failpoints.reached("node-steps-requested")
         log.info(
             "pod=%s uid=%s cause=%s action=%s result=%s",
             p.record.key,
@@ -275,7 +300,7 @@ class NodeSide:
 
     def record_results(self, p: Pass) -> None:
         """Copy the agent's finished node actions into status.actions (by: agent), once."""
-        for action, target, result, message in agent_results(p.rem):
+        for action, target, result, message in answered_results(p.rem):
             self.status.count_once(
                 p,
                 action,
