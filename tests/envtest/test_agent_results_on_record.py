@@ -248,3 +248,34 @@ def test_a_controller_killed_right_after_the_next_request_lost_no_result(
         )
         assert ("unmount", node.left, "succeeded") in _done(status), status
         assert ("unmount", node.left, "succeeded") in _done(_resolved(objects, namespace, pod))
+
+
+def test_an_unanswered_request_is_not_replaced_by_other_steps(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    """A probe shows other steps needed while the agent has not answered the request yet
+    (it may be running it): the request stays, so its answer is not overwritten by the
+    next one's before a pass saw it."""
+    pod, node = _stuck_pod(objects, namespace, make_node)
+    name = _rem(objects, namespace, pod, "probeRequestedAt")["metadata"]["name"]
+    _patch(objects, namespace, name, {"probe": node.probe()})
+    rem = _rem(objects, namespace, pod, "nodeStepsRequestedAt")
+    first, steps = rem["spec"]["nodeStepsRequestedAt"], rem["spec"]["nodeSteps"]
+    node.mounted = False  # the agent is at it: a probe of the node meanwhile
+    _patch(objects, namespace, name, {"probe": node.probe()})
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod))
+            and (r.get("status") or {}).get("cause") == "StaleVolumeDirs"
+            and r
+        ),
+        30,
+        "the pass on the newer probe",
+    )
+    assert rem["spec"]["nodeStepsRequestedAt"] == first, "an unanswered request was replaced"
+
+    node.mounted = True  # its answer to the first request: the unmount
+    _patch(objects, namespace, name, node.run(steps))
+    unmounted = ("unmount", node.left, "succeeded")
+    await_(lambda: unmounted in _done(objects.status(namespace, pod)), 30, "the unmount recorded")
+    assert unmounted in _done(_resolved(objects, namespace, pod))
