@@ -1,13 +1,28 @@
 """A replacement blocked by a stuck pod, with real parts (issue #19): a ReadWriteOncePod claim
 of the upstream csi-driver-host-path v1.11.0 is held by `db-0`; the driver's container
-restarts (it forgets where it published) and `db-0` is deleted and stays Terminating (its
-mount orphaned; not opted in yet, so unstick only observes). A second pod on the same claim,
-`db-next`, waits: the real scheduler will not place it while another pod uses a
-ReadWriteOncePod claim. unstick's BlockedReplacement Event on `db-next` should name the
-holder. Once `db-0` opts in, unstick's fix lands and the kubelet removes it. v1.11.0 then
-refuses `db-next`'s NodePublish (it forgot its staging too, and the kubelet does not stage
-again a volume it believes staged): `db-next` is replaced, as its controller would, and the
-new pod starts and reads the file `db-0` wrote."""
+restarts (it forgets where it published and what it staged). A second pod on the same
+claim, `db-next`, comes to the node while `db-0` still runs (a surge replacement, placed
+by `spec.nodeName`): the kubelet itself refuses to mount the volume for it ("volume uses
+the ReadWriteOncePod access mode and is already in use by another pod"), FailedMount.
+`db-0` is deleted and stays Terminating (its mount orphaned; not opted in yet, so unstick
+only observes): its volume is torn down (v1.11.0 "succeeds": it forgot the publish, the
+mount stays), but the kubelet keeps the volume staged for `db-next` and only asks the
+driver to publish it, which v1.11.0 refuses ("must be staged before publishing": it forgot
+its staging too). unstick's BlockedReplacement Event on `db-next` names the holder. Once
+`db-0` opts in, unstick's fix lands and the kubelet removes it; `db-next`, still refused,
+is replaced, as its controller would, and the new pod starts and reads the file `db-0`
+wrote.
+
+Why `db-next` is placed on the node before `db-0` is deleted, not by the scheduler after:
+the real kube-scheduler places a pod on a ReadWriteOncePod claim only once the other pod
+using it is terminal (its informer drops Succeeded/Failed pods), and the kubelet writes
+that terminal phase as it starts tearing down `db-0`'s volumes. If the kubelet's reconciler
+reaches `db-0`'s UnmountDevice before `db-next` is in its desired state (a ~100 ms race on
+a loaded machine), it unstages the volume (v1.11.0 "succeeds": it forgot it), then stages
+and publishes it afresh for `db-next`, which runs: no FailedMount, so nothing is blocked
+and unstick rightly says nothing. With `db-next` on the node first (its FailedMount awaited
+before `db-0` is deleted), the kubelet never unstages a volume a pod of its desired state
+still wants, so the refusal holds every time."""
 
 from __future__ import annotations
 
@@ -59,8 +74,15 @@ def test_read_write_once_pod_replacement_waits_for_the_stuck_holder(
     assert seed.mounted(uid)
     wait_until(lambda: "wrote" in seed.logs(), timeout=30, what="db-0 wrote its file")
     driver.restart_plugin_container()
+    waiter = seed.create_pod("db-next", claim=False, pinned=True)
+    # the kubelet's own word: the claim is in use by another pod (db-0, running)
+    in_use = "ReadWriteOncePod access mode and is already in use by another pod"
+    wait_until(
+        lambda: any(in_use in m for m in events(core, ns, waiter, "FailedMount")),
+        timeout=60,
+        what=f"the kubelet refusing db-next's mount (FailedMount: {in_use})",
+    )
     core.delete_namespaced_pod(seed.pod_name, ns)
-    waiter = seed.create_pod("db-next", claim=False)
 
     # db-0 stays (its mount orphaned, not opted in: observed only), db-next waits
     wait_until(
@@ -69,23 +91,18 @@ def test_read_write_once_pod_replacement_waits_for_the_stuck_holder(
         what="db-0 stuck and observed by unstick (not opted in)",
     )
     assert pod_exists(core, ns, seed.pod_name, uid)
-    # the real scheduler's word first: the claim is in use by another pod
+    # unstick's Event on the waiter names the holder and why it stays. db-next waited before
+    # db-0 was deleted, so a first Event may come while db-0's cause is still Unknown (the
+    # agent's look at the node not in yet): one Event per holder and cause, await the one
+    # with the diagnosed cause.
     wait_until(
-        lambda: any(
-            "ReadWriteOncePod access mode already in-use by another pod" in m
-            for m in events(core, ns, waiter, "FailedScheduling")
-        ),
-        timeout=60,
-        what="the scheduler refusing db-next (ReadWriteOncePod in use)",
-    )
-    # unstick's Event on the waiter names the holder and why it stays
-    blocked = wait_until(
-        lambda: events(core, ns, waiter, "BlockedReplacement"),
+        lambda: [
+            m
+            for m in events(core, ns, waiter, "BlockedReplacement")
+            if f"held by {ns}/{seed.pod_name}" in m and "OrphanedMount" in m
+        ],
         timeout=90,
-        what="unstick's BlockedReplacement Event on db-next",
-    )
-    assert any(f"held by {ns}/{seed.pod_name}" in m and "OrphanedMount" in m for m in blocked), (
-        blocked
+        what=f"unstick's BlockedReplacement Event on db-next naming {seed.pod_name}, OrphanedMount",
     )
     assert core.read_namespaced_pod("db-next", ns).status.phase == "Pending"
 
@@ -98,14 +115,10 @@ def test_read_write_once_pod_replacement_waits_for_the_stuck_holder(
     )
     # v1.11.0's other face: its staging is forgotten too, and the kubelet, which staged the
     # volume for db-0 and keeps it staged for db-next, never stages it again: the driver
-    # refuses db-next's NodePublish. Not unstick's to fix (its holder is gone): db-next is
-    # replaced, as its controller would, and the new pod is staged afresh.
-    refusal = "must be staged before publishing"
-    wait_until(
-        lambda: any(refusal in m for m in all_messages(core, ns, waiter)),
-        timeout=60,
-        what=f"hostpathplugin {BUGGY} refusing db-next: {refusal}",
-    )
+    # still refuses db-next's NodePublish ("must be staged before publishing"). Not
+    # unstick's to fix (its holder is gone): db-next is replaced, as its controller would,
+    # and the new pod is staged afresh.
+    assert core.read_namespaced_pod("db-next", ns).status.phase == "Pending"
     core.delete_namespaced_pod("db-next", ns, grace_period_seconds=1)
     wait_until(
         lambda: not pod_exists(core, ns, "db-next", waiter),

@@ -99,16 +99,19 @@ class UpstreamSeed:
             },
         )
 
-    def create_pod(self, name: str = "", claim: bool = True) -> str:
+    def create_pod(self, name: str = "", claim: bool = True, pinned: bool = False) -> str:
         """The same claim and pod without a StatefulSet (once deleted, the pod stays gone:
         the demo's db-0); `name`: another pod on the same claim (`claim=False`: the claim
-        exists). Returns the pod's UID."""
+        exists); `pinned`: placed on the node by `spec.nodeName`, not by the scheduler (as a
+        controller that places its own pods does). Returns the pod's UID."""
         if claim:
             self.core.create_namespaced_persistent_volume_claim(
                 self.ns, {"metadata": {"name": self.claim}, "spec": self._claim_spec()}
             )
         template = self._template()
         template["metadata"]["name"] = name or self.pod_name
+        if pinned:
+            template["spec"]["nodeName"] = self.node.settings.name
         template["spec"]["volumes"] = [
             {"name": "data", "persistentVolumeClaim": {"claimName": self.claim}}
         ]
