@@ -3,7 +3,8 @@ APIService whose Service does not exist, and a namespace deleted meanwhile. The 
 namespace controller cannot list that group, sets `NamespaceDeletionDiscoveryFailure` and
 keeps the namespace Terminating; unstick's controller (helm-installed in the kind cluster)
 posts one `NamespaceBlockedByUnavailableAPI` Event naming the APIService, its Service and
-what frees the namespace, and counts it in `unstick_namespaces_blocked_by_api`. It
+what frees the namespace, and counts it in `unstick_namespaces_blocked_by_api` (with
+every other namespace deleted meanwhile: the namespace controller finishes none). It
 changes nothing: once the test deletes the APIService, the namespace controller finishes
 the namespace by itself. (tests/envtest/test_namespace_api.py has the same check against
 an API server without a kube-controller-manager, the condition set as it would be.)"""
@@ -79,7 +80,9 @@ def test_a_namespace_held_by_a_dead_apiservice_is_reported_and_left_alone(kind: 
         assert condition is not None and group in condition["message"], held["status"]
         controller = controller_pod(kind)["metadata"]["name"]
         metrics = kind.scrape(controller, 9100, NAMESPACE)
-        assert sample(metrics, METRIC, apiservice=apiservice) == 1, metrics
+        # ≥ 1: every namespace deleted meanwhile is held by the same APIService (the
+        # namespace controller cannot finish any of them), e.g. the earlier tests' ones
+        assert sample(metrics, METRIC, apiservice=apiservice) >= 1, metrics
         assert kind.get("apiservice", apiservice)["metadata"]["name"] == apiservice  # untouched
 
         # What frees it, as the Event says: the namespace controller then ends it itself.
