@@ -272,7 +272,9 @@ def test_a_controller_killed_at_any_point_loses_no_record_and_breaks_no_budget(
                 )
             )
 
-        await_(settled, 120, "every pod gone and every record Resolved")
+        # up to two budget windows (60 s + ACT_WITHIN_S each): the kills' grants stay on
+        # record; one fresh-clone run at 4d35e05 did not settle within 120 s (cause not found)
+        await_(settled, 240, "every pod gone and every record Resolved")
         assert _check(objects, namespace, audit, node_of) == set(node_of)
         print("DELETE answers:", sorted(code for _, _, code in audit.read()))
         for _, entry in _entries(objects, namespace):
