@@ -25,6 +25,33 @@ import pytest
 HERE = Path(__file__).parent
 SCENARIOS = HERE / "mountns_scenarios.py"
 
+# A kubeconfig whose API server never answers (port 9): for agents whose API calls a test
+# replaces, so nothing reaches a cluster.
+UNREACHABLE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.fixture
+def offline_agent(tmp_path: Path) -> Callable[..., Any]:
+    """`offline_agent(**loop_settings)`: an Agent of node `n` (kubelet root under tmp_path)
+    whose kubeconfig points at nothing."""
+    from unstick.agent.loop import Agent, LoopSettings
+    from unstick.agent.settings import AgentSettings
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    settings = AgentSettings(node_name="n", kubelet_root=str(tmp_path / "kubelet"))
+
+    def make(**loop: Any) -> Agent:
+        return Agent(settings, LoopSettings(kubeconfig=str(kubeconfig), **loop))
+
+    return make
+
 
 def run_scenario(
     name: str, workdir: Path, *args: str, timeout: float = 120, script: Path = SCENARIOS

@@ -6,22 +6,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from unstick.agent.loop import Agent, KeyedWorkers, LoopSettings
-from unstick.agent.settings import AgentSettings
+from unstick.agent.loop import Agent, KeyedWorkers
 from unstick.devcluster.process import wait_until
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-"""
 
 
 class Gate:
@@ -101,11 +91,9 @@ def _rem(uid: str, spec: dict[str, Any], status: dict[str, Any]) -> dict[str, An
 
 
 def test_the_agent_runs_due_node_steps_before_the_probes_queued_before_them(
-    tmp_path: Path,
+    offline_agent: Callable[..., Agent],
 ) -> None:
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    settings = AgentSettings(node_name="n", kubelet_root=str(tmp_path / "kubelet"))
-    agent = Agent(settings, LoopSettings(kubeconfig=str(tmp_path / "kubeconfig"), workers=1))
+    agent = offline_agent(workers=1)
     recorder = Recorder()
     agent.handler = recorder  # type: ignore[assignment]
     try:

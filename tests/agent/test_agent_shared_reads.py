@@ -6,21 +6,12 @@ answer is as fresh as a GET of its own (docs/agent.md, "Namespace and policy rea
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from unstick.agent.loop import Agent, LoopSettings
-from unstick.agent.settings import AgentSettings
+from unstick.agent.loop import Agent
 from unstick.core.remediation import POLICIES
 from unstick.devcluster.process import wait_until
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-"""
 
 
 class Api:
@@ -42,12 +33,6 @@ class Api:
         return {"metadata": {"name": path.rsplit("/", 1)[-1], "resourceVersion": str(n)}}
 
 
-def _agent(tmp_path: Path) -> Agent:
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    settings = AgentSettings(node_name="n", kubelet_root=str(tmp_path / "kubelet"))
-    return Agent(settings, LoopSettings(kubeconfig=str(tmp_path / "kubeconfig")))
-
-
 def _in_thread(fn: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:
     out: list[Any] = []
     thread = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
@@ -56,9 +41,9 @@ def _in_thread(fn: Any, *args: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_checks_asking_while_a_get_runs_share_the_next_get_not_the_running_one(
-    tmp_path: Path,
+    offline_agent: Callable[..., Agent],
 ) -> None:
-    agent, api = _agent(tmp_path), Api()
+    agent, api = offline_agent(), Api()
     agent.kube.get = api.get  # type: ignore[method-assign]
     try:
         first, first_out = _in_thread(agent.get_namespace, "team-a")
@@ -84,8 +69,8 @@ def test_checks_asking_while_a_get_runs_share_the_next_get_not_the_running_one(
         agent.kube.close()
 
 
-def test_different_objects_are_never_shared(tmp_path: Path) -> None:
-    agent, api = _agent(tmp_path), Api()
+def test_different_objects_are_never_shared(offline_agent: Callable[..., Agent]) -> None:
+    agent, api = offline_agent(), Api()
     api.release.set()
     agent.kube.get = api.get  # type: ignore[method-assign]
     try:

@@ -5,22 +5,13 @@ still handled one at a time, in the order they came."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from unstick.agent.loop import Agent, KeyedWorkers, LoopSettings
-from unstick.agent.settings import AgentSettings
+from unstick.agent.loop import KeyedWorkers
 from unstick.devcluster.process import wait_until
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-"""
 
 
 class Recorder:
@@ -49,10 +40,8 @@ def two_shards(workers: KeyedWorkers) -> tuple[str, str]:
 
 
 @pytest.fixture
-def agent(tmp_path: Path) -> Any:
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
-    settings = AgentSettings(node_name="n", kubelet_root=str(tmp_path / "kubelet"))
-    agent = Agent(settings, LoopSettings(kubeconfig=str(tmp_path / "kubeconfig"), workers=4))
+def agent(offline_agent: Callable[..., Any]) -> Any:
+    agent = offline_agent(workers=4)
     recorder = Recorder()
     agent.handler = recorder  # type: ignore[assignment]
     yield agent
