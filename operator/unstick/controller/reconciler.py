@@ -65,7 +65,10 @@ from unstick.kube.podwatch import TerminatingPod, pod_json
 
 log = logging.getLogger("unstick.decisions")
 
-FINAL_DELETE_WAIT_S = 1.0  # a pod whose final delete was issued: looked at again then
+#: A pod whose final delete was issued (grace 0, no finalizers) normally goes in that same
+#: request; one still there this long after it was first seen so was deleted only half
+#: (docs/incidents.md, "A force-delete carried out only half") and is decided again.
+FINAL_DELETE_WAIT_S = 5.0
 STALE_RETRIES = 3  # passes made in a row when each met a newer version of the record
 
 __all__ = ["RECHECK_AFTER_CONFLICT_S", "ActionInputs", "ReconcileSettings", "Reconciler"]
@@ -124,6 +127,8 @@ class Reconciler:
         )
         # Pods gone while the agent still ran their node steps (record_late_answer).
         self.awaiting_agent = self.pod_records.awaiting_agent
+        # When each pod was first seen with its final delete issued (FINAL_DELETE_WAIT_S).
+        self._final_delete_seen: dict[str, float] = {}
         self.node_side = NodeSide(
             kube,
             NodeSideSettings(recheck_s=settings.recheck_s, reprobe_s=settings.reprobe_s),
@@ -172,8 +177,23 @@ class Reconciler:
         now = self.clock()
         if record.deletion_grace_period_s == 0 and not record.finalizers:
             # The final delete was issued (the kubelet's, or ours) and nothing can keep the
-            # object (design.md §1): it goes now, the watch says so. Nothing to decide.
-            return now + FINAL_DELETE_WAIT_S
+            # object (design.md §1): it goes in that request, the watch says so. Nothing to
+            # decide — unless it is still there a while later: the API server writes grace 0
+            # first and removes the pod second, and when the second step did not happen (the
+            # DELETE's sender was killed in between, or the removal failed) nothing finishes
+            # it (a gone node has no kubelet to send it again). Then it is decided again.
+            seen = self._final_delete_seen.setdefault(record.uid, now)
+            if now < seen + FINAL_DELETE_WAIT_S:
+                return seen + FINAL_DELETE_WAIT_S
+            if seen > 0:
+                self._final_delete_seen[record.uid] = 0.0  # logged once
+                log.warning(
+                    "pod=%s uid=%s deletionGracePeriodSeconds is 0 but the pod is still there "
+                    "%.0fs later: its final delete was carried out only half; deciding again",
+                    record.key,
+                    record.uid,
+                    now - seen,
+                )
         rem, name = self.pod_records.find(record, now)
         if name is None:
             log.warning(
@@ -376,6 +396,7 @@ class Reconciler:
         """The pod is gone: forgotten here, noted in its node's incident, or its own
         Remediation marked Resolved (podrecord.py; kept as the audit trail)."""
         now = self.clock()
+        self._final_delete_seen.pop(record.uid, None)
         self.detector.forget(record.uid)
         if self.inputs.incidents.gone(record.uid, now) is not None and record.uid not in self.known:
             # Only in its node's incident (no record of its own): the incident notes it.
