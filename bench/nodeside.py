@@ -94,6 +94,10 @@ PRESETS = {
     "stuck100": NodeSideSettings(
         pods=100, extra_mounts=0, resolve_timeout_s=240.0, peers=(), points=("stuck_pods",)
     ),
+    # the same with 5,000 host mounts, no peers
+    "mounts100": NodeSideSettings(
+        pods=100, extra_mounts=5000, resolve_timeout_s=240.0, peers=(), points=("many_mounts",)
+    ),
 }
 
 
