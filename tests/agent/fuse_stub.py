@@ -1,10 +1,11 @@
 """A tiny FUSE daemon speaking the kernel's raw protocol over /dev/fuse (no libfuse, no
-PyPI package): it serves one empty, read-only directory. Issue #25's stand-in for an NFS
-server: SIGSTOP it and every process that touches the mount waits in the kernel for an
-answer that does not come, exactly as with a dead NFS server.
+PyPI package): it serves one read-only directory, empty unless subdirectory names are
+given (each an empty directory: a place to mount something below the FUSE mount). Issue
+#25's stand-in for an NFS server: SIGSTOP it and every process that touches the mount
+waits in the kernel for an answer that does not come, exactly as with a dead NFS server.
 
 Usage (as root, inside the test's private mount namespace):
-`python fuse_stub.py MOUNTPOINT SOURCE` — mounts `fuse.stub` with source SOURCE on
+`python fuse_stub.py MOUNTPOINT SOURCE [SUBDIR,...]` — mounts `fuse.stub` with source SOURCE on
 MOUNTPOINT, prints `ready` once the kernel's INIT is answered, then serves until killed.
 """
 
@@ -26,13 +27,22 @@ ROOT_MODE = 0o40555
 MS_NOSUID, MS_NODEV = 2, 4
 
 
-def _attr() -> bytes:
+def _attr_body(ino: int = 1) -> bytes:
     # ino size blocks atime mtime ctime | atimensec mtimensec ctimensec mode nlink uid gid
     # rdev blksize flags
-    body = struct.pack(
-        "<QQQQQQIIIIIIIIII", 1, 0, 0, 0, 0, 0, 0, 0, 0, ROOT_MODE, 2, 0, 0, 0, 4096, 0
+    return struct.pack(
+        "<QQQQQQIIIIIIIIII", ino, 0, 0, 0, 0, 0, 0, 0, 0, ROOT_MODE, 2, 0, 0, 0, 4096, 0
     )
-    return struct.pack("<QII", 0, 0, 0) + body  # attr_valid attr_valid_nsec dummy: 0, always ask
+
+
+def _attr(ino: int = 1) -> bytes:
+    # attr_valid attr_valid_nsec dummy: 0, always ask
+    return struct.pack("<QII", 0, 0, 0) + _attr_body(ino)
+
+
+def _entry(nodeid: int) -> bytes:
+    # nodeid generation entry_valid attr_valid entry_valid_nsec attr_valid_nsec: 0, always ask
+    return struct.pack("<QQQQII", nodeid, 0, 0, 0, 0, 0) + _attr_body(nodeid)
 
 
 def _init(major: int, minor: int) -> bytes:
@@ -45,12 +55,14 @@ def _init(major: int, minor: int) -> bytes:
     )
 
 
-def _answer(opcode: int, body: bytes) -> tuple[int, bytes]:
+def _answer(
+    opcode: int, body: bytes, nodeid: int = 1, subdirs: tuple[str, ...] = ()
+) -> tuple[int, bytes]:
     if opcode == INIT:
         major, minor = struct.unpack_from("<II", body)
         return 0, _init(major, minor)
     if opcode == GETATTR:
-        return 0, _attr()
+        return 0, _attr(nodeid)
     if opcode == OPENDIR:
         return 0, struct.pack("<QIi", 1, 0, 0)
     if opcode in (READDIR, RELEASEDIR, ACCESS, DESTROY):
@@ -58,6 +70,9 @@ def _answer(opcode: int, body: bytes) -> tuple[int, bytes]:
     if opcode == STATFS:
         return 0, struct.pack("<QQQQQIIII24x", 0, 0, 0, 0, 0, 4096, 255, 4096, 0)
     if opcode == LOOKUP:
+        name = body.split(b"\0", 1)[0].decode(errors="replace")
+        if nodeid == 1 and name in subdirs:
+            return 0, _entry(2 + subdirs.index(name))
         return -errno.ENOENT, b""
     return -errno.ENOSYS, b""
 
@@ -73,7 +88,7 @@ def _mount(mount_point: str, source: str, fd: int) -> None:
         raise OSError(err, os.strerror(err), mount_point)
 
 
-def serve(fd: int) -> None:
+def serve(fd: int, subdirs: tuple[str, ...] = ()) -> None:
     announced = False
     while True:
         try:
@@ -84,10 +99,10 @@ def serve(fd: int) -> None:
             if exc.errno in (errno.EINTR, errno.ENOENT):
                 continue
             raise
-        _, opcode, unique, *_ = IN_HEADER.unpack_from(data)
+        _, opcode, unique, nodeid, *_ = IN_HEADER.unpack_from(data)
         if opcode in NO_REPLY:
             continue
-        error, body = _answer(opcode, data[IN_HEADER.size :])
+        error, body = _answer(opcode, data[IN_HEADER.size :], nodeid, subdirs)
         os.write(fd, OUT_HEADER.pack(OUT_HEADER.size + len(body), error, unique) + body)
         if opcode == INIT and not announced:
             print("ready", flush=True)
@@ -96,9 +111,10 @@ def serve(fd: int) -> None:
 
 def main() -> int:
     mount_point, source = sys.argv[1], sys.argv[2]
+    subdirs = tuple(n for n in (sys.argv[3] if len(sys.argv) > 3 else "").split(",") if n)
     fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
     _mount(mount_point, source, fd)
-    serve(fd)
+    serve(fd, subdirs)
     return 0
 
 

@@ -34,19 +34,22 @@ def _wchan(pid: int) -> str:
         return ""
 
 
-def _hung_volume(node: Node, vol: Path | None = None) -> tuple[Path, subprocess.Popen[str]]:
-    """A pod volume served by a FUSE daemon, answering, then stopped (the dead server)."""
+def _hung_volume(
+    node: Node, vol: Path | None = None, subdirs: str = ""
+) -> tuple[Path, subprocess.Popen[str]]:
+    """A pod volume served by a FUSE daemon, answering, then stopped (the dead server);
+    `subdirs` (comma-separated) are empty directories in it."""
     if not os.path.ismount(FUSECTL):
         sh("mount", "-t", "fusectl", "none", FUSECTL)
     if vol is None:
         vol = node.pod(UID_A) / "volumes" / "kubernetes.io~nfs" / "pv-data"
         vol.mkdir(parents=True)
     daemon = node.start(
-        sys.executable, str(STUB), str(vol), SOURCE, stdout=subprocess.PIPE, text=True
+        sys.executable, str(STUB), str(vol), SOURCE, subdirs, stdout=subprocess.PIPE, text=True
     )
     assert daemon.stdout is not None
     assert daemon.stdout.readline().strip() == "ready", "the FUSE daemon did not start"
-    assert list(vol.iterdir()) == []  # it answers while it runs
+    assert list(vol.iterdir()) == []  # it answers while it runs (readdir lists nothing)
     return vol, daemon
 
 
@@ -240,6 +243,30 @@ def scenario_fuse_csi_replay_waiter(node: Node) -> dict[str, Any]:
         node.stop(daemon)  # the connection goes: nothing waits on the mount any more
 
 
+def scenario_fuse_held_submount(node: Node) -> dict[str, Any]:
+    """A mount stacked below the hung mount (NFSv4 makes such submounts itself where the
+    export crosses filesystems), and a process with its working directory in it: the
+    process holds the submount, not the hung mount — and MNT_DETACH of the hung mount
+    detaches the whole tree, the held submount with it."""
+    vol, daemon = _hung_volume(node, subdirs="sub")
+    sub = vol / "sub"
+    sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(sub))
+    holder = node.start("sleep", "600", cwd=str(sub))
+    wait_for("sleep to start", lambda: Path(f"/proc/{holder.pid}/cwd").readlink() == sub)
+    daemon.send_signal(signal.SIGSTOP)
+    ex = node.executor()
+    done = step(ex, UID_A, "lazy-unmount", str(vol))
+    points = mount_points()
+    return {
+        "vol": str(vol),
+        "sub": str(sub),
+        "holder": holder.pid,
+        "step": done,
+        "vol_mounted_after": str(vol) in points,
+        "sub_mounted_after": str(sub) in points,
+    }
+
+
 def _remove_tree(top: Path) -> None:
     for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
         if path.is_dir():
@@ -283,6 +310,7 @@ if __name__ == "__main__":
                 "fuse_outside_waiter": scenario_fuse_outside_waiter,
                 "fuse_unreadable_waiter": scenario_fuse_unreadable_waiter,
                 "fuse_csi_replay_waiter": scenario_fuse_csi_replay_waiter,
+                "fuse_held_submount": scenario_fuse_held_submount,
             }
         )
     )

@@ -259,3 +259,13 @@ def test_replay_unpublish_refuses_a_mount_with_a_waiter_and_never_calls_the_driv
     # the waiter gone, the same step calls the driver (which answers OK, changing nothing)
     assert r["replayed"]["result"] == "succeeded", r["replayed"]
     assert ["NodeUnpublishVolume", "vol-fuse", r["vol"]] in r["calls"]
+
+
+def test_lazy_unmount_refuses_when_a_mount_below_the_hung_one_is_held(scenario, work: Path) -> None:
+    """MNT_DETACH takes the hung mount's whole subtree: a holder of a mount below it (an
+    NFSv4 submount, say) holds what the step would detach, so the step is refused and
+    names it (design.md §3 invariant 2: no holders)."""
+    r = scenario("fuse_held_submount", work, script=HUNG)
+    assert r["step"]["result"] == "refused", r["step"]
+    assert f"{r['sub']} is held: pid {r['holder']} (sleep) via cwd" in r["step"]["message"]
+    assert r["vol_mounted_after"] is True and r["sub_mounted_after"] is True

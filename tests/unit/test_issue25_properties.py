@@ -17,6 +17,7 @@ from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
 from .bundles import (
     DRIVER,
+    PV,
     bundle,
     csi_mount_path,
     csi_node,
@@ -200,7 +201,13 @@ def _check(case: Any) -> None:
         hung = {h.mount_point for h in d.hung_mounts}
         for s in lazy:
             assert s.target in hung
-            assert not [m for m in d.mounts if m.mount_point == s.target and m.holders]
+            # MNT_DETACH takes the subtree: no holder at the target or below it
+            below = s.target.rstrip("/") + "/"
+            assert not [
+                m
+                for m in d.mounts
+                if (m.mount_point == s.target or m.mount_point.startswith(below)) and m.holders
+            ], s
     if d.cause is Cause.HungMount:
         assert not set(p.actions) & (CHANGING_ACTIONS - {Action.LAZY_UNMOUNT}), p
         assert {Action.UNMOUNT, Action.FORCE_DELETE} <= {r.action for r in p.refused}
@@ -213,3 +220,30 @@ def _check(case: Any) -> None:
             assert s.action is Action.OBSERVE or (
                 s.action is Action.REMOVE_FINALIZER and s.target in allowed
             )
+
+
+def test_no_lazy_unmount_of_a_hung_mount_with_a_held_mount_below_it() -> None:
+    """MNT_DETACH takes the hung mount's whole subtree: a holder of a mount below it (an
+    NFSv4 submount, say) holds what the step would detach — no lazy unmount planned."""
+    top, nested = csi_mount_path(PV), csi_mount_path(PV) + "/nested"
+    assert nested in PATHS and top in PATHS
+    the_probe = probe(
+        mounts=[
+            mount_line(1000, top, "nfs4", "10.0.0.5:/x"),
+            mount_line(1001, nested, "nfs4", "y"),
+        ],
+        holders=[holder(nested, 100)],
+        containers=[("app", "exited")],
+        sight={
+            "holderScan": "complete",
+            "hungMounts": [
+                {"mountPoint": top, "fstype": "nfs4", "source": "x", "waiting": 1, "blocked": []}
+            ],
+        },
+    )
+    b = bundle(the_pod=pod(statuses=[("app", "terminated")]), the_probe=the_probe)
+    case = (b, parse_policy({"actions": [a.value for a in Action]}), True)
+    _check(case)
+    facts, p = run(case)
+    assert diagnose(facts, case[1].settings).cause is Cause.HungMount
+    assert Action.LAZY_UNMOUNT not in p.actions, p

@@ -24,7 +24,9 @@ stats, opens or lists one. It reads only:
 The node step `lazy-unmount` (MNT_DETACH; never a plain umount, which can wait for ever
 on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and re-checks,
 right before acting: it is a mount of this pod, of a network or FUSE filesystem, a
-complete holder scan finds nobody holding it, no container of the pod runs.
+complete holder scan finds nobody holding it nor any mount below it (MNT_DETACH detaches
+the whole subtree: an NFSv4 submount, or anything mounted inside the volume, goes with it),
+no container of the pod runs.
 """
 
 from __future__ import annotations
@@ -218,8 +220,12 @@ def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:
         kinds = ", ".join(m.fstype for m in here)
         raise Refused(f"{wanted} is not one network or FUSE mount ({kinds}): not lazily unmounted")
     mount = top[0]
+    # MNT_DETACH takes the whole subtree: every mount below the point goes with it, so
+    # their holders count too (an NFSv4 submount, a mount stacked in the volume)
+    below = [m for m in mounts if m.mount_point.startswith(wanted.rstrip("/") + "/")]
     ex._check_pod(uid)
-    ex._check_mount(uid, mount)
+    ex._check_path(uid, mount)
+    ex._check_no_holders(mount, *below)
     if dry_run:
         return f"would lazily unmount {wanted} ({mount.fstype} from {mount.source})"
     ex.acts.act(needs_holders=True)

@@ -94,7 +94,13 @@ class _Builder:
                 return safety.refuse("lazy-unmount is only for HungMount")
             if d.holders_unknown:
                 return safety.refuse(f"cannot tell whether {target} is held: not unmounting")
-            holders = sum(len(m.holders) for m in d.mounts if m.mount_point == target)
+            # MNT_DETACH detaches the whole subtree: holders of the mounts below count too
+            subtree = target.rstrip("/") + "/"
+            holders = sum(
+                len(m.holders)
+                for m in d.mounts
+                if m.mount_point == target or m.mount_point.startswith(subtree)
+            )
             return lazy_unmount_safe(
                 target,
                 root,
