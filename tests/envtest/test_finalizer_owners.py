@@ -443,4 +443,38 @@ def test_the_controller_remembers_since_when_an_owner_is_gone_and_forgets_once_a
     assert "ownersGoneSince" not in alive
     _set_available(kube, namespace, "example-operator", 0)
     again = seen()["ownersGoneSince"]
-    assert [g["since"] for g in again] == ["2027-01-15T08:00:20.000000Z"]
+    # the wall clock is asked only when a run starts: this one's is its second answer
+    assert [g["since"] for g in again] == ["2027-01-15T08:00:10.000000Z"]
+
+
+def test_an_owner_gone_again_after_a_gap_in_reading_counts_from_the_new_sighting(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Safety review of issue 25: "first seen gone" may only make a removal later. An owner
+    seen gone once, then not read for a day (no pod needed it; it came back and went again
+    meanwhile, unseen), is gone from the read that finds it gone after the gap — not from
+    the day-old sighting, which would make its finalizer removable at once."""
+    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+
+    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]
+    mono, wall = [1000.0], [1_800_000_000.0]
+    owners = OwnerLeases(
+        kube, lambda: mapping, ttl_s=10.0, clock=lambda: mono[0], wall=lambda: wall[0]
+    )
+    pod = {"metadata": {"finalizers": [OWNED], "deletionGracePeriodSeconds": 0}, "spec": {}}
+
+    def since() -> list[str]:
+        return [g["since"] for g in bundle_keys(owners.for_pod(pod)).get("ownersGoneSince", [])]
+
+    assert since() == ["2027-01-15T08:00:00.000000Z"]  # missing: gone from this read
+    for _ in range(3):  # read again while a pod waits: still the first sighting
+        mono[0] += 60.0
+        wall[0] += 60.0
+        assert since() == ["2027-01-15T08:00:00.000000Z"]
+    # the pod is resolved; nobody reads the owner for a day, during which it runs again
+    # and is removed again (an upgrade, say) — all unseen
+    mono[0] += 86_400.0
+    wall[0] += 86_400.0
+    assert since() == ["2027-01-16T08:03:00.000000Z"]  # from this read, not a day before

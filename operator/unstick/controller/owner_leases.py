@@ -10,7 +10,10 @@ Without RBAC to read it there is none, and the evidence says whether the owner r
 not known. An owner read and found gone (missing, a Deployment with no available replica,
 a Lease with no holder) is remembered from the first time it was seen so, while this
 process runs: the bundle's `ownersGoneSince` (a restart starts counting again — later,
-never sooner).
+never sooner). Only an unbroken run of reads counts: when the last read that found it gone
+is more than `max_gap_s` old (no pod needed the owner meanwhile, or its reads failed), the
+owner may have been back and gone again unseen, so the count starts again at this read —
+a day-old sighting never makes a finalizer removable at once.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger(__name__)
 TTL_S = 10.0
+#: reads of a waiting pod's owners come at least every re-check (300 s by default; wiring
+#: passes 3 re-checks): a longer gap breaks the "gone since" run
+MAX_GAP_S = 900.0
 _UNREAD: Any = object()  # a GET that failed (no RBAC, API error): not known
 
 
@@ -88,11 +94,14 @@ class OwnerLeases:
         ttl_s: float = TTL_S,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        *,
+        max_gap_s: float = MAX_GAP_S,
     ) -> None:
         self.kube, self.mappings, self.ttl_s = kube, mappings, ttl_s
-        self.clock, self.wall = clock, wall
+        self.clock, self.wall, self.max_gap_s = clock, wall, max_gap_s
         self._kept: dict[OwnerRef, tuple[float, Any]] = {}
-        self._gone_since: dict[OwnerRef, float] = {}
+        self._gone_since: dict[OwnerRef, float] = {}  # wall time of the run's first gone read
+        self._gone_read: dict[OwnerRef, float] = {}  # clock time of its latest gone read
         self._lock = threading.Lock()
 
     def for_pod(self, pod: JSON) -> list[JSON]:
@@ -126,7 +135,11 @@ class OwnerLeases:
         with self._lock:
             self._kept[ref] = (now, obj)
             if obj is not _UNREAD and is_gone(ref, obj):
-                self._gone_since.setdefault(ref, self.wall())
+                last = self._gone_read.get(ref)
+                if ref not in self._gone_since or last is None or now - last > self.max_gap_s:
+                    self._gone_since[ref] = self.wall()  # a new run (see the module doc)
+                self._gone_read[ref] = now
             elif obj is not _UNREAD:
                 self._gone_since.pop(ref, None)
+                self._gone_read.pop(ref, None)
         return obj

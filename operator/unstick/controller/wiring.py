@@ -19,7 +19,7 @@ from unstick.controller.detector import Detector
 from unstick.controller.incidents import Incidents
 from unstick.controller.inputs import NodeInputs
 from unstick.controller.kill_events import KillPodEvents
-from unstick.controller.owner_leases import OwnerLeases
+from unstick.controller.owner_leases import MAX_GAP_S, OwnerLeases
 from unstick.controller.policies import NamespaceLabels, PolicyBook
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
 from unstick.controller.records import EventQueue
@@ -53,7 +53,9 @@ def wire(
     incidents = Incidents(kube, events, clock)
     kill_events = KillPodEvents(kube, clock)
     # issue #25: whose finalizer, is its controller (lease, policy-mapped Deployment) alive
-    leases = OwnerLeases(kube, policies.finalizer_owners)
+    leases = OwnerLeases(  # a gap of 3 re-checks without a read breaks a "gone since" run
+        kube, policies.finalizer_owners, max_gap_s=max(MAX_GAP_S, 3 * settings.recheck_s)
+    )
     detector = Detector(
         kube,
         policies,
