@@ -147,3 +147,28 @@ def test_a_task_in_d_state_is_something_left_even_when_the_runtime_lists_none() 
     assert not d.nothing_left
     p = plan(d, parse_policy({"actions": [a.value for a in Action]}), opted_in=True)
     assert not set(p.actions) & CHANGING_ACTIONS
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.uuids().map(str),
+    st.uuids().map(str),
+    st.sampled_from(["cgroupfs", "systemd"]),
+    st.lists(st.sampled_from(["kubepods", "burstable", "kubepods.slice", "x"]), max_size=3),
+    st.lists(st.sampled_from(["ctr", "cri-containerd-abc.scope", "sub"]), max_size=2),
+)
+def test_a_pod_named_cgroup_inside_another_pods_cgroup_is_never_this_pods(
+    mine: str, other: str, driver: str, above: list[str], below: list[str]
+) -> None:
+    """Safety review of issue 25: a cgroup named after this pod inside another pod's
+    cgroup (made by a privileged container of that pod) is not this pod's: never thawed."""
+
+    def component(uid: str) -> str:
+        if driver == "cgroupfs":
+            return f"pod{uid}"
+        return f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
+
+    path = "/" + "/".join([*above, component(other), component(mine), *below])
+    assert is_pod_cgroup(path, mine) is (mine == other)
+    own = "/" + "/".join([*above, component(mine), *below])
+    assert is_pod_cgroup(own, mine)

@@ -111,13 +111,28 @@ def pod_cgroup_component(uid: str) -> re.Pattern[str]:
     return re.compile(rf"^(pod{dashed}|kubepods(-[a-z]+)?-pod{underscored}\.slice)$")
 
 
+#: a component naming some pod (any UID): the first such component of a path is its pod's
+_ANY_POD = re.compile(
+    r"^(pod[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+    r"|kubepods(-[a-z]+)?-pod[0-9a-fA-F]{8}(_[0-9a-fA-F]{4}){3}_[0-9a-fA-F]{12}\.slice)$"
+)
+
+
 def is_pod_cgroup(path: str, uid: str) -> bool:
-    """`path` is an absolute, normal cgroup path at or below a component naming the pod."""
+    """`path` is an absolute, normal cgroup path at or below a component naming the pod,
+    and no component above that one names another pod (a cgroup named `pod<uid>` made
+    inside another pod's cgroup — by a privileged container with its cgroups writable —
+    is that other pod's, never this one's)."""
     parts = path.split("/")
     if not uid or parts[0] != "" or any(p in ("", ".", "..") for p in parts[1:]):
         return False
     pattern = pod_cgroup_component(uid)
-    return any(pattern.match(p) for p in parts[1:])
+    for p in parts[1:]:
+        if pattern.match(p):
+            return True
+        if _ANY_POD.match(p):
+            return False  # another pod's cgroup comes first
+    return False
 
 
 def thaw_safe(path: str, uid: str, frozen: tuple[FrozenCgroup, ...]) -> safety.Verdict:
