@@ -55,8 +55,10 @@ lint: venv
 	$(VENV)/bin/mypy operator/unstick
 	$(VENV)/bin/lint-imports
 
+# The kind suite runs in a second pytest beside the rest (hack/run-tests.sh says why);
+# PYTEST_ARGS=... makes it one plain pytest run with those arguments.
 test: venv tools images lint
-	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)
 
 test-fast: venv
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind' $(PYTEST_ARGS)
