@@ -1,5 +1,6 @@
 """Support for the controller's envtests: the controller as a real subprocess, CRDs,
-policies, pods, waiting with deadlines, metrics and audit-log counting."""
+policies, pods, waiting with deadlines, metrics and the controller's requests in the audit
+log (audit_log.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from audit_log import WRITES, requests, status_code
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -407,14 +409,12 @@ def node_ready(objects: Objects, node: str) -> None:
 
 def controller_pod_writes(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
     """Audited requests by the controller that change pods in `namespace`."""
-    out = []
-    for event in cp.audit_events():
-        ref = event.get("objectRef") or {}
-        if (
-            str(event.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
-            and ref.get("resource") == "pods"
-            and ref.get("namespace") == namespace
-            and event.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
-        ):
-            out.append(event)
-    return out
+    return requests(cp, by=USER_AGENT_PREFIX, verbs=WRITES, resource="pods", namespace=namespace)
+
+
+def controller_delete_codes(cp: ControlPlane, namespace: str, pod: str) -> list[int]:
+    """Answer codes of the controller's audited DELETEs of this pod, in the log's order."""
+    deletes = requests(
+        cp, by=USER_AGENT_PREFIX, verbs={"delete"}, resource="pods", namespace=namespace, name=pod
+    )
+    return [status_code(e) for e in deletes]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_log import WRITES, requests
 from controller_support import (
     Controller,
     Objects,
@@ -104,13 +105,7 @@ def _events(objects: Objects, namespace: str, reason: str) -> list[Any]:
 
 
 def _controller_writes(cp: ControlPlane, resource: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in cp.audit_events()
-        if str(e.get("userAgent", "")).startswith("unstick-controller")
-        and (e.get("objectRef") or {}).get("resource") == resource
-        and e.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
-    ]
+    return requests(cp, by="unstick-controller", verbs=WRITES, resource=resource)
 
 
 def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
@@ -263,22 +258,19 @@ def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
         (entry,) = [a for a in status["actions"] if a["action"] == "remove-finalizer"]
         assert entry["result"] == "failed"
         assert "Pod QoS is immutable" in entry["message"], entry
-        patches = lambda: [  # noqa: E731
-            e
-            for e in _controller_writes(controller.cp, "pods")
-            if e["verb"] == "patch" and (e.get("objectRef") or {}).get("name") == pod["name"]
-        ]
+        patches = lambda: requests(  # noqa: E731
+            controller.cp,
+            by="unstick-controller",
+            verbs={"patch"},
+            resource="pods",
+            name=pod["name"],
+        )
         assert len(patches()) == 1
         # The controller looks at the pod again (a fresh GET on each slow re-check) and
         # does not patch again while the pod is unchanged.
-        gets = lambda: [  # noqa: E731
-            e
-            for e in controller.cp.audit_events()
-            if str(e.get("userAgent", "")).startswith("unstick-controller")
-            and e.get("verb") == "get"
-            and (e.get("objectRef") or {}).get("resource") == "pods"
-            and (e.get("objectRef") or {}).get("name") == pod["name"]
-        ]
+        gets = lambda: requests(  # noqa: E731
+            controller.cp, by="unstick-controller", verbs={"get"}, resource="pods", name=pod["name"]
+        )
         seen = len(gets())
         await_(lambda: len(gets()) >= seen + 2, 60, "two more re-checks of the pod")
         assert len(patches()) == 1

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import audit_log
 import pytest
+from audit_log import Match, received_at
 from controller_support import (
     USER_AGENT_PREFIX,
     Controller,
@@ -302,10 +303,6 @@ def test_restart_does_not_act_twice(
         controller.start()  # back for the rest of the module
 
 
-def _ts(event: dict[str, Any]) -> float:
-    return datetime.fromisoformat(event["requestReceivedTimestamp"]).timestamp()
-
-
 def test_rate_limit_holds_under_200_stuck_pods(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
@@ -327,12 +324,12 @@ def test_rate_limit_holds_under_200_stuck_pods(
     other = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
     await_(lambda: objects.read_pod(namespace, other["name"]) is None, 60, "the other node's pod")
     other_deleted = [
-        _ts(e)
+        received_at(e)
         for e in controller_pod_writes(controller.cp, namespace)
         if e["verb"] == "delete" and e["objectRef"].get("name") == other["name"]
     ]
     await_(lambda: len(deletes()) >= 11, 150, "the window to move on and more deletes to happen")
-    times = sorted(_ts(e) for e in deletes())
+    times = sorted(received_at(e) for e in deletes())
     assert len(other_deleted) == 1 and other_deleted[0] < times[10], (other_deleted, times)
     # Budget: 10 per minute, a sliding window: no 60 s window holds more than 10 deletes
     # (the 11th comes only once the first has left the window). The audit log times a
@@ -379,12 +376,6 @@ def test_schema_rejects_invalid_policy(objects: Objects) -> None:
         objects.create_policy("t-invalid", policy_spec(actions=["explode"], slackSeconds=-1))
     assert err.value.status == 422
     assert "explode" in str(err.value.body)
-
-
-def _controller_requests(cp: ControlPlane) -> list[dict[str, Any]]:
-    return [
-        e for e in cp.audit_events() if str(e.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
-    ]
 
 
 def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
@@ -441,26 +432,16 @@ def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
     )
     assert status["cause"] == "NodeGone" and objects.incident(namespace, watched) is None
 
-    requests = _controller_requests(controller.cp)
+    requests = audit_log.requests(controller.cp, by=USER_AGENT_PREFIX)
     for p in opted:
-        about_pod = [
-            e["verb"]
-            for e in requests
-            if (e.get("objectRef") or {}).get("resource") == "pods"
-            and (e.get("objectRef") or {}).get("name") == p["name"]
-        ]
+        about_pod = [e["verb"] for e in requests if Match(resource="pods", name=p["name"])(e)]
         assert about_pod == ["delete"], (p["name"], about_pod)
     events = objects.core.list_namespaced_event(namespace).items
     about = {e.involved_object.name for e in events}
     assert not about & {p["name"] for p in opted}  # no Event per force-deleted pod
     assert set(incidents.values()) <= about and watched["name"] in about
-    creates = [
-        e
-        for e in requests
-        if e.get("verb") == "create"
-        and (e.get("objectRef") or {}).get("resource") == "remediations"
-        and (e.get("objectRef") or {}).get("namespace") == namespace
-    ]
+    created = Match(verbs={"create"}, resource="remediations", namespace=namespace)
+    creates = [e for e in requests if created(e)]
     assert len(creates) == 3  # two incidents and the watched pod's record
     out = subprocess.run(
         [

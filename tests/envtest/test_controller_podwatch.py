@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from audit_log import requests
 from controller_support import Objects, await_
 
 from unstick.devcluster import ControlPlane
@@ -74,20 +75,11 @@ def test_lists_in_pages_and_keeps_only_terminating_pods(
 
     lists = [
         urllib.parse.urlparse(e["requestURI"])
-        for e in control_plane.audit_events()
-        if e.get("userAgent") == USER_AGENT
-        and e.get("verb") == "list"
-        and (e.get("objectRef") or {}).get("namespace") == namespace
+        for e in requests(control_plane, by_exactly=USER_AGENT, verbs={"list"}, namespace=namespace)
     ]
     queries = [urllib.parse.parse_qs(u.query) for u in lists]
     assert len(queries) >= 3  # 250 pods in pages of 100
     assert all(q.get("limit") == ["100"] for q in queries)
     assert sum(1 for q in queries if "continue" in q) >= 2
-    watches = [
-        e
-        for e in control_plane.audit_events()
-        if e.get("userAgent") == USER_AGENT
-        and e.get("verb") == "watch"
-        and (e.get("objectRef") or {}).get("namespace") == namespace
-    ]
+    watches = requests(control_plane, by_exactly=USER_AGENT, verbs={"watch"}, namespace=namespace)
     assert watches and "allowWatchBookmarks=true" in watches[0]["requestURI"]

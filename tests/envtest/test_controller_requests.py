@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from audit_log import object_ref, requests, status_code
 from controller_support import (
     USER_AGENT_PREFIX,
     Controller,
@@ -61,21 +62,19 @@ def _stale_dir(uid: str, name: str) -> str:
 
 def _record_requests(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
     """The controller's audited requests on Remediation `name`, oldest first."""
-    out = [
-        e
-        for e in cp.audit_events()
-        if str(e.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
-        and (e.get("objectRef") or {}).get("resource") == "remediations"
-        and (e.get("objectRef") or {}).get("namespace") == namespace
-        and (e.get("objectRef") or {}).get("name") == name
-    ]
-    return sorted(out, key=lambda e: str(e.get("requestReceivedTimestamp")))
+    return requests(
+        cp,
+        by=USER_AGENT_PREFIX,
+        resource="remediations",
+        namespace=namespace,
+        name=name,
+        oldest_first=True,
+    )
 
 
 def _kind(event: dict[str, Any]) -> str:
-    sub = (event.get("objectRef") or {}).get("subresource")
-    code = (event.get("responseStatus") or {}).get("code")
-    return f"{event.get('verb')}{'/' + sub if sub else ''} {code}"
+    sub = object_ref(event).get("subresource")
+    return f"{event.get('verb')}{'/' + sub if sub else ''} {status_code(event)}"
 
 
 @pytest.fixture(scope="module")

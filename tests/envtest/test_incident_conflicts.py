@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 from controller_support import (
-    USER_AGENT_PREFIX,
     Objects,
     await_,
+    controller_delete_codes,
     policies_in_place,
     policy_spec,
 )
@@ -129,19 +129,6 @@ def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
     return record
 
 
-def _deletes(cp: ControlPlane, namespace: str, pod: str) -> list[int]:
-    """Response codes of the controller's DELETEs of this pod, oldest first."""
-    return [
-        int((e.get("responseStatus") or {}).get("code") or 0)
-        for e in cp.audit_events()
-        if e.get("verb") == "delete"
-        and str(e.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
-        and (e.get("objectRef") or {}).get("resource") == "pods"
-        and (e.get("objectRef") or {}).get("namespace") == namespace
-        and (e.get("objectRef") or {}).get("name") == pod
-    ]
-
-
 def test_the_pod_watch_keeps_the_newest_resource_version(
     kube: Kube, objects: Objects, namespace: str, make_node: Any
 ) -> None:
@@ -192,7 +179,7 @@ def test_a_relabelled_pod_is_deleted_after_one_refresh_and_its_conflict_takes_no
 
     await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 30, "the pod deleted")
     in_process.reconciler.incident_path.stop()  # its sender done
-    assert _deletes(control_plane, namespace, pod["name"]) == [409, 200]
+    assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409, 200]
     in_process.incidents.stop()  # writes what it holds
     entry = objects.incident_entry(namespace, pod)
     assert (entry.get("action"), entry.get("result")) == ("force-delete", "succeeded"), entry
@@ -225,11 +212,11 @@ def test_a_per_pod_force_delete_is_stopped_by_an_opt_out_written_while_it_reads_
 
     assert opted_out.is_set()
     assert objects.read_pod(namespace, pod["name"]) is not None
-    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]
     # decided again from the pod as it is now: not opted in, observed only
     in_process.reconciler.reconcile(_record(kube, namespace, pod["name"]))
     assert objects.read_pod(namespace, pod["name"]) is not None
-    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]
     status = objects.status(namespace, pod)
     assert not [a for a in status.get("actions") or [] if a.get("action") == "force-delete"]
 
@@ -271,7 +258,7 @@ def test_a_per_pod_force_delete_is_refused_when_the_finalizers_change_while_it_r
     in_process.reconciler.reconcile(_overdue(kube, namespace, pod["name"]))
 
     assert swapped.is_set()
-    assert _deletes(control_plane, namespace, pod["name"]) == [409]
+    assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]
     left = objects.read_pod(namespace, pod["name"])
     assert left is not None and left.metadata.deletion_grace_period_seconds != 0
     assert left.metadata.finalizers == ["example.com/a"]

@@ -29,16 +29,14 @@ it — and the next controller keeps the grant and deletes it again
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from audit_log import AuditTail, Match, object_ref, received_at, status_code
 from controller_support import (
     USER_AGENT_PREFIX,
     Controller,
@@ -107,37 +105,19 @@ def objects(control_plane: ControlPlane) -> Iterator[Objects]:
         yield objs
 
 
-@dataclass
 class Audit:
     """The controller's pod DELETEs in one namespace, read from the audit log as it grows."""
 
-    path: Path
-    namespace: str
-    offset: int = 0
-    deletes: list[tuple[float, str, int]] = field(default_factory=list)  # time, pod, code
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        match = Match(by=USER_AGENT_PREFIX, verbs={"delete"}, resource="pods", namespace=namespace)
+        self.tail = AuditTail(cp.audit_log, match)
 
     def read(self) -> list[tuple[float, str, int]]:
-        if self.path.exists():
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                for line in f:
-                    if not line.endswith(b"\n"):
-                        break  # still being written
-                    self.offset += len(line)
-                    self._take(json.loads(line))
-        return self.deletes
-
-    def _take(self, event: dict[str, Any]) -> None:
-        ref = event.get("objectRef") or {}
-        if (
-            event.get("verb") == "delete"
-            and ref.get("resource") == "pods"
-            and ref.get("namespace") == self.namespace
-            and str(event.get("userAgent", "")).startswith(USER_AGENT_PREFIX)
-        ):
-            at = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00"))
-            code = int((event.get("responseStatus") or {}).get("code") or 0)
-            self.deletes.append((at.timestamp(), str(ref.get("name")), code))
+        """(time, pod, code) of each DELETE so far."""
+        return [
+            (received_at(e), str(object_ref(e).get("name")), status_code(e))
+            for e in self.tail.read()
+        ]
 
 
 def _most_in_a_window(times: list[float]) -> int:
@@ -232,7 +212,7 @@ def test_a_controller_killed_at_any_point_loses_no_record_and_breaks_no_budget(
     make_node: Any,
     tmp_path: Path,
 ) -> None:
-    audit = Audit(control_plane.audit_log, namespace)
+    audit = Audit(control_plane, namespace)
     audit.read()  # from here on
     node_of: dict[str, str] = {}
     for _ in range(2):

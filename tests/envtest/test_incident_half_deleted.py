@@ -34,7 +34,7 @@ from controller_support import (
     Controller,
     Objects,
     await_,
-    controller_pod_writes,
+    controller_delete_codes,
     policies_in_place,
     policy_spec,
 )
@@ -165,11 +165,7 @@ def test_a_pod_left_half_deleted_by_a_killed_controller_is_force_deleted_by_the_
         )
         (entry,) = [e for e in rem["status"]["pods"] if e["uid"] == pod["uid"]]
         assert (entry["action"], entry["result"]) == ("force-delete", "succeeded"), entry
-        deletes = [
-            (e.get("responseStatus") or {}).get("code")
-            for e in controller_pod_writes(control_plane, namespace)
-            if e["verb"] == "delete" and (e.get("objectRef") or {}).get("name") == pod["name"]
-        ]
+        deletes = controller_delete_codes(control_plane, namespace, pod["name"])
         assert deletes[-1] == 200 and len(deletes) == 2, deletes  # the half one, then the rest
     finally:
         second.stop()

@@ -238,6 +238,19 @@ def holder(
     return {"mountPoint": mount_point, "pid": pid, "comm": comm, "via": via}
 
 
+def hung_mount(point: str, fstype: str, **kw: Any) -> dict[str, Any]:
+    """A hungMounts entry of the probe (issue #25); `kw` sets more keys (waiting, blocked)
+    or others (source)."""
+    return {"mountPoint": point, "fstype": fstype, "source": "", "blocked": []} | kw
+
+
+def claimed_volume(driver: str | None = DRIVER) -> dict[str, Any]:
+    """What stands behind the pod's `pvc_volume()`: its PVC, the PV (a CSI volume of
+    `driver`; None: NFS) and the node's CSINode with DRIVER registered. For
+    `bundle(**claimed_volume(), ...)`."""
+    return {"pvcs": [pvc()], "pvs": [pv(driver=driver)], "the_csi_node": csi_node([DRIVER])}
+
+
 def bundle(
     *,
     the_pod: dict[str, Any] | None = None,

@@ -26,9 +26,11 @@ from bundles import (
     ROOT,
     UID,
     bundle,
+    claimed_volume,
     csi_mount_path,
     csi_node,
     holder,
+    hung_mount,
     inline_csi_volume,
     mount_line,
     node,
@@ -53,7 +55,7 @@ ALL_NODE = [
 ]
 CHANGING = [*ALL_NODE, "force-delete", "remove-finalizer"]
 EVERYTHING = {"actions": ["observe", *CHANGING], "dryRun": False}
-CSI = {"pvcs": [pvc()], "pvs": [pv()], "the_csi_node": csi_node([DRIVER])}
+CSI = claimed_volume()
 DATA = [pvc_volume()]
 MOUNT = csi_mount_path()
 SUBPATH = pod_path("volume-subpaths/data/app/0")
@@ -75,11 +77,6 @@ def frozen(path: str, container: str = "id-app") -> dict[str, Any]:
 
 
 NFS_VOLUME = pod_path(f"volumes/kubernetes.io~nfs/{PV}")
-
-
-def hung(point: str, fstype: str, **kw: Any) -> dict[str, Any]:
-    """A hungMounts entry of the probe (issue #25)."""
-    return {"mountPoint": point, "fstype": fstype, "source": "", "blocked": []} | kw
 
 
 def e(cause: str, **kw: Any) -> dict[str, Any]:
@@ -349,7 +346,7 @@ def cases() -> dict[str, dict[str, Any]]:
             sight={
                 "dTasks": [D_TASK],
                 "hungMounts": [
-                    hung(
+                    hung_mount(
                         NFS_VOLUME,
                         "nfs4",
                         blocked=[
@@ -377,7 +374,7 @@ def cases() -> dict[str, dict[str, Any]]:
         the_probe=probe(
             mounts=[mount_line(1200, MOUNT, "fuse.s3fs", "s3fs")],
             containers=[("app", "exited")],
-            sight={"hungMounts": [hung(MOUNT, "fuse.s3fs", waiting=2)]},
+            sight={"hungMounts": [hung_mount(MOUNT, "fuse.s3fs", waiting=2)]},
         ),
         expect=e(
             "HungMount",
@@ -395,7 +392,7 @@ def cases() -> dict[str, dict[str, Any]]:
             mounts=[mount_line(1200, MOUNT, "fuse.s3fs", "s3fs")],
             holders=[holder(MOUNT, 4242, "backup-agent", "fd")],
             containers=[("app", "exited")],
-            sight={"hungMounts": [hung(MOUNT, "fuse.s3fs", waiting=1)]},
+            sight={"hungMounts": [hung_mount(MOUNT, "fuse.s3fs", waiting=1)]},
         ),
         expect=e(
             "HungMount",
@@ -416,7 +413,7 @@ def cases() -> dict[str, dict[str, Any]]:
             containers=[("app", "exited")],
             sight={
                 "hungMounts": [
-                    hung(
+                    hung_mount(
                         NFS_VOLUME,
                         "nfs4",
                         blocked=[

@@ -19,17 +19,29 @@ from .bundles import (
     DRIVER,
     PV,
     bundle,
+    claimed_volume,
     csi_mount_path,
-    csi_node,
     holder,
+    hung_mount,
     mount_line,
     pod,
     probe,
-    pv,
-    pvc,
     pvc_volume,
 )
 from .test_safety_properties import PATHS, cases, run
+
+EVERYTHING = {"actions": [a.value for a in Action]}
+
+
+def _network_mounts(paths: list[str], fstype: str) -> list[str]:
+    """Mount lines of these paths, all of `fstype` from one NFS-like source."""
+    return [mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)]
+
+
+def _with_policy(draw: st.DrawFn, b: dict[str, Any]) -> tuple[dict[str, Any], Any, bool]:
+    """The case of bundle `b`: with a policy allowing every action or none, opted in or not."""
+    policy = parse_policy(EVERYTHING) if draw(st.booleans()) else None
+    return b, policy, draw(st.booleans())
 
 
 @st.composite
@@ -42,22 +54,17 @@ def hung_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
     held = draw(st.lists(st.sampled_from(paths), max_size=2, unique=True))
     hung = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=3, unique=True))
     the_probe = probe(
-        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        mounts=_network_mounts(paths, fstype),
         holders=[holder(p, 100 + i) for i, p in enumerate(held)],
         containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], None])),
         sight={
             "holderScan": draw(st.sampled_from(["complete", "complete", "incomplete"])),
-            "hungMounts": [
-                {"mountPoint": p, "fstype": fstype, "source": "x", "waiting": 1, "blocked": []}
-                for p in hung
-            ],
+            "hungMounts": [hung_mount(p, fstype, source="x", waiting=1) for p in hung],
         },
     )
     status = draw(st.sampled_from(["terminated", "running"]))
     b = bundle(the_pod=pod(statuses=[("app", status)]), the_probe=the_probe)
-    everything = {"actions": [a.value for a in Action]}
-    policy = parse_policy(everything) if draw(st.booleans()) else None
-    return b, policy, draw(st.booleans())
+    return _with_policy(draw, b)
 
 
 @settings(max_examples=300, deadline=None)
@@ -88,11 +95,11 @@ def waiter_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
         for p in waited
     ]
     the_probe = probe(
-        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        mounts=_network_mounts(paths, fstype),
         containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], []])),
         sight={
             "hungMounts": [
-                {"mountPoint": b["path"], "fstype": fstype, "source": "x"}
+                hung_mount(b["path"], fstype, source="x")
                 | {"waiting": draw(st.sampled_from([None, 0, 1])), "blocked": [b]}
                 for b in blocked
             ]
@@ -101,14 +108,10 @@ def waiter_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
     status = draw(st.sampled_from(["terminated", "terminated", "running"]))
     b = bundle(
         the_pod=pod(volumes=[pvc_volume()], statuses=[("app", status)]),
-        pvcs=[pvc()],
-        pvs=[pv(driver=draw(st.sampled_from([DRIVER, None])))],
-        the_csi_node=csi_node([DRIVER]),
+        **claimed_volume(driver=draw(st.sampled_from([DRIVER, None]))),
         the_probe=the_probe,
     )
-    everything = {"actions": [a.value for a in Action]}
-    policy = parse_policy(everything) if draw(st.booleans()) else None
-    return b, policy, draw(st.booleans())
+    return _with_policy(draw, b)
 
 
 PLAIN = (Action.UNMOUNT, Action.REPLAY_UNPUBLISH)  # the CSI driver's unpublish: a plain umount
@@ -135,28 +138,21 @@ def unsure_cases(draw: st.DrawFn) -> tuple[dict[str, Any], Any, bool]:
     unsure = draw(st.lists(st.sampled_from(PATHS), min_size=1, max_size=3, unique=True))
     hung = draw(st.lists(st.sampled_from(paths), max_size=1, unique=True))
     the_probe = probe(
-        mounts=[mount_line(1000 + i, p, fstype, "10.0.0.5:/x") for i, p in enumerate(paths)],
+        mounts=_network_mounts(paths, fstype),
         holders=[holder(p, 100 + i) for i, p in enumerate(draw(st.sampled_from([[], hung])))],
         containers=draw(st.sampled_from([[("app", "exited")], [("app", "running")], []])),
         sight={
             "waitersUnknown": unsure,
             "blindSpots": ["cannot tell whether blocked tasks wait on ..."],
-            "hungMounts": [
-                {"mountPoint": p, "fstype": fstype, "source": "x", "waiting": 1, "blocked": []}
-                for p in hung
-            ],
+            "hungMounts": [hung_mount(p, fstype, source="x", waiting=1) for p in hung],
         },
     )
     b = bundle(
         the_pod=pod(volumes=[pvc_volume()], statuses=[("app", "terminated")]),
-        pvcs=[pvc()],
-        pvs=[pv(driver=draw(st.sampled_from([DRIVER, None])))],
-        the_csi_node=csi_node([DRIVER]),
+        **claimed_volume(driver=draw(st.sampled_from([DRIVER, None]))),
         the_probe=the_probe,
     )
-    everything = {"actions": [a.value for a in Action]}
-    policy = parse_policy(everything) if draw(st.booleans()) else None
-    return b, policy, draw(st.booleans())
+    return _with_policy(draw, b)
 
 
 @settings(max_examples=300, deadline=None)
@@ -178,9 +174,7 @@ def test_a_mount_with_unknown_waiters_is_refused_its_unmount_and_replay_in_words
     )
     b = bundle(
         the_pod=pod(volumes=[pvc_volume()], statuses=[("app", "terminated")]),
-        pvcs=[pvc()],
-        pvs=[pv(driver=DRIVER)],
-        the_csi_node=csi_node([DRIVER]),
+        **claimed_volume(),
         the_probe=the_probe,
     )
     facts, p = run((b, None, True))
@@ -236,13 +230,11 @@ def test_no_lazy_unmount_of_a_hung_mount_with_a_held_mount_below_it() -> None:
         containers=[("app", "exited")],
         sight={
             "holderScan": "complete",
-            "hungMounts": [
-                {"mountPoint": top, "fstype": "nfs4", "source": "x", "waiting": 1, "blocked": []}
-            ],
+            "hungMounts": [hung_mount(top, "nfs4", source="x", waiting=1)],
         },
     )
     b = bundle(the_pod=pod(statuses=[("app", "terminated")]), the_probe=the_probe)
-    case = (b, parse_policy({"actions": [a.value for a in Action]}), True)
+    case = (b, parse_policy(EVERYTHING), True)
     _check(case)
     facts, p = run(case)
     assert diagnose(facts, case[1].settings).cause is Cause.HungMount
