@@ -55,7 +55,7 @@ lint: venv
 	$(VENV)/bin/mypy operator/unstick
 	$(VENV)/bin/lint-imports
 
-# The kind suite runs in a second pytest beside the rest (hack/run-tests.sh says why);
+# The kind and real-node suites run in pytests beside the rest (hack/run-tests.sh says why);
 # PYTEST_ARGS=... makes it one plain pytest run with those arguments.
 test: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)

@@ -598,18 +598,24 @@ class RealNode:
         found += [f"cgroup: {p}" for p in cgroup_dirs(self.settings.cgroup_root)]
         if bridge_exists(self.settings.network.bridge):
             found.append(f"bridge: {self.settings.network.bridge}")
-        # New interfaces, except those of another node's bridge (its pods' veths).
+        # New veths (the only interfaces the node's bridge CNI makes besides its bridge,
+        # checked above), except those of another bridge: another user of the machine
+        # makes interfaces meanwhile too (a kind cluster on podman in the suite beside:
+        # its network's bridge, its nodes' veths on it).
         bridge = self.settings.network.bridge
         new = [
             name
-            for name, master in links().items()
+            for name, master in links("veth").items()
             if name not in self._links_before and master in ("", bridge)
         ]
         found += [f"link: {name}" for name in sorted(new)]
         # The node's own netns live under its private /run (see the module docstring), so
         # a named netns of the machine is ours only if it appeared during the node's life
-        # (another user of the machine, e.g. podman, keeps its own from before).
-        found += [f"netns: {n}" for n in sorted(named_netns() - self._netns_before)]
+        # and has the name containerd's CRI gives a pod's netns (`cni-<uuid>`): another
+        # user of the machine keeps its own from before or makes them meanwhile (podman's
+        # are `netns-<uuid>`).
+        made = named_netns() - self._netns_before
+        found += [f"netns: {n}" for n in sorted(made) if n.startswith("cni-")]
         if self._made_cni_cache and CNI_CACHE.exists():
             found.append(f"directory: {CNI_CACHE}")
         if hasattr(self, "workdir") and self.workdir.exists():

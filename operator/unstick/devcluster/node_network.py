@@ -69,11 +69,12 @@ def bridge_exists(name: str) -> bool:
     return _ip("link", "show", "dev", name, check=False).returncode == 0
 
 
-def links() -> dict[str, str]:
+def links(kind: str = "") -> dict[str, str]:
     """The network interfaces of this (the host's) network namespace: name -> the bridge
-    it is attached to ("" if none)."""
+    it is attached to ("" if none); only those of one `ip link` type if `kind` is given
+    (e.g. "veth")."""
     out = {}
-    for line in _ip("-o", "link", "show").stdout.splitlines():
+    for line in _ip("-o", "link", "show", *(["type", kind] if kind else [])).stdout.splitlines():
         fields = line.split()
         if len(fields) < 2:
             continue
