@@ -55,7 +55,8 @@ lint: venv
 	$(VENV)/bin/mypy operator/unstick
 	$(VENV)/bin/lint-imports
 
-# The kind and real-node suites run in pytests beside the rest (hack/run-tests.sh says why);
+# The real-machine suites (kind, real node) and tests/envtest run in pytests beside the rest
+# (hack/run-tests.sh says why);
 # PYTEST_ARGS=... makes it one plain pytest run with those arguments.
 test: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)
