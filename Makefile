@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools node-deps images kind-image lint test test-fast demo bench bench-quick manifests proto clean help
+.PHONY: all venv tools node-deps images kind-image lint test test-parallel test-fast demo bench bench-quick manifests proto clean help
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
 	@echo "                  (on a real node when root can run one, else a kubelet stand-in)"
 	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
+	@echo "make test-parallel the same in three pytest runs side by side (~15 min; hack/run-tests.sh)"
 	@echo "make lint         ruff, mypy (strict on the core), import contract"
 	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
 	@echo "                  kube-scheduler, kubelet into bin/"
@@ -55,11 +56,14 @@ lint: venv
 	$(VENV)/bin/mypy operator/unstick
 	$(VENV)/bin/lint-imports
 
-# The real-machine suites (kind, real node) and tests/envtest run in pytests beside the rest
-# (hack/run-tests.sh says why);
-# PYTEST_ARGS=... makes it one plain pytest run with those arguments.
 test: venv tools images lint
-	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The same tests in three pytest runs side by side (hack/run-tests.sh): ~15-16 min instead
+# of ~22, but not yet what `make test` runs — a race in the real-node orphaned-mount test
+# (the agent's results missing from the Resolved record) showed up in 2 of 4 such runs.
+test-parallel: venv tools images lint
+	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh
 
 test-fast: venv
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind' $(PYTEST_ARGS)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test run of `make test`: every test but the benchmarks, in three pytest processes at
+# `make test-parallel`: every test but the benchmarks, in three pytest processes at
 # once, each with its own log:
 #   machines  `-m "kind or node"`: the demo on the real node, tests/kind, tests/node, in
 #             that order (one after the other, never at once: below)
@@ -19,7 +19,7 @@
 # kind's cluster is deleted (end of tests/kind) before tests/node's node starts, and the
 # demo's real node (first: tests/demo/conftest.py) is gone before kind's cluster is made.
 #
-# With arguments (`make test PYTEST_ARGS=...`) it is one plain pytest run with them: a
+# With arguments it is one plain pytest run with them: a
 # developer's selection runs as asked.
 #
 # Output: the main run streams; the others write to $UNSTICK_TEST_LOGS/<name>.log (default
