@@ -418,3 +418,34 @@ def controller_delete_codes(cp: ControlPlane, namespace: str, pod: str) -> list[
         cp, by=USER_AGENT_PREFIX, verbs={"delete"}, resource="pods", namespace=namespace, name=pod
     )
     return [status_code(e) for e in deletes]
+
+
+def refuse_pod_requests(
+    admission: Any, name: str, namespace: str, operation: str, validation: dict[str, str]
+) -> None:
+    """A ValidatingAdmissionPolicy `name` and its binding: pod requests of `operation` in
+    `namespace` are denied unless `validation` (CEL expression, message, ...) holds. The
+    caller deletes both (`delete_validating_admission_policy{,_binding}(name)`)."""
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": [operation]}
+    admission.create_validating_admission_policy(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{**rule, "resources": ["pods"]}]},
+                "validations": [validation],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        }
+    )

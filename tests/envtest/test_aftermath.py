@@ -22,6 +22,7 @@ from controller_support import (
     controller_started,
     policies_in_place,
     policy_spec,
+    refuse_pod_requests,
 )
 from kubernetes import client
 
@@ -304,44 +305,18 @@ def _strip_finalizers(objects: Objects, namespace: str) -> bool:
 
 
 def _reject_finalizer_removal(admission: Any, namespace: str) -> None:
-    admission.create_validating_admission_policy(
+    refuse_pod_requests(
+        admission,
+        VAP,
+        namespace,
+        "UPDATE",
         {
-            "metadata": {"name": VAP},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["UPDATE"],
-                            "resources": ["pods"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "!has(oldObject.metadata.finalizers) || "
-                        "(has(object.metadata.finalizers) && "
-                        "size(object.metadata.finalizers) == size(oldObject.metadata.finalizers))",
-                        "message": "Pod QoS is immutable",
-                        "reason": "Invalid",
-                    }
-                ],
-            },
-        }
-    )
-    admission.create_validating_admission_policy_binding(
-        {
-            "metadata": {"name": VAP},
-            "spec": {
-                "policyName": VAP,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-                },
-            },
-        }
+            "expression": "!has(oldObject.metadata.finalizers) || "
+            "(has(object.metadata.finalizers) && "
+            "size(object.metadata.finalizers) == size(oldObject.metadata.finalizers))",
+            "message": "Pod QoS is immutable",
+            "reason": "Invalid",
+        },
     )
 
 

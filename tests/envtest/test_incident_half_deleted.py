@@ -37,6 +37,7 @@ from controller_support import (
     controller_delete_codes,
     policies_in_place,
     policy_spec,
+    refuse_pod_requests,
 )
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -58,42 +59,16 @@ def objects(control_plane: ControlPlane) -> Iterator[Objects]:
 def _refuse_second_step(admission: Any, namespace: str) -> None:
     """Refuse, in `namespace`, a pod DELETE whose pod already has deletionGracePeriodSeconds
     0: the first step of a force-delete (grace 1 -> 0) passes, the removal does not."""
-    admission.create_validating_admission_policy(
+    refuse_pod_requests(
+        admission,
+        VAP,
+        namespace,
+        "DELETE",
         {
-            "metadata": {"name": VAP},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["DELETE"],
-                            "resources": ["pods"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "!has(oldObject.metadata.deletionGracePeriodSeconds)"
-                        " || oldObject.metadata.deletionGracePeriodSeconds != 0",
-                        "message": "test: the second step of this force-delete is refused",
-                    }
-                ],
-            },
-        }
-    )
-    admission.create_validating_admission_policy_binding(
-        {
-            "metadata": {"name": VAP},
-            "spec": {
-                "policyName": VAP,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-                },
-            },
-        }
+            "expression": "!has(oldObject.metadata.deletionGracePeriodSeconds)"
+            " || oldObject.metadata.deletionGracePeriodSeconds != 0",
+            "message": "test: the second step of this force-delete is refused",
+        },
     )
 
 

@@ -65,8 +65,9 @@ def _agent(cp: ControlPlane, node: str, work: Path, port: int) -> Process:
 
 
 @pytest.fixture(scope="module")
-def own_control_plane() -> Iterator[ControlPlane]:
-    """A control plane of the stack's own: the session's one holds what earlier tests left
+def control_plane() -> Iterator[ControlPlane]:
+    """The stack's own control plane, in place of the session's here (and so under the
+    session's `core_api` and `namespace` too): the session's holds what earlier tests left
     (Remediations the stack's controller refuses as forged fire UnstickRequestsRefused in
     the healthy test: seen once tests/envtest no longer ran in between, hack/run-tests.sh)."""
     cp = ControlPlane().start()
@@ -76,24 +77,8 @@ def own_control_plane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
-@pytest.fixture
-def core_api(own_control_plane: ControlPlane) -> Iterator[Any]:
-    """The session's `core_api` (and so its `namespace` fixture) on the stack's own control
-    plane."""
-    from kubernetes import client
-
-    api_client = own_control_plane.api_client()
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
-
-
 @pytest.fixture(scope="module")
-def stack(
-    own_control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Stack]:
-    control_plane = own_control_plane
+def stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("prometheus")
     chart = render_chart(control_plane.bin_dir / "helm", TEST_VALUES)
     with crds_installed(control_plane):
