@@ -35,7 +35,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if isinstance(release, Release):
         for pod in release.pods():
             name = pod["metadata"]["name"]
-            report.sections.append((f"kubectl logs {name}", release.logs(name, tail=80)))
+            report.sections.append((f"kubectl logs {name}", release.logs(name, tail=400)))
     if isinstance(node, RealNode):
         report.sections.append(("kubelet log (tail)", node.log_tail("kubelet", 40)))
 

@@ -8,6 +8,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from unstick.core.remediation import steps_answered
 from unstick.devcluster import ControlPlane
 from unstick.devcluster.csi_seed import pod_exists
 from unstick.devcluster.node import RealNode
@@ -180,6 +181,42 @@ def remediation_for(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any
         if item.get("spec", {}).get("podUID") == uid:
             return item
     return None
+
+
+def resolved_with_answer(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any] | None:
+    """The pod's Remediation once it is `Resolved` with the agent's answer to its latest
+    node steps on record and recorded by the controller (each `status.nodeActions` entry in
+    `status.actions`), else None. The kubelet may remove the pod before the agent has
+    written its answer: the controller marks the record Resolved first and records the
+    late answer when it lands (controller/podrecord.py), so a read in between sees
+    Resolved without nodeActions."""
+    rem = remediation_for(cp, namespace, uid)
+    if rem is None:
+        return None
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    if status.get("phase") != "Resolved" or not steps_answered(spec, status):
+        return None
+
+    def entries(key: str) -> set[tuple[Any, Any, Any]]:
+        return {(a.get("action"), a.get("target"), a.get("result")) for a in status.get(key) or []}
+
+    return rem if entries("nodeActions") <= entries("actions") else None
+
+
+def await_resolved_with_answer(
+    cp: ControlPlane, namespace: str, uid: str, timeout: float = 60
+) -> dict[str, Any]:
+    """`resolved_with_answer`, awaited; on timeout the failure shows the record last read."""
+    try:
+        found: dict[str, Any] = wait_until(
+            lambda: resolved_with_answer(cp, namespace, uid),
+            timeout=timeout,
+            what="the Remediation marked Resolved, with the agent's answer recorded",
+        )
+    except TimeoutError as exc:
+        last = remediation_for(cp, namespace, uid)
+        raise AssertionError(f"{exc}\nthe record: {last}") from None
+    return found
 
 
 def incident_entry(cp: ControlPlane, namespace: str, uid: str) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from .support import (
     REMEDIATE,
     Release,
     agent_metrics,
+    await_resolved_with_answer,
     component_pod,
     counter,
     eventually,
@@ -97,16 +98,8 @@ def test_orphaned_mount_from_a_driver_that_lost_its_state(
     assert "Pod found, but volumes are still mounted on disk" in log
     assert "Pod is terminated, but some volumes have not been cleaned up" in log
     # The Remediation stays as the audit trail: read it once the controller has marked it
-    # Resolved (the agent's report may land after the last read while the pod existed).
-    final = wait_until(
-        lambda: (
-            (r := remediation_for(cp, ns, uid))
-            and (r.get("status") or {}).get("phase") == "Resolved"
-            and r
-        ),
-        timeout=60,
-        what="the Remediation marked Resolved",
-    )
+    # Resolved and recorded the agent's answer, which may land after the pod went.
+    final = await_resolved_with_answer(cp, ns, uid)
     status = final["status"]
     # The diagnosis the steps were planned for is on record in the agent's results (counted
     # with their cause below) and the pod's Event; after them the cause may read

@@ -26,7 +26,7 @@ from unstick.devcluster.node import RealNode
 from unstick.devcluster.process import wait_until
 
 from .csi_seed import set_kubelet_verbosity
-from .support import REMEDIATE, Release, pod_exists, remediation_for
+from .support import REMEDIATE, Release, await_resolved_with_answer, pod_exists, remediation_for
 
 pytestmark = pytest.mark.node
 
@@ -97,16 +97,7 @@ def test_v1_11_0_orphaned_mount_fixed_by_unstick(
     ), log[-3000:]
     # The kubelet may remove the pod (the mount gone) before the agent has written its
     # answer: the Remediation is Resolved first, the agent's nodeActions land right after.
-    final = wait_until(
-        lambda: (
-            (r := remediation_for(cp, ns, uid))
-            and (r.get("status") or {}).get("phase") == "Resolved"
-            and (r.get("status") or {}).get("nodeStepsDoneAt")
-            and r
-        ),
-        timeout=60,
-        what="the Remediation marked Resolved, with the agent's answer",
-    )
+    final = await_resolved_with_answer(cp, ns, uid)
     status = final["status"]
     done = [(a["action"], a["result"]) for a in status.get("nodeActions", [])]
     assert done and all(result == "succeeded" for _, result in done), status.get("nodeActions")

@@ -55,7 +55,7 @@ class PodActions:
         status: StatusWriter,
         take_budget: Callable[[Policy, str, float], float],
         give_back: Callable[[str, float], None],
-        resolve: Callable[[TerminatingPod], None],
+        resolve: Callable[[TerminatingPod], object],
     ) -> None:
         self.kube = kube
         self.settings = settings

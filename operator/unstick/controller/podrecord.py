@@ -29,6 +29,9 @@ from unstick.kube.podwatch import TerminatingPod
 log = logging.getLogger("unstick.decisions")
 
 AWAITING_REMEMBERED = 1000  # pods gone while the agent ran their steps, remembered
+# Writes of Resolved for one pod gone, each onto a fresh read after the one before met a
+# newer version; then the runtime tries again later (controller/runtime.py).
+RESOLVE_ATTEMPTS = 8
 
 
 def log_resolved(record: TerminatingPod, now: float) -> None:
@@ -166,15 +169,17 @@ class PodRecords:
         if late is not None:
             records.patch_status(self.kube, rem, {"actions": late})
 
-    def resolve(self, record: TerminatingPod, now: float) -> None:
+    def resolve(self, record: TerminatingPod, now: float) -> bool:
         """The pod is gone: its Remediation phase Resolved (kept as the audit trail), with
         the agent's results no pass recorded yet; none is written for a pod never seen
-        stuck."""
+        stuck. False when every write met a newer version of the record (others — the
+        agent's late answer, the aftermath's waiters — kept writing it): the caller tries
+        again later, so a record is never left Remediating for a pod that is gone."""
         asked_agent = self.requests.last(record.uid) is not None
         self.requests.forget(record.uid)
         known = self.known.get(record.uid)
         try:
-            self._resolve(record, now, known, asked_agent=asked_agent)
+            return self._resolve(record, now, known, asked_agent=asked_agent)
         finally:  # the pod is gone: its record's copy is not needed any more
             self.known.pop(record.uid, None)
             if known is not None:
@@ -187,7 +192,7 @@ class PodRecords:
         known: tuple[str, str, str] | None,
         *,
         asked_agent: bool,
-    ) -> None:
+    ) -> bool:
         if known is not None and asked_agent:
             # The agent may have reported node steps that no pass has recorded yet (the
             # kubelet removes the pod right after them): read the record once to count them.
@@ -209,35 +214,40 @@ class PodRecords:
                     rem = found
                     break
             if rem is None:
-                return
+                return True
             phase = (rem.get("status") or {}).get("phase") or ""
         else:
-            return  # never seen stuck: no Remediation
+            return True  # never seen stuck: no Remediation
         if phase == "Resolved" or rem is None:
-            return
-        # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
-        metrics.TIME_TO_RESOLUTION.observe(max(0.0, now - record.deletion_timestamp))
-        for attempt in (1, 2):
+            return True
+        for attempt in range(1, RESOLVE_ATTEMPTS + 1):
             try:
                 self._mark_resolved(record, rem, now)
                 break
-            except Stale as exc:  # the copy was older than the record: read it, once
+            except Stale as exc:  # the copy was older than the record: read it again
                 fresh = (
                     None if exc.status == 404 else records.get_remediation(self.kube, *exc.record)
                 )
-                if fresh is None or attempt == 2:
-                    return
+                if fresh is None:  # someone deleted the Remediation meanwhile: nothing to mark
+                    break
+                if attempt == RESOLVE_ATTEMPTS:
+                    log.warning(
+                        "pod=%s uid=%s the pod is gone but its Remediation %s/%s changed under "
+                        "each of %d writes of Resolved: trying again later",
+                        record.key,
+                        record.uid,
+                        *exc.record,
+                        RESOLVE_ATTEMPTS,
+                    )
+                    return False
                 rem = fresh
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                return  # someone deleted the Remediation meanwhile: nothing to mark
-        log.info(
-            "pod=%s uid=%s action=resolve result=pod-gone after %.1fs",
-            record.key,
-            record.uid,
-            now - record.deletion_timestamp,
-        )
+                break  # someone deleted the Remediation meanwhile: nothing to mark
+        # A Remediation exists only for pods seen stuck: this pod counts for the histogram.
+        log_resolved(record, now)
+        return True
 
     def _mark_resolved(self, record: TerminatingPod, rem: JSON, now: float) -> None:
         """Phase Resolved, with the agent's results no pass recorded yet; written onto the

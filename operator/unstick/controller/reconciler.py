@@ -392,9 +392,10 @@ class Reconciler:
         """Mark a Remediation that is not the record of its pod `Refused` (podrecord.py)."""
         self.pod_records.refuse(rem, why, now)
 
-    def resolve(self, record: TerminatingPod) -> None:
+    def resolve(self, record: TerminatingPod) -> bool:
         """The pod is gone: forgotten here, noted in its node's incident, or its own
-        Remediation marked Resolved (podrecord.py; kept as the audit trail)."""
+        Remediation marked Resolved (podrecord.py; kept as the audit trail). False when
+        that record kept changing under the write: call again later."""
         now = self.clock()
         self._final_delete_seen.pop(record.uid, None)
         self.detector.forget(record.uid)
@@ -402,9 +403,9 @@ class Reconciler:
             # Only in its node's incident (no record of its own): the incident notes it.
             self.requests.forget(record.uid)
             log_resolved(record, now)
-            return
+            return True
         self.pod_actions.forget(record.uid)
-        self.pod_records.resolve(record, now)
+        return self.pod_records.resolve(record, now)
 
 
 def _succeeded(done: list[Any], action: Any, target: str) -> bool:

@@ -47,6 +47,8 @@ from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 log = logging.getLogger(__name__)
 
 PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
+RESOLVE_RETRY_S = 10.0  # a pod gone whose record could not be marked Resolved: again then,
+RESOLVE_TRIES = 30  # at most this many times (5 minutes)
 DEFAULT_WORKERS = 32
 GONE_REMEMBERED = 10_000  # uids of pods seen leaving, so their records are not suspected
 DETECT_THREADS = 2  # in-memory diagnosis: CPU only (GIL), a second one for PVC reads
@@ -350,13 +352,30 @@ class Runtime:
             self.scheduler.schedule_earliest(uid, next_due)
         self._wake.set()
 
-    async def _resolve(self, record: TerminatingPod) -> None:
+    async def _resolve(self, record: TerminatingPod, attempt: int = 1) -> None:
+        done = False
         try:
             async with self._slots:
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._pool, self.reconciler.resolve, record)
+                done = await loop.run_in_executor(self._pool, self.reconciler.resolve, record)
         except Exception:
             log.exception("pod=%s uid=%s could not mark Resolved", record.key, record.uid)
+        if done or self._stopping or self._loop is None:
+            return
+        if attempt >= RESOLVE_TRIES:
+            log.error(
+                "pod=%s uid=%s gone, but its Remediation could not be marked Resolved in %d "
+                "tries: it keeps its last phase",
+                record.key,
+                record.uid,
+                attempt,
+            )
+            return
+        # the record kept changing under the write, or the API failed: the pod is gone and
+        # its record must still say so
+        self._loop.call_later(
+            RESOLVE_RETRY_S, lambda: self._spawn(self._resolve(record, attempt + 1))
+        )
 
 
 def _mark(obj: JSON | None) -> tuple[Any, ...]:
