@@ -134,6 +134,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from unstick.agent.memory import tune_malloc
+
+    tune_malloc()  # before any thread starts: at most 2 malloc arenas (agent/memory.py)
+
     from unstick.agent.loop import Agent, LoopSettings
     from unstick.agent.settings import AgentSettings
 
