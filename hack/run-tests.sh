@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-parallel`: every test but the benchmarks, in three pytest processes at
+# `make test`: every test but the benchmarks, in three pytest processes at
 # once, each with its own log:
 #   machines  `-m "kind or node"`: the demo on the real node, tests/kind, tests/node, in
 #             that order (one after the other, never at once: below)
