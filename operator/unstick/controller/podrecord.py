@@ -21,9 +21,9 @@ from kubernetes.client.exceptions import ApiException
 from unstick.controller import metrics, records, trust
 from unstick.controller.nodeside import late_agent_actions, steps_pending
 from unstick.controller.statuswriter import Stale, StatusWriter
-from unstick.core.remediation import POD_UID, PROBE_REQUESTED_AT, rfc3339
+from unstick.core.remediation import INCIDENT, POD_NAME, POD_UID, PROBE_REQUESTED_AT, rfc3339
 from unstick.core.vocabulary import Refusal
-from unstick.kube.client import JSON, Kube
+from unstick.kube.client import JSON, Kube, pod_path
 from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
@@ -43,6 +43,95 @@ def log_resolved(record: TerminatingPod, now: float) -> None:
         record.uid,
         now - record.deletion_timestamp,
     )
+
+
+def left_behind(found: list[JSON], listed: Callable[[str], bool]) -> list[JSON]:
+    """The pods' own Remediations among `found` (not node incidents) not `Resolved` or
+    `Refused` whose pod the pod watch did not list as Terminating (`listed`: by pod uid):
+    their pods may have gone while no controller ran (resolve_left_behind)."""
+    left: list[JSON] = []
+    for rem in found:
+        spec, status = rem.get("spec") or {}, rem.get("status") or {}
+        uid, name = spec.get(POD_UID), spec.get(POD_NAME)
+        if spec.get(INCIDENT) or status.get("phase") in trust.FINAL_PHASES:
+            continue
+        if isinstance(uid, str) and uid and isinstance(name, str) and name and not listed(uid):
+            left.append(rem)
+    return left
+
+
+def resolve_left_behind(kube: Kube, left: list[JSON], now: float) -> int:
+    """Start-up (controller/startup.py): mark `Resolved` each record of `left_behind` whose
+    pod is gone — a fresh GET of `spec.podName` answers 404 or with another uid — as its
+    pod watch would have, had a controller run when the pod went. Nothing is observed in
+    the time-to-resolution histogram: when the pod went is not known. A record whose pod
+    is there is left alone (its pass decides). Returns how many were marked; an API error
+    leaves the records as they were (a warning: the next start looks again)."""
+    resolved = 0
+    for index, rem in enumerate(left):
+        meta = rem.get("metadata") or {}
+        try:
+            if _resolve_left_behind(kube, rem, now):
+                resolved += 1
+        except ApiException as exc:
+            log.warning(
+                "remediation=%s/%s not checked for a pod gone while no controller ran, or "
+                "not marked Resolved: (%s) %s",
+                meta.get("namespace"),
+                meta.get("name"),
+                exc.status,
+                exc.reason,
+            )
+        except Exception as exc:  # the API server unreachable: the rest stay as they are
+            log.warning(
+                "records of pods gone while no controller ran not checked (%s): %d left as "
+                "they were",
+                exc,
+                len(left) - index,
+            )
+            break
+    return resolved
+
+
+def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
+    spec = rem.get("spec") or {}
+    meta = rem.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    pod = kube.get(pod_path(namespace, str(spec[POD_NAME])))
+    if pod is not None and (pod.get("metadata") or {}).get("uid") == spec[POD_UID]:
+        return False  # the pod is there: decided by its pass (or checked: recordcheck.py)
+    for attempt in range(1, RESOLVE_ATTEMPTS + 1):
+        final: dict[str, Any] = {
+            "phase": "Resolved",
+            "resolvedAt": rfc3339(now),
+            "waitingFor": None,
+        }
+        late = late_agent_actions(rem, now)
+        if late is not None:
+            final["actions"] = late
+        version = str((rem.get("metadata") or {}).get("resourceVersion") or "")
+        try:
+            records.patch_status(kube, rem, final, resource_version=version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False  # deleted meanwhile: nothing to mark
+            if exc.status != 409 or attempt == RESOLVE_ATTEMPTS:
+                raise
+            fresh = records.get_remediation(kube, namespace, name)  # changed: decide again
+            if fresh is None or (fresh.get("status") or {}).get("phase") in trust.FINAL_PHASES:
+                return False
+            rem = fresh
+            continue
+        log.info(
+            "pod=%s/%s uid=%s action=resolve result=pod-gone while no controller ran "
+            "(remediation=%s)",
+            namespace,
+            spec[POD_NAME],
+            spec[POD_UID],
+            name,
+        )
+        return True
+    return False
 
 
 class PodRecords:

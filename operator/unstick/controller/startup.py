@@ -1,9 +1,10 @@
 """What a controller does before its first pass (docs/controller.md, "What survives a
 crash"): it reads the RemediationPolicies, rebuilds the action budget from the
-Remediations once it is the active replica (budget.py), and adopts the node incidents a
-dead controller left unresolved (adoption.py), settled against the pod list — so no pod
-is taken for one without a policy, no grant is forgotten, and no pod gets a second
-record."""
+Remediations once it is the active replica (budget.py), adopts the node incidents a
+dead controller left unresolved (adoption.py), settled against the pod list, and marks
+`Resolved` the pods' own records whose pods went while no controller ran (podrecord.py)
+— so no pod is taken for one without a policy, no grant is forgotten, no pod gets a
+second record, and no record of a pod that is gone stays on display as unresolved."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from unstick.controller import adoption, failpoints
+from unstick.controller import adoption, failpoints, podrecord
 from unstick.controller.budget import rebuild_from_remediations
 from unstick.controller.incidents import Incidents
 from unstick.controller.policies import PolicyBook
@@ -37,8 +38,9 @@ async def before_first_pass(
     synced: Callable[[], bool],
     pods: Mapping[str, TerminatingPod],
 ) -> None:
-    """Policies, budget, adopted incidents — in that order, before any pod is dispatched.
-    `synced`: every pod watcher has delivered its first list into `pods`."""
+    """Policies, budget, adopted incidents, records of pods gone meanwhile — in that order,
+    before any pod is dispatched. `synced`: every pod watcher has delivered its first list
+    into `pods`."""
     await asyncio.to_thread(load_policies, kube, policies)
     # Invariant 6: the action budget survives a restart or failover (budget.py).
     found = await rebuild_from_remediations(kube, reconciler, namespaces, clock, gate)
@@ -66,6 +68,12 @@ async def before_first_pass(
             len(empty),
         )
     failpoints.reached("incidents-adopted")
+    # A pod's own record is resolved when the pod watch sees the pod go: not for a pod
+    # that went while no controller ran. A fresh GET tells (podrecord.resolve_left_behind).
+    left = podrecord.left_behind(found, pods.__contains__)
+    if left:
+        resolved = await asyncio.to_thread(podrecord.resolve_left_behind, kube, left, clock())
+        log.info("resolved %d records whose pods went while no controller ran", resolved)
 
 
 def load_policies(kube: Kube, policies: PolicyBook) -> None:
