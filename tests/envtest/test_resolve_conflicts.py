@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from controller_support import Objects, policies_in_place
 
-from unstick.controller import records
+from unstick.controller import metrics, records
 from unstick.controller.podrecord import RESOLVE_ATTEMPTS, PodRecords
 from unstick.controller.statuswriter import StatusWriter
 from unstick.controller.trust import ProbeRequests
@@ -82,14 +82,23 @@ def _gone_pod(namespace: str) -> TerminatingPod:
     )
 
 
+ANSWER = {  # the agent's answer to node steps, which no pass has recorded yet
+    "nodeActions": [
+        {"action": "unmount", "target": "/var/lib/kubelet/pods/x/volumes/v", "result": "succeeded"}
+    ],
+    "nodeStepsDoneAt": rfc3339(time.time() - 1),
+}
+
+
 def _remediating(kube: Kube, pod: TerminatingPod) -> tuple[PodRecords, JSON]:
     """The pod's Remediation as a pass left it (Remediating, known to this process, its
-    copy kept), and the PodRecords that will resolve it."""
+    copy kept) with the agent's answer to its node steps not yet recorded by a pass, and
+    the PodRecords that will resolve it."""
     rem = records.create_remediation(
         kube, pod.namespace, pod.name, pod.uid, node=pod.node, dry_run=False
     )
     status = StatusWriter(kube)
-    status.patch(rem, {"phase": "Remediating", "cause": "OrphanedMount"})
+    status.patch(rem, {"phase": "Remediating", "cause": "OrphanedMount", **ANSWER})
     name = rem["metadata"]["name"]
     status.known[pod.uid] = (pod.namespace, name, "Remediating")
     status.copies.offer(rem)
@@ -101,10 +110,19 @@ def _remediating(kube: Kube, pod: TerminatingPod) -> tuple[PodRecords, JSON]:
     return pod_records, rem
 
 
-def _phase(kube: Kube, rem: JSON) -> str:
+def _status(kube: Kube, rem: JSON) -> JSON:
     meta = rem["metadata"]
     fresh = records.get_remediation(kube, meta["namespace"], meta["name"]) or {}
-    return str((fresh.get("status") or {}).get("phase"))
+    return dict(fresh.get("status") or {})
+
+
+def _phase(kube: Kube, rem: JSON) -> str:
+    return str(_status(kube, rem).get("phase"))
+
+
+def _unmounts_counted() -> float:
+    """unstick_remediations_total for the agent's answer above (this process's registry)."""
+    return float(metrics.REMEDIATIONS.labels("unmount", "OrphanedMount", "succeeded")._value.get())
 
 
 def test_a_gone_pod_is_resolved_though_its_record_changes_under_the_first_writes(
@@ -115,10 +133,15 @@ def test_a_gone_pod_is_resolved_though_its_record_changes_under_the_first_writes
         pod = _gone_pod(namespace)
         pod_records, rem = _remediating(kube, pod)
         kube.times, kube.guarded = 3, 0  # three writes of others, each right before one of ours
+        counted = _unmounts_counted()
         done = pod_records.resolve(pod, time.time())
         assert _phase(kube, rem) == "Resolved"
         assert kube.met == 3 and kube.guarded == 4, (kube.met, kube.guarded)
         assert done is True
+        # the agent's answer recorded with the mark, and counted once, not once per write
+        recorded = [(a["action"], a["by"]) for a in _status(kube, rem).get("actions") or []]
+        assert recorded == [("unmount", "agent")], recorded
+        assert _unmounts_counted() == counted + 1
     finally:
         kube.close()
 

@@ -155,21 +155,37 @@ def steps_pending(rem: JSON) -> bool:
     return not steps_answered(spec, status)
 
 
-def late_agent_actions(rem: JSON, now: float) -> list[Any] | None:
-    """status.actions with the agent's results that no pass recorded yet (each counted in
-    unstick_remediations_total), or None when there are none."""
+@dataclass(frozen=True, slots=True)
+class LateActions:
+    """status.actions with the agent's results that no pass recorded yet (`actions`), and
+    those results, counted in unstick_remediations_total by `count` — called once the
+    write that records them succeeded, so a write made again after a 409 counts once."""
+
+    actions: list[Any]
+    added: tuple[tuple[str, str], ...]  # (action, result) of each result added
+    cause: str
+
+    def count(self) -> None:
+        for action, result in self.added:
+            metrics.REMEDIATIONS.labels(action, self.cause, result).inc()
+
+
+def late_agent_actions(rem: JSON, now: float) -> LateActions | None:
+    """The agent's results that no pass recorded yet, as status.actions with them added;
+    None when there are none."""
     status = rem.get("status") or {}
     done = list(status.get("actions") or [])
-    cause = str(status.get("cause") or "Unknown")
-    added = False
+    added: list[tuple[str, str]] = []
     for action, target, result, message in answered_results(rem):
         entry = {"action": action, "target": target, "result": result}
         if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
             continue
         done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
-        metrics.REMEDIATIONS.labels(action, cause, result).inc()
-        added = True
-    return done[-MAX_RECORDED_ACTIONS:] if added else None
+        added.append((action, result))
+    if not added:
+        return None
+    cause = str(status.get("cause") or "Unknown")
+    return LateActions(done[-MAX_RECORDED_ACTIONS:], tuple(added), cause)
 
 
 class NodeSide:

@@ -108,10 +108,12 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
         }
         late = late_agent_actions(rem, now)
         if late is not None:
-            final["actions"] = late
+            final["actions"] = late.actions
         version = str((rem.get("metadata") or {}).get("resourceVersion") or "")
         try:
             records.patch_status(kube, rem, final, resource_version=version)
+            if late is not None:
+                late.count()
         except ApiException as exc:
             if exc.status == 404:
                 return False  # deleted meanwhile: nothing to mark
@@ -256,7 +258,8 @@ class PodRecords:
         self.awaiting_agent.pop(uid, None)
         late = late_agent_actions(rem, self.clock())
         if late is not None:
-            records.patch_status(self.kube, rem, {"actions": late})
+            records.patch_status(self.kube, rem, {"actions": late.actions})
+            late.count()
 
     def resolve(self, record: TerminatingPod, now: float) -> bool:
         """The pod is gone: its Remediation phase Resolved (kept as the audit trail), with
@@ -348,10 +351,12 @@ class PodRecords:
         }
         late = late_agent_actions(rem, now)
         if late is not None:
-            final["actions"] = late
+            final["actions"] = late.actions
         if steps_pending(rem):  # the agent's answer comes after the pod went: await it
             self.awaiting_agent[record.uid] = (record.namespace, record.name)
             while len(self.awaiting_agent) > AWAITING_REMEMBERED:
                 self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
         rem["status"] = {}  # write all these keys: a merge patch of our own keys only
         self.status.patch(rem, final)
+        if late is not None:  # counted once written (a 409 raised above: not written)
+            late.count()
