@@ -33,6 +33,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -45,9 +46,10 @@ from typing import Any
 import psutil
 
 from bench import contenders, measure
+from bench.nodeside_costs import CpuLedger, requests_per_pod
 from bench.nodeside_node import STANDIN_UA
 from bench.nodeside_stretches import stretches
-from bench.workload import Api, parse_rfc3339
+from bench.workload import DRIVER_UA, Api, parse_rfc3339
 from unstick.demo.cluster import _node_status
 from unstick.demo.scenarios import CSI_DRIVER
 from unstick.demo.standin import NodeProcess
@@ -312,6 +314,8 @@ class Measured:
     final: dict[str, Any] | None = None
     slack_s: float = 0.0
     load_at_strike: list[float] | None = None
+    cpu: dict[str, Any] | None = None  # strike -> all gone, per process (nodeside_costs)
+    all_gone_at: float | None = None  # the bench saw the stand-in finalise the last pod
 
 
 def _requests(cp: ControlPlane, m: Measured, agents: tuple[str, ...], pods: int) -> dict[str, Any]:
@@ -361,9 +365,19 @@ def _stretches(cp: ControlPlane, m: Measured) -> dict[str, dict[str, float | Non
     return stretches(cp.audit_events(), rem_of_pod, who, m.window.strike)
 
 
+WHO: dict[str, tuple[str, ...]] = {
+    "controller": ("unstick-controller/",),
+    "kopf": (contenders.KOPF_UA,),
+    "agent": AGENT_UA,
+    "standin": (STANDIN_UA,),
+    "bench": (DRIVER_UA,),
+}
+
+
 def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
     """The run's figures from what was measured and the audit log."""
     n = len(m.eligible)
+    until = m.all_gone_at if m.all_gone_at is not None else m.window.end
     gone = measure.read_requests(cp.audit_events(), (STANDIN_UA,), m.window).first_delete
     by_pod = {(r.get("spec") or {}).get("podName"): r for r in m.remediations}
     node_done = [
@@ -422,6 +436,11 @@ def summarise(cp: ControlPlane, m: Measured) -> dict[str, Any]:
             **_requests(cp, m, contenders.CONTENDERS["unstick"].agents, n),
         },
         "direct_probe": m.ready.get("direct_probe"),
+        "remediation_json_bytes": _stats([len(json.dumps(r)) for r in m.remediations]),
+        "cpu_strike_to_all_gone": m.cpu,
+        "requests_strike_to_all_gone": requests_per_pod(
+            cp.audit_events(), WHO, m.window.strike, until, n
+        ),
     }
 
 
@@ -453,12 +472,20 @@ def _start_node(
 
 
 def _wait_resolved(
-    api: Api, node: BenchNodeProcess, controller: Process | None, n: int, timeout_s: float
+    api: Api,
+    node: BenchNodeProcess,
+    controller: Process | None,
+    n: int,
+    timeout_s: float,
+    *,
+    on_gone: Callable[[], None] = lambda: None,
 ) -> int:
-    """Until the stand-in finalised every pod (or the timeout); the pods still there."""
+    """Until the stand-in finalised every pod (or the timeout), then `on_gone()`; the pods
+    still there."""
     with contextlib.suppress(TimeoutError):
         wait_until(lambda: len(node.finalised()) >= n, timeout=timeout_s,
                    what="every stuck pod gone", process=controller)  # fmt: skip
+    on_gone()
     left = api.call("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
     return len(left)
 
@@ -491,6 +518,72 @@ def _profile_agent(pid: int, logs: Path) -> Process | None:
         which = []
     argv = [spy, "record", *which, "--threads", "--format", "raw", "-o", str(out)]
     return Process("py-spy agent", [*argv, "--pid", str(pid)], logs / "py-spy-agent.log").start()
+
+
+def _ledger(
+    cp: ControlPlane, node: BenchNodeProcess, agent: int, controller: int | None
+) -> CpuLedger:
+    """Every process of a run (nodeside_costs): the control plane, the controller, the
+    agent, the node process alone (the kubelet stand-in), its other children (the CSI
+    driver), and this process (the bench: the strike's DELETEs, its samplers)."""
+    trees = {"agent": agent}
+    for name, proc in (("kube-apiserver", cp.apiserver), ("etcd", cp.etcd)):
+        if proc is not None and proc.pid is not None:
+            trees[name] = proc.pid
+    if controller is not None:
+        trees["controller"] = controller
+    return CpuLedger(
+        trees=trees,
+        alone={"kubelet-standin": node.popen.pid, "bench": os.getpid()},
+        children={"csi-driver": (node.popen.pid, frozenset({agent}))},
+    )
+
+
+def _profile_apiserver(cp: ControlPlane, logs: Path) -> threading.Thread | None:
+    """With $BENCH_APISERVER_PPROF=<seconds>: the API server's own CPU profile (Go pprof,
+    /debug/pprof/profile) from the strike on, for that long, into
+    `kube-apiserver-<run>.pprof` in $BENCH_PYSPY_DIR or the logs; read it with
+    `go tool pprof -top bin/kube-apiserver <file>`."""
+    seconds = os.environ.get("BENCH_APISERVER_PPROF")
+    if not seconds:
+        return None
+    out = Path(os.environ.get("BENCH_PYSPY_DIR") or logs) / f"kube-apiserver-{logs.name}.pprof"
+
+    def fetch() -> None:
+        url = f"{cp.url}/debug/pprof/profile?seconds={int(seconds)}"
+        with urllib.request.urlopen(url, context=cp.ssl_context(), timeout=int(seconds) + 30) as r:
+            out.write_bytes(r.read())
+
+    thread = threading.Thread(target=fetch, name="apiserver-pprof", daemon=True)
+    thread.start()
+    return thread
+
+
+class _Costs:
+    """The run's CPU per process from the strike until every pod is gone, and the API
+    server's profile over the same time (when asked for)."""
+
+    def __init__(self, ledger: CpuLedger) -> None:
+        self.ledger = ledger
+        self.before: dict[str, float] = {}
+        self.strike_at = 0.0
+        self.gone_at: float | None = None
+        self.spent: dict[str, Any] | None = None
+        self.pprof: threading.Thread | None = None
+
+    def strike(self, cp: ControlPlane, logs: Path) -> float:
+        self.before, self.strike_at = self.ledger.take(), time.time()
+        self.pprof = _profile_apiserver(cp, logs)
+        return self.strike_at
+
+    def gone(self) -> None:
+        self.gone_at = time.time()
+        after = self.ledger.take()
+        self.spent = CpuLedger.spent(self.before, after, self.gone_at - self.strike_at)
+
+    def finish(self) -> None:
+        if self.pprof is not None:
+            self.pprof.join()
 
 
 def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> dict[str, Any]:
@@ -533,15 +626,19 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         )
         ready_at = time.time()
         cpu_agent, cpu_ctl = _cpu_s(agent.pid), _cpu_s(controller.pid)
+        costs = _Costs(_ledger(cp, node, agent.pid, controller.pid))
         load_at_strike = [round(x, 2) for x in os.getloadavg()]
-        strike_at = time.time()
+        strike_at = costs.strike(cp, logs)
         deleted = strike(api, pods)
         say(f"deleted {len(deleted)} pods; waiting for unstick")
-        left = _wait_resolved(api, node, controller, len(pods), settings.resolve_timeout_s)
+        left = _wait_resolved(
+            api, node, controller, len(pods), settings.resolve_timeout_s, on_gone=costs.gone
+        )
         with contextlib.suppress(TimeoutError):
             wait_until(
                 lambda: _all_resolved(api, len(pods)), timeout=30, what="Remediations Resolved"
             )
+        costs.finish()
         metrics = agent_metrics(node.agent_metrics_port)
         agent.stop()
         ctl.stop()
@@ -558,7 +655,10 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
             ready=ready,
             slack_s=settings.slack_s,
             load_at_strike=load_at_strike,
+            all_gone_at=costs.gone_at,
+            cpu=costs.spent,
         )
+        (logs / "remediations.json").write_text(json.dumps(m.remediations))  # as they ended
         controller.stop()
         node.stop()
         m.final = node.event("final")
