@@ -82,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         metrics_port=0,
     )
     kopf_settings = kopf.OperatorSettings()
-    operator.configure(kopf_settings, verbose=False)
+    registry = build_registry()
+    operator.configure(kopf_settings, verbose=False, registry=registry)
     memo = kopf.Memo(state=operator.State(settings=settings))
     try:
         asyncio.run(
             kopf.operator(
-                registry=build_registry(),
+                registry=registry,
                 settings=kopf_settings,
                 standalone=True,
                 clusterwide=True,

@@ -60,3 +60,13 @@ def test_objects_without_a_name_or_version_are_not_kept() -> None:
     copies.offer({"metadata": {"namespace": "ns", "name": "a"}})
     copies.offer({"metadata": {"resourceVersion": "3"}})
     assert len(copies) == 0
+
+
+def test_an_equal_version_offered_again_keeps_the_first_copy() -> None:
+    """The answer to our own write is offered first, its watch event later: the same
+    version, not copied again (issue 23, fifth round)."""
+    copies = RemediationCopies()
+    copies.offer(_rem("12", phase="Remediating"))
+    copies.offer(_rem("12", phase="not this one"))
+    kept = copies.get("ns", "p-1234abcd")
+    assert kept is not None and kept["status"]["phase"] == "Remediating"

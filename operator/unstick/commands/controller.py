@@ -200,14 +200,15 @@ def run(args: argparse.Namespace) -> int:
         peering=None if args.standalone else PeeringSettings(args.peering, identity),
     )
     kopf_settings = kopf.OperatorSettings()
-    configure(kopf_settings, args.verbose)
+    registry = build_registry()
+    configure(kopf_settings, args.verbose, registry)
     kopf_settings.peering.lifetime = args.peering_lifetime
     memo = kopf.Memo(state=State(settings=settings))
     liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
     try:
         asyncio.run(
             kopf.operator(
-                registry=build_registry(),
+                registry=registry,
                 settings=kopf_settings,
                 standalone=args.standalone,
                 peering_name=None if args.standalone else args.peering,

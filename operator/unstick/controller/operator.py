@@ -136,8 +136,12 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             state.runtime.policies_changed()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def remediation_event(type: str, body: Any, memo: Any, **_: Any) -> None:
+    async def remediation_event(type: str, event: Any, memo: Any, **_: Any) -> None:
         state: State = memo.state
+        # The raw object of the event, a plain dict: Kopf's `body` is a view that resolves
+        # every key it is asked for (~5 % of the controller's GIL samples in a burst of 100
+        # stuck pods, issue 23). Nothing here changes it (the copies are copies).
+        body: dict[str, Any] = event.get("object") or {}
         uid = (body.get("spec") or {}).get(POD_UID)
         if not uid or state.runtime is None:
             return
@@ -179,23 +183,49 @@ def _write_validity(state: State, name: str, body: dict[str, Any], error: str | 
     )
 
 
+def essence_needed(registry: kopf.OperatorRegistry) -> bool:
+    """Does any handler of `registry` read Kopf's essence of an object? Only changing
+    (`on.create/update/resume/delete/field`) and spawning (daemons, timers) handlers do:
+    Kopf compares an object's essence with the stored one to find their causes and stores
+    it after a changing handler ran. `on.event`, activities and probes never read it."""
+    return bool(registry._changing.get_all_handlers() or registry._spawning.get_all_handlers())
+
+
 class LeanDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """Kopf's "essence" of an object (spec, labels, annotations: for changing handlers,
-    which unstick has none of) built without copying `status` first. Kopf deep-copies the
-    whole body on every event and then drops status — for a Remediation (probe, actions)
-    most of it: ~12 % of the controller's CPU in a burst of 100 stuck pods (issue 23).
-    The essence is the same: status is never part of it unless a handler names a field."""
+    """Kopf's "essence" of an object (spec, labels, annotations: for changing handlers)
+    built without copying `status` first. Kopf deep-copies the whole body on every event
+    and then drops status — for a Remediation (probe, actions) most of it: ~12 % of the
+    controller's CPU in a burst of 100 stuck pods (issue 23). The essence is the same:
+    status is never part of it unless a handler names a field.
+
+    With `needed=False` (a registry with no changing or spawning handler: `essence_needed`)
+    no essence is built at all — Kopf builds one for every event of every watched
+    resource and, without such handlers, uses it for nothing: the rest of the deep copy,
+    ~11 % of the controller's GIL samples in that burst (issue 23, fifth round)."""
+
+    def __init__(self, *, needed: bool = True) -> None:
+        super().__init__()
+        self.needed = needed
 
     def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        if not self.needed:
+            return kopf.BodyEssence()
         if not extra_fields and "status" in body:
             lean: Any = {k: v for k, v in body.items() if k != "status"}
             body = kopf.Body(lean)
         return super().build(body=body, extra_fields=extra_fields)
 
 
-def configure(settings: kopf.OperatorSettings, verbose: bool) -> None:
+def configure(
+    settings: kopf.OperatorSettings,
+    verbose: bool,
+    registry: kopf.OperatorRegistry | None = None,
+) -> None:
+    """Kopf's settings for the controller; with its `registry`, an essence is built only
+    if a handler reads it (`essence_needed`, LeanDiffBase)."""
     settings.posting.level = logging.WARNING  # Kopf posts only problems as Events
-    settings.persistence.diffbase_storage = LeanDiffBase()
+    needed = registry is None or essence_needed(registry)
+    settings.persistence.diffbase_storage = LeanDiffBase(needed=needed)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]

@@ -65,6 +65,10 @@ class RemediationCopies:
         key = _key(obj)
         if key is None or not version(obj):
             return
+        with self._lock:  # most offers are of a version kept already: no copy for those
+            current = self._copies.get(key)
+            if current is not None and not _newer(version(obj), version(current)):
+                return
         kept = _copy(dict(obj))
         with self._lock:
             current = self._copies.get(key)
