@@ -60,8 +60,10 @@ def test_tiny_node_side_benchmark_resolves_every_pod_and_leaves_nothing(tmp_path
     assert result["host_mounts"] >= settings.extra_mounts + settings.pods
     left = [p for p in me.children(recursive=True) if p.pid not in before_children]
     assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left
-    assert _mounts() == before_mounts  # the node's mounts lived only in its namespace
-    assert set(Path("/tmp").glob("ubn-*")) == before_roots  # the nodes' kubelet roots
+    assert not _mounts() - before_mounts  # the node's mounts lived only in its namespace
+    # the node's kubelet root is gone (only new ones count: another run on the machine may
+    # make and remove its own meanwhile)
+    assert not set(Path("/tmp").glob("ubn-*")) - before_roots
 
 
 def test_tiny_node_side_benchmark_removes_its_temporary_dir() -> None:
