@@ -213,3 +213,19 @@ def test_a_proc_that_does_not_show_every_process_makes_every_mount_unsure(
     scan = scan_waiters(str(tmp_path), _target())  # lists no process
     assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
     assert scan.unknown == [f"{tmp_path} lists no process (not a mounted /proc?)"]
+
+
+@needs_table  # to write the task's system call line (its number means nothing on s390x)
+def test_on_a_machine_without_a_system_call_table_a_blocked_task_cannot_be_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: "no waiters" on any machine but x86_64 and aarch64 — a plain unmount of a
+    # mount a task is blocked on then went ahead (and hung its worker).
+    proc = _proc(tmp_path, strings=(b"/mnt/nfs/x",))
+    monkeypatch.setattr(platform, "machine", lambda: "s390x")
+    scan = scan_waiters(proc, _target())
+    assert scan.waiters == [] and scan.unsure == ("/mnt/nfs",)
+    assert scan.unknown == [
+        "pid 42 (stat) in rpc_wait_bit_killable: no system call table for s390x: its path "
+        "cannot be told"
+    ]

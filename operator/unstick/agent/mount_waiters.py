@@ -12,7 +12,7 @@ Found from `<host-proc>` only, never touching the mount:
 2. its current system call, `<task>/syscall` (number and arguments while it is blocked):
    only the calls that look a path up (`stat`, `openat`, `statx`, `umount2`, `rename`'s
    two, ...), from this machine's table (`unstick.agent.syscall_paths`: x86_64, aarch64;
-   any other machine: nothing is found);
+   on any other machine every blocked task's path cannot be told: below);
 3. each path string, read from `<pid>/mem` at the argument's address — at most PATH_MAX
    bytes, only from an anonymous mapping or a file mapping on a device that the process's
    mount table shows mounted with a local filesystem (a page of a file on a hung mount
@@ -42,12 +42,10 @@ mounts is worked out per check, as above.
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from unstick.agent.holders_proc import PARSED
-from unstick.agent.syscall_paths import PATH_CALLS
 from unstick.agent.waiter_pass import (
     WAIT_FUNCTIONS,
     Blocked,
@@ -161,7 +159,7 @@ def scan_waiters(host_proc: str, targets: Iterable[Mount]) -> WaiterScan:
     targets. A `host_proc` that does not show every process makes every target unsure.
     The tasks are read by a pass that started after this call began (`waiter_pass`)."""
     match = _Match(list(targets))
-    if not match.targets or not PATH_CALLS.get(platform.machine()):
+    if not match.targets:
         return WaiterScan([], [])
     fuse = any(family(t.fstype) == "fuse" for t in match.targets)
     found = task_pass(host_proc, fuse)

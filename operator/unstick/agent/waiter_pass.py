@@ -185,6 +185,8 @@ class _Reader:
         line = read_small(f"{base}/syscall", 512)
         if line is None:  # gone, or not ours to read (no CAP_SYS_PTRACE): cannot tell
             return (), "" if not os.path.isdir(base) else "its system call could not be read"
+        if not self.calls:  # no table for this machine: any blocked task may be in a lookup
+            return (), f"no system call table for {platform.machine()}: its path cannot be told"
         call = parse_syscall(line)
         where = self.calls.get(call[0]) if call else None
         if call is None or where is None:
