@@ -102,6 +102,65 @@ def scenario_lazy(node: Node) -> dict[str, Any]:
     finally:
         executor_module.umount2 = real_umount2
     out["racy_still_mounted"] = str(racy) in mount_points()
+
+    # 4. EBUSY from an fd in flight, and between it and MNT_DETACH another mount is stacked
+    #    on the same point (from a hook around the plain umount2): the detach would hit
+    #    the new top mount, not the planned one; the mount is re-read first and refused.
+    stacked = node.projected(UID_A, "stacked")
+    pinned = node.start(
+        sys.executable,
+        "-c",
+        IN_FLIGHT,
+        str(stacked / "token"),
+        cwd=node.work,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert pinned.stdout is not None and pinned.stdout.readline().strip() == "ready"
+
+    def umount2_then_a_mount_on_top(path: str, flags: int = 0) -> None:
+        try:
+            real_umount2(path, flags)
+        finally:
+            if flags == 0:
+                subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", path], check=True
+                )
+
+    executor_module.umount2 = umount2_then_a_mount_on_top  # type: ignore[assignment]
+    try:
+        out["stacked_lazy"] = unmount(ex, stacked, True)
+    finally:
+        executor_module.umount2 = real_umount2
+    out["stacked_sources"] = [
+        line.split(" - ")[1].split()[1]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4] == str(stacked)
+    ]
+
+    # 5. The unmount of one volume (target: that mount point) with a mount inside it: the
+    #    plain umount2 fails with EBUSY (the submount), and a process starts using the
+    #    submount between the checks and the umount2 (a hook, as in 3): MNT_DETACH would
+    #    detach the whole subtree, the held submount with it: the re-scan counts it.
+    outer = node.projected(UID_A, "outer")
+    inner = outer / "inner"
+    inner.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "inner", str(inner)], check=True)
+    users: list[int] = []
+
+    def umount2_after_a_submount_user_appears(path: str, flags: int = 0) -> None:
+        if not users:
+            proc = node.start("sleep", "600", cwd=inner)
+            users.append(proc.pid)
+            wait_for("the submount user's cwd", lambda: _cwd_in(proc.pid, inner))
+        real_umount2(path, flags)
+
+    executor_module.umount2 = umount2_after_a_submount_user_appears  # type: ignore[assignment]
+    try:
+        out["submount_lazy"] = unmount(ex, outer, True)
+    finally:
+        executor_module.umount2 = real_umount2
+    out["submount_points"] = [p for p in mount_points() if p.startswith(str(outer))]
     return out
 
 

@@ -34,6 +34,15 @@ def test_lazy_unmount_only_after_ebusy_with_a_complete_scan_finding_nobody(
     assert racy["result"] == "refused", racy
     assert "busy (EBUSY) and" in racy["message"] and "via cwd" in racy["message"], racy
     assert r["racy_still_mounted"] is True
+    stacked = r["stacked_lazy"]  # a mount stacked between the EBUSY and the detach
+    assert stacked["result"] == "refused", (stacked, r["stacked_sources"])
+    assert "changed since it was planned" in stacked["message"], stacked
+    assert r["stacked_sources"][-1] == "foreign", r["stacked_sources"]  # the new one stays
+    assert len(r["stacked_sources"]) == 2, r["stacked_sources"]  # and the planned one too
+    sub = r["submount_lazy"]  # MNT_DETACH takes the subtree: a held submount refuses it
+    assert sub["result"] == "refused" and "is held" in sub["message"], sub
+    assert "busy (EBUSY) and" in sub["message"] and "/inner" in sub["message"], sub
+    assert len(r["submount_points"]) == 2, r["submount_points"]  # both still mounted
 
 
 def test_stale_or_unverified_requests_never_unmount(scenario, work: Path) -> None:

@@ -112,7 +112,7 @@ class Executor(RmdirSteps):
             self._check_pod(uid)
             self._check_mount(uid, current)
             self._check_no_waiters(current)
-            done.append(self._umount(current, lazy))
+            done.append(self._umount(uid, current, lazy))
         left = {(m.mount_id, m.mount_point) for m in self._pod_table(uid).mounts} & {
             (m.mount_id, m.mount_point) for m in todo
         }
@@ -120,10 +120,11 @@ class Executor(RmdirSteps):
             raise RuntimeError(f"still mounted after unmount: {sorted(p for _, p in left)}")
         return "unmounted " + ", ".join(done)
 
-    def _umount(self, mount: Mount, lazy: bool) -> str:
-        """Plain umount of the re-read mount; with `lazy`, MNT_DETACH after EBUSY only if a
-        fresh, complete holder scan still finds nobody (a hold that is not a process, e.g.
-        an fd in flight)."""
+    def _umount(self, uid: str, mount: Mount, lazy: bool) -> str:
+        """Plain umount of the re-read mount; with `lazy`, MNT_DETACH after EBUSY only if the
+        planned mount is still the one on top (re-read: MNT_DETACH takes whatever is
+        mounted there now, and its whole subtree) and a fresh, complete holder scan still
+        finds nobody (a hold that is not a process, e.g. an fd in flight)."""
         self.acts.act(needs_holders=True)
         try:
             umount2(mount.mount_point)
@@ -131,9 +132,12 @@ class Executor(RmdirSteps):
         except OSError as exc:
             if not (lazy and exc.errno == errno.EBUSY):
                 raise
-        self._check_no_holders(mount, after="busy (EBUSY) and ")
-        umount2(mount.mount_point, MNT_DETACH)
-        return f"{mount.mount_point} (lazy)"
+        current = self._recheck(uid, mount)
+        if current is None:
+            return f"{mount.mount_point} (gone meanwhile)"
+        self._check_no_holders(current, after="busy (EBUSY) and ")
+        umount2(current.mount_point, MNT_DETACH)
+        return f"{current.mount_point} (lazy)"
 
     # --- replay-unpublish ----------------------------------------------------------
 
