@@ -265,8 +265,8 @@ class PodRecords:
         """The pod is gone: its Remediation phase Resolved (kept as the audit trail), with
         the agent's results no pass recorded yet; none is written for a pod never seen
         stuck. False when every write met a newer version of the record (others — the
-        agent's late answer, the aftermath's waiters — kept writing it): the caller tries
-        again later, so a record is never left Remediating for a pod that is gone."""
+        agent's answer, the pod's last pass — kept writing it): the caller tries again
+        later, so a record is never left Remediating for a pod that is gone."""
         asked_agent = self.requests.last(record.uid) is not None
         self.requests.forget(record.uid)
         known = self.known.get(record.uid)
