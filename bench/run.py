@@ -136,10 +136,15 @@ def run_bench(  # noqa: PLR0917 (the run's few inputs)
     out_dir: Path,
     say: Progress,
     node_side: str | None = None,
+    *,
+    logs_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Every chosen contender, one after the other, then (with `node_side`, a
-    bench.nodeside preset) the node side; writes `<out_dir>/<name>.json` and `.png`."""
-    logs = Path(tempfile.mkdtemp(prefix=f"unstick-bench-{name}-"))
+    bench.nodeside preset) the node side; writes `<out_dir>/<name>.json` and `.png`. The
+    processes' logs go to `logs_dir`, else to a new directory in /tmp that is kept (its
+    path is said)."""
+    logs = logs_dir or Path(tempfile.mkdtemp(prefix=f"unstick-bench-{name}-"))
+    logs.mkdir(parents=True, exist_ok=True)
     say(f"benchmark {name!r}: {preset.size}; contenders {', '.join(chosen)}; logs in {logs}")
     settings = ScenarioSettings(
         size=preset.size,

@@ -5,6 +5,7 @@ shape, no writes to healthy pods, every NodeGone pod gone, every process stopped
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,14 @@ def _check_behaviour(result: dict[str, Any], contenders: tuple[str, ...]) -> Non
 def _run(name: str, contenders: tuple[str, ...], out: Path) -> dict[str, Any]:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
+    dirs_before = set(Path(tempfile.gettempdir()).glob(f"unstick-bench-{name}-*"))
     node_side = None if name == "tiny" else name
-    result = run_bench(name, PRESETS[name], contenders, out, Progress(), node_side)
+    result = run_bench(
+        name, PRESETS[name], contenders, out, Progress(), node_side, logs_dir=out / "logs"
+    )
+    # the logs went where they were asked to: nothing of the run is left in /tmp
+    assert not set(Path(tempfile.gettempdir()).glob(f"unstick-bench-{name}-*")) - dirs_before
+    assert (out / "logs" / "unstick.log").exists()
     left = [p for p in me.children(recursive=True) if p.pid not in before and p.is_running()]
     assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], left
     assert json.loads((out / f"{name}.json").read_text()) == result
