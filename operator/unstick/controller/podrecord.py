@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics, records, trust
-from unstick.controller.nodeside import late_agent_actions, steps_pending
+from unstick.controller.nodeside import LateActions, late_agent_actions, steps_pending
 from unstick.controller.statuswriter import Stale, StatusWriter
 from unstick.core.remediation import INCIDENT, POD_NAME, POD_UID, PROBE_REQUESTED_AT, rfc3339
 from unstick.core.vocabulary import Refusal
@@ -43,6 +43,16 @@ def log_resolved(record: TerminatingPod, now: float) -> None:
         record.uid,
         now - record.deletion_timestamp,
     )
+
+
+def resolved_status(rem: JSON, now: float) -> tuple[dict[str, Any], LateActions | None]:
+    """The status keys that mark `rem` Resolved at `now`, with the agent's results no pass
+    recorded yet (counted by the caller once the write succeeded: LateActions.count)."""
+    final: dict[str, Any] = {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None}
+    late = late_agent_actions(rem, now)
+    if late is not None:
+        final["actions"] = late.actions
+    return final, late
 
 
 def left_behind(found: list[JSON], listed: Callable[[str], bool]) -> list[JSON]:
@@ -101,14 +111,7 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
     if pod is not None and (pod.get("metadata") or {}).get("uid") == spec[POD_UID]:
         return False  # the pod is there: decided by its pass (or checked: recordcheck.py)
     for attempt in range(1, RESOLVE_ATTEMPTS + 1):
-        final: dict[str, Any] = {
-            "phase": "Resolved",
-            "resolvedAt": rfc3339(now),
-            "waitingFor": None,
-        }
-        late = late_agent_actions(rem, now)
-        if late is not None:
-            final["actions"] = late.actions
+        final, late = resolved_status(rem, now)
         version = str((rem.get("metadata") or {}).get("resourceVersion") or "")
         try:
             records.patch_status(kube, rem, final, resource_version=version)
@@ -344,14 +347,7 @@ class PodRecords:
     def _mark_resolved(self, record: TerminatingPod, rem: JSON, now: float) -> None:
         """Phase Resolved, with the agent's results no pass recorded yet; written onto the
         version `rem` is a copy of when it has one (statuswriter.py)."""
-        final: dict[str, Any] = {
-            "phase": "Resolved",
-            "resolvedAt": rfc3339(now),
-            "waitingFor": None,
-        }
-        late = late_agent_actions(rem, now)
-        if late is not None:
-            final["actions"] = late.actions
+        final, late = resolved_status(rem, now)
         if steps_pending(rem):  # the agent's answer comes after the pod went: await it
             self.awaiting_agent[record.uid] = (record.namespace, record.name)
             while len(self.awaiting_agent) > AWAITING_REMEMBERED:
