@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +46,50 @@ def _cwd_in(pid: int, path: Path) -> bool:
         return False
 
 
+def _hold_in_flight(node: Node, mount: Path) -> None:
+    """A file of `mount` held by no process: its fd in flight in a unix socket (IN_FLIGHT)."""
+    holder = node.start(
+        sys.executable,
+        "-c",
+        IN_FLIGHT,
+        str(mount / "token"),
+        cwd=node.work,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+
+
+@contextmanager
+def _umount2_hooked(hook: Callable[[Callable[..., None], str, int], None]) -> Iterator[None]:
+    """The executor's umount2 replaced by `hook(real_umount2, path, flags)` meanwhile."""
+    real = executor_module.umount2
+
+    def hooked(path: str, flags: int = 0) -> None:
+        hook(real, path, flags)
+
+    executor_module.umount2 = hooked  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        executor_module.umount2 = real
+
+
+def _a_user_appears_first(node: Node, cwd: Path) -> Callable[[Callable[..., None], str, int], None]:
+    """A hook (`_umount2_hooked`): before the first umount2, a process starts in `cwd`
+    (between the agent's checks and its act)."""
+    users: list[int] = []
+
+    def hook(real: Callable[..., None], path: str, flags: int) -> None:
+        if not users:
+            proc = node.start("sleep", "600", cwd=cwd)
+            users.append(proc.pid)
+            wait_for(f"a process in {cwd}", lambda: _cwd_in(proc.pid, cwd))
+        real(path, flags)
+
+    return hook
+
+
 def scenario_lazy(node: Node) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ex = node.executor()
@@ -68,16 +114,7 @@ def scenario_lazy(node: Node) -> dict[str, Any]:
     # 2. EBUSY from a hold that is not a process (an fd in flight); the scan is complete
     #    and finds nobody: plain unmount fails with EBUSY, lazy detaches.
     inflight = node.projected(UID_A, "inflight")
-    holder = node.start(
-        sys.executable,
-        "-c",
-        IN_FLIGHT,
-        str(inflight / "token"),
-        cwd=node.work,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    _hold_in_flight(node, inflight)
     out["inflight_plain"] = unmount(ex, inflight, False)
     out["inflight_mounted_after_plain"] = str(inflight) in mount_points()
     out["inflight_lazy"] = unmount(ex, inflight, True)
@@ -86,52 +123,27 @@ def scenario_lazy(node: Node) -> dict[str, Any]:
     # 3. A holder that appears between the agent's checks and its umount (started from a
     #    hook around umount2): EBUSY, the re-scan finds it, nothing is detached.
     racy = node.projected(UID_A, "racy")
-    real_umount2 = executor_module.umount2
-    late: list[int] = []
-
-    def umount2_after_a_holder_appears(path: str, flags: int = 0) -> None:
-        if not late:
-            proc = node.start("sleep", "600", cwd=racy)
-            late.append(proc.pid)
-            wait_for("the late holder's cwd", lambda: _cwd_in(proc.pid, racy))
-        real_umount2(path, flags)
-
-    executor_module.umount2 = umount2_after_a_holder_appears  # type: ignore[assignment]
-    try:
+    with _umount2_hooked(_a_user_appears_first(node, racy)):
         out["racy_lazy"] = unmount(ex, racy, True)
-    finally:
-        executor_module.umount2 = real_umount2
     out["racy_still_mounted"] = str(racy) in mount_points()
 
     # 4. EBUSY from an fd in flight, and between it and MNT_DETACH another mount is stacked
     #    on the same point (from a hook around the plain umount2): the detach would hit
     #    the new top mount, not the planned one; the mount is re-read first and refused.
     stacked = node.projected(UID_A, "stacked")
-    pinned = node.start(
-        sys.executable,
-        "-c",
-        IN_FLIGHT,
-        str(stacked / "token"),
-        cwd=node.work,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert pinned.stdout is not None and pinned.stdout.readline().strip() == "ready"
+    _hold_in_flight(node, stacked)
 
-    def umount2_then_a_mount_on_top(path: str, flags: int = 0) -> None:
+    def then_a_mount_on_top(real: Callable[..., None], path: str, flags: int) -> None:
         try:
-            real_umount2(path, flags)
+            real(path, flags)
         finally:
             if flags == 0:
                 subprocess.run(
                     ["mount", "-t", "tmpfs", "-o", "size=1m", "foreign", path], check=True
                 )
 
-    executor_module.umount2 = umount2_then_a_mount_on_top  # type: ignore[assignment]
-    try:
+    with _umount2_hooked(then_a_mount_on_top):
         out["stacked_lazy"] = unmount(ex, stacked, True)
-    finally:
-        executor_module.umount2 = real_umount2
     out["stacked_sources"] = [
         line.split(" - ")[1].split()[1]
         for line in Path("/proc/self/mountinfo").read_text().splitlines()
@@ -146,20 +158,8 @@ def scenario_lazy(node: Node) -> dict[str, Any]:
     inner = outer / "inner"
     inner.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "inner", str(inner)], check=True)
-    users: list[int] = []
-
-    def umount2_after_a_submount_user_appears(path: str, flags: int = 0) -> None:
-        if not users:
-            proc = node.start("sleep", "600", cwd=inner)
-            users.append(proc.pid)
-            wait_for("the submount user's cwd", lambda: _cwd_in(proc.pid, inner))
-        real_umount2(path, flags)
-
-    executor_module.umount2 = umount2_after_a_submount_user_appears  # type: ignore[assignment]
-    try:
+    with _umount2_hooked(_a_user_appears_first(node, inner)):
         out["submount_lazy"] = unmount(ex, outer, True)
-    finally:
-        executor_module.umount2 = real_umount2
     out["submount_points"] = [p for p in mount_points() if p.startswith(str(outer))]
     return out
 
