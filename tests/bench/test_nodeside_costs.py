@@ -6,38 +6,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
-from typing import Any
+
+from audit_events import audit_event
 
 from bench.nodeside_costs import CpuLedger, requests_per_pod
 
 WHO = {"controller": ("ctl/",), "agent": ("agent/",)}
 
 
-def _ev(t: float, ua: str, verb: str, resource: str, sub: str = "") -> dict[str, Any]:
-    stamp = datetime.fromtimestamp(1_800_000_000 + t, UTC).isoformat().replace("+00:00", "Z")
-    ref = {"resource": resource, "name": "x", **({"subresource": sub} if sub else {})}
-    return {
-        "stage": "ResponseComplete",
-        "verb": verb,
-        "userAgent": ua,
-        "objectRef": ref,
-        "responseStatus": {"code": 200},
-        "requestReceivedTimestamp": stamp,
-        "stageTimestamp": stamp,
-    }
-
-
 def test_requests_per_pod_by_client_verb_and_resource_in_the_window() -> None:
     events = [
-        _ev(0.5, "ctl/1", "get", "pods"),  # before the window
-        _ev(1.0, "ctl/1", "patch", "remediations", "status"),
-        _ev(1.1, "ctl/1", "patch", "remediations", "status"),
-        _ev(1.2, "ctl/1", "create", "remediations"),
-        _ev(1.3, "agent/1", "get", "pods"),
-        _ev(1.4, "agent/1", "watch", "remediations"),  # watches are not counted
-        _ev(1.5, "kube-apiserver/v1.36", "get", "namespaces"),  # named by its User-Agent
-        _ev(9.0, "ctl/1", "delete", "pods"),  # after the window
+        audit_event(0.5, "ctl/1", "get", "pods"),  # before the window
+        audit_event(1.0, "ctl/1", "patch", "remediations", sub="status"),
+        audit_event(1.1, "ctl/1", "patch", "remediations", sub="status"),
+        audit_event(1.2, "ctl/1", "create", "remediations"),
+        audit_event(1.3, "agent/1", "get", "pods"),
+        audit_event(1.4, "agent/1", "watch", "remediations"),  # watches are not counted
+        audit_event(1.5, "kube-apiserver/v1.36", "get", "namespaces"),  # named by its User-Agent
+        audit_event(9.0, "ctl/1", "delete", "pods"),  # after the window
     ]
     out = requests_per_pod(events, WHO, 1_800_000_001.0, 1_800_000_002.0, pods=2)
     assert out["per_pod"] == {

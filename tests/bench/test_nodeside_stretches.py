@@ -3,40 +3,27 @@ when), with the probe requested by a spec patch or in the create itself."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
+
+from audit_events import audit_event
 
 from bench.nodeside_stretches import STRETCHES, stretches
 
 WHO = {"controller": ("ctl/",), "agent": ("agent/",), "standin": ("kubelet/",)}
 
 
-def _ev(t: float, ua: str, verb: str, resource: str, name: str, sub: str = "") -> dict[str, Any]:
-    stamp = datetime.fromtimestamp(1_800_000_000 + t, UTC).isoformat().replace("+00:00", "Z")
-    ref = {"resource": resource, "name": name, **({"subresource": sub} if sub else {})}
-    return {
-        "stage": "ResponseComplete",
-        "verb": verb,
-        "userAgent": ua,
-        "objectRef": ref,
-        "responseStatus": {"code": 200},
-        "requestReceivedTimestamp": stamp,
-        "stageTimestamp": stamp,
-    }
-
-
 def _pod(probe_patch: bool) -> list[dict[str, Any]]:
     marks = [
-        _ev(1.0, "ctl/1", "create", "remediations", "r-a"),
-        *([_ev(1.5, "ctl/1", "patch", "remediations", "r-a")] if probe_patch else []),
-        _ev(2.0, "agent/1", "get", "pods", "a"),
-        _ev(2.5, "agent/1", "patch", "remediations", "r-a", "status"),
-        _ev(4.0, "ctl/1", "patch", "remediations", "r-a"),
-        _ev(7.0, "agent/1", "get", "pods", "a"),
-        _ev(8.0, "agent/1", "patch", "remediations", "r-a", "status"),
-        _ev(8.5, "kubelet/1", "delete", "pods", "a"),
+        audit_event(1.0, "ctl/1", "create", "remediations", "r-a"),
+        *([audit_event(1.5, "ctl/1", "patch", "remediations", "r-a")] if probe_patch else []),
+        audit_event(2.0, "agent/1", "get", "pods", "a"),
+        audit_event(2.5, "agent/1", "patch", "remediations", "r-a", "status"),
+        audit_event(4.0, "ctl/1", "patch", "remediations", "r-a"),
+        audit_event(7.0, "agent/1", "get", "pods", "a"),
+        audit_event(8.0, "agent/1", "patch", "remediations", "r-a", "status"),
+        audit_event(8.5, "kubelet/1", "delete", "pods", "a"),
     ]
-    other = _ev(3.0, "agent/1", "get", "pods", "b")  # another pod's request: not a's mark
+    other = audit_event(3.0, "agent/1", "get", "pods", "b")  # another pod's request: not a's mark
     return [*marks, other]
 
 
