@@ -125,41 +125,43 @@ def _unmounts_counted() -> float:
     return float(metrics.REMEDIATIONS.labels("unmount", "OrphanedMount", "succeeded")._value.get())
 
 
-def test_a_gone_pod_is_resolved_though_its_record_changes_under_the_first_writes(
-    objects: Objects, control_plane: ControlPlane, namespace: str
-) -> None:
-    kube = Meddling(ClientSettings(kubeconfig=str(control_plane.kubeconfig)), times=0)
+@pytest.fixture
+def kube(objects: Objects, control_plane: ControlPlane) -> Iterator[Meddling]:
+    """The controller's client; the other writer idle until a test sets `times`."""
+    client = Meddling(ClientSettings(kubeconfig=str(control_plane.kubeconfig)), times=0)
     try:
-        pod = _gone_pod(namespace)
-        pod_records, rem = _remediating(kube, pod)
-        kube.times, kube.guarded = 3, 0  # three writes of others, each right before one of ours
-        counted = _unmounts_counted()
-        done = pod_records.resolve(pod, time.time())
-        assert _phase(kube, rem) == "Resolved"
-        assert kube.met == 3 and kube.guarded == 4, (kube.met, kube.guarded)
-        assert done is True
-        # the agent's answer recorded with the mark, and counted once, not once per write
-        recorded = [(a["action"], a["by"]) for a in _status(kube, rem).get("actions") or []]
-        assert recorded == [("unmount", "agent")], recorded
-        assert _unmounts_counted() == counted + 1
+        yield client
     finally:
-        kube.close()
+        client.close()
+
+
+def test_a_gone_pod_is_resolved_though_its_record_changes_under_the_first_writes(
+    kube: Meddling, namespace: str
+) -> None:
+    pod = _gone_pod(namespace)
+    pod_records, rem = _remediating(kube, pod)
+    kube.times, kube.guarded = 3, 0  # three writes of others, each right before one of ours
+    counted = _unmounts_counted()
+    done = pod_records.resolve(pod, time.time())
+    assert _phase(kube, rem) == "Resolved"
+    assert kube.met == 3 and kube.guarded == 4, (kube.met, kube.guarded)
+    assert done is True
+    # the agent's answer recorded with the mark, and counted once, not once per write
+    recorded = [(a["action"], a["by"]) for a in _status(kube, rem).get("actions") or []]
+    assert recorded == [("unmount", "agent")], recorded
+    assert _unmounts_counted() == counted + 1
 
 
 def test_a_record_that_keeps_changing_is_resolved_by_a_later_call(
-    objects: Objects, control_plane: ControlPlane, namespace: str
+    kube: Meddling, namespace: str
 ) -> None:
-    kube = Meddling(ClientSettings(kubeconfig=str(control_plane.kubeconfig)), times=0)
-    try:
-        pod = _gone_pod(namespace)
-        pod_records, rem = _remediating(kube, pod)
-        kube.times, kube.guarded = RESOLVE_ATTEMPTS, 0  # each write of this call meets one
-        assert pod_records.resolve(pod, time.time()) is False  # the caller tries again
-        assert kube.guarded == RESOLVE_ATTEMPTS
-        assert _phase(kube, rem) == "Remediating"  # nothing half-written
-        # the runtime's later call: nothing of the pod is remembered any more (its copy and
-        # requests are forgotten), the record is found by the pod's names and marked
-        assert pod_records.resolve(pod, time.time()) is True
-        assert _phase(kube, rem) == "Resolved"
-    finally:
-        kube.close()
+    pod = _gone_pod(namespace)
+    pod_records, rem = _remediating(kube, pod)
+    kube.times, kube.guarded = RESOLVE_ATTEMPTS, 0  # each write of this call meets one
+    assert pod_records.resolve(pod, time.time()) is False  # the caller tries again
+    assert kube.guarded == RESOLVE_ATTEMPTS
+    assert _phase(kube, rem) == "Remediating"  # nothing half-written
+    # the runtime's later call: nothing of the pod is remembered any more (its copy and
+    # requests are forgotten), the record is found by the pod's names and marked
+    assert pod_records.resolve(pod, time.time()) is True
+    assert _phase(kube, rem) == "Resolved"
