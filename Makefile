@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]'
+	# The dev harness (devcluster/) and bench/ live beside the package, not in it: the
+	# development venv has the repository root on its path so every process it starts
+	# (the demo, the benchmark, a test's subprocess) imports them.
+	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/unstick-dev-harness.pth"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -52,9 +56,9 @@ kind-image: node-deps tools
 	bash hack/build-kind-node-image.sh
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests bench hack
-	$(VENV)/bin/ruff format --check operator tests bench hack
-	$(VENV)/bin/mypy operator/unstick
+	$(VENV)/bin/ruff check operator devcluster tests bench hack
+	$(VENV)/bin/ruff format --check operator devcluster tests bench hack
+	$(VENV)/bin/mypy operator/unstick devcluster
 	$(VENV)/bin/lint-imports
 
 # Every test in three pytest runs side by side (hack/run-tests.sh: the real machines,

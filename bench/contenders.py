@@ -6,7 +6,7 @@
 - `podgc`: `kube-controller-manager --controllers=podgc`, Kubernetes' own pod garbage
   collector, which force-deletes pods bound to nodes that no longer exist.
 
-Every process is a `unstick.devcluster.process.Process`: killed with the benchmark
+Every process is a `devcluster.process.Process`: killed with the benchmark
 (PR_SET_PDEATHSIG) and stopped by PID (TERM, then KILL).
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench.kopf_native import USER_AGENT as KOPF_NATIVE_UA
 from bench.naive import USER_AGENT as NAIVE_UA
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import Process, env_with_path, free_port
+from devcluster import ControlPlane
+from devcluster.process import Process, env_with_path, free_port
 
 ALL = ("unstick", "naive", "kopf_native", "podgc")
 # Extra, on request (--contenders): unstick as shipped but with `--workers 32`, to show how

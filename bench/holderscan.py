@@ -4,7 +4,7 @@ of them a holder), one real tmpfs mount of a pod in a private mount namespace; t
 
 - one `scan_holders` of the pod's mount (what a node step does right before its act), and
 - the probes of `pods` pods asked at once, each scanning alone vs sharing one scan
-  (`unstick.agent.scangroup`, what the agent's handler does for probes).
+  (`unstick.agent.holders.scan_group`, what the agent's handler does for probes).
 
 Run as root. It re-runs itself under `unshare -m --propagation private`; every process it
 starts is killed (by pid) and its mounts live only in that namespace. Prints JSON.
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unstick.agent.holders import scan_holders
-from unstick.agent.scangroup import ScanGroup, shared_scans
-from unstick.core.mountinfo import Mount, parse_mountinfo
+from unstick.agent.holders.scan import scan_holders
+from unstick.agent.holders.scan_group import ScanGroup, shared_scans
+from unstick.core.model.mountinfo import Mount, parse_mountinfo
 
 UID = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from unstick.core.kubelet_paths import pod_dir
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.core.model.kubelet_paths import pod_dir
+from unstick.core.model.mountinfo import parse_mountinfo
 
 NAIVE_UA = "unstick-bench-naive-unmount/1"
 

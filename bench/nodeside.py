@@ -6,7 +6,7 @@ csi-driver-host-path state bug: the driver restarted and forgot its mounts), res
 the real `unstick agent` and the real `unstick controller --standalone` (started exactly as
 the scale benchmark starts its `unstick` contender, rate limits lifted) on the embedded
 control plane (etcd + kube-apiserver, audit log on). The node is the demo's
-(`unstick.demo.node`, here `bench/nodeside_node.py`): real mounts in a private mount
+(`devcluster.demo.node`, here `bench/nodeside_node.py`): real mounts in a private mount
 namespace under a temporary kubelet root, the project's CSI plugin registered through
 `plugins_registry/`, and a kubelet stand-in that finalises a pod once nothing of it is
 left on the node. Two points, each run on a fresh control plane and node:
@@ -50,11 +50,11 @@ from bench.nodeside_costs import CpuLedger, requests_per_pod
 from bench.nodeside_node import STANDIN_UA
 from bench.nodeside_stretches import stretches
 from bench.workload import DRIVER_UA, Api, parse_rfc3339
-from unstick.demo.cluster import _node_status
-from unstick.demo.scenarios import CSI_DRIVER
-from unstick.demo.standin import NodeProcess
-from unstick.devcluster import ControlPlane, ControlPlaneSettings, node_manifest
-from unstick.devcluster.process import Process, free_port, wait_until
+from devcluster import ControlPlane, ControlPlaneSettings, node_manifest
+from devcluster.demo.cluster import _node_status
+from devcluster.demo.scenarios import CSI_DRIVER
+from devcluster.demo.standin import NodeProcess
+from devcluster.process import Process, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-nodeside"

@@ -1,6 +1,6 @@
 """The node-side benchmark's one node, run inside a private mount namespace (`unshare -m`).
 
-Built from the demo's node (`unstick.demo.node.Node`: the kubelet root on a tmpfs, the
+Built from the demo's node (`devcluster.demo.node.Node`: the kubelet root on a tmpfs, the
 project's CSI plugin registered through `plugins_registry/`, the real `unstick agent`, the
 kubelet stand-in), scaled up:
 - every stuck pod gets a CSI volume staged and published through the plugin, plus a stale
@@ -41,12 +41,12 @@ from typing import Any
 
 from kubernetes import client, config
 
-from unstick.agent import csi_client
-from unstick.agent.probe import probe_pod
+from devcluster.demo.node import Node, _emit, _mount_points, _sh
+from devcluster.demo.scenarios import CSI_DRIVER
+from unstick.agent.probe.collect import probe_pod
 from unstick.agent.settings import AgentSettings
-from unstick.core.kubelet_paths import pod_dir
-from unstick.demo.node import Node, _emit, _mount_points, _sh
-from unstick.demo.scenarios import CSI_DRIVER
+from unstick.agent.steps import csi_client
+from unstick.core.model.kubelet_paths import pod_dir
 
 STANDIN_UA = "unstick-bench-kubelet/1"  # the stand-in's requests in the audit log
 FINAL_DELETES_IN_FLIGHT = 8  # the stand-in's final deletes of one pass, at most at once

@@ -38,7 +38,7 @@ from bench.nodeside import (
 )
 from bench.nodeside_node import STANDIN_UA
 from bench.workload import Api
-from unstick.devcluster import ControlPlane, ControlPlaneSettings
+from devcluster import ControlPlane, ControlPlaneSettings
 
 RESOLVERS = {"naive": (NAIVE_UA, STANDIN_UA), "kubelet": (STANDIN_UA,)}
 

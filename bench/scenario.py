@@ -36,8 +36,8 @@ from bench.workload import (
     wait_running,
 )
 from bench.workload import strike as make_stuck
-from unstick.devcluster import ControlPlane, ControlPlaneSettings, Kwok
-from unstick.devcluster.process import Process
+from devcluster import ControlPlane, ControlPlaneSettings, Kwok
+from devcluster.process import Process
 
 Say = Callable[[str], None]
 STARTUP_GRACE_S = 5.0

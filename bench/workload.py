@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import urllib3
 
-from unstick.devcluster import ControlPlane, node_manifest
+from devcluster import ControlPlane, node_manifest
 
 DRIVER_UA = "unstick-bench-driver/1"
 NAMESPACE = "bench"

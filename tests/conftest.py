@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from unstick.devcluster import ControlPlane, Kwok, find_bin_dir, node_manifest
+from devcluster import ControlPlane, Kwok, find_bin_dir, node_manifest
 
 # The property tests draw the same examples on every run (Hypothesis seeds each test from
 # its own name): `make test` and CI see what a developer saw, and a property failure is
@@ -36,7 +36,7 @@ def _unshare_works() -> str | None:
 
 def _kind_unavailable() -> str | None:
     """The kind suite (tests/kind): podman, root, kind and the tools to build its node image."""
-    from unstick.devcluster.kind_check import kind_unavailable
+    from devcluster.kind_check import kind_unavailable
 
     return kind_unavailable()
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from mountns_scenarios import UID_A, Node, main, sh
 
-from unstick.agent.holders import scan_holders
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.agent.holders.scan import scan_holders
+from unstick.core.model.mountinfo import parse_mountinfo
 
 STAGING = "plugins/kubernetes.io/csi/seed.csi.unstick.dev/0123abcd/globalmount"
 

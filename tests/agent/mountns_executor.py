@@ -16,8 +16,8 @@ from typing import Any
 
 from mountns_scenarios import UID_A, Node, main, mount_points, sh
 
-from unstick.agent.executor import Executor
-from unstick.agent.mounts import MountTable
+from unstick.agent.probe.mount_file import MountTable
+from unstick.agent.steps.executor import Executor
 
 ODD_SOURCE = "nfs\x1cserver\u2028:/export"
 

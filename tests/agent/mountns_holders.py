@@ -17,7 +17,7 @@ from typing import Any
 
 from mountns_scenarios import UID_A, Node, main, mount_points, sh
 
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.core.model.mountinfo import parse_mountinfo
 
 
 def _second_namespace(node: Node, then: str) -> subprocess.Popen[str]:

@@ -121,9 +121,9 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
     """Nothing holds the stopped mount; only processes outside the pod wait on it — a
     `stat` of the mount point (the kubelet's check) and a `cat` of a file in it (open).
     fusectl's `waiting` is switched off for the second probe: what it finds comes from
-    the tasks' blocked system calls alone (agent/mount_waiters.py)."""
-    import unstick.agent.hung_mounts as hung_mounts
-    from unstick.agent.mount_waiters import mount_waiters
+    the tasks' blocked system calls alone (agent/probe/waiters.py)."""
+    import unstick.agent.probe.hung_mounts as hung_mounts
+    from unstick.agent.probe.waiters import mount_waiters
 
     vol, daemon = _hung_volume(node)
     daemon.send_signal(signal.SIGSTOP)
@@ -164,7 +164,7 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
 def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
     """The only waiter looks the mount up through `..` (`stat <vol>/../pv-data`): its path
     is never resolved, so nobody is named — and the plain unmount cannot tell, so refuses."""
-    from unstick.agent.mount_waiters import scan_waiters
+    from unstick.agent.probe.waiters import scan_waiters
 
     vol, daemon = _hung_volume(node)
     daemon.send_signal(signal.SIGSTOP)
@@ -208,8 +208,8 @@ def scenario_fuse_csi_replay_waiter(node: Node) -> dict[str, Any]:
 
     import grpc
 
-    from unstick.agent.executor import Executor
-    from unstick.agent.plugins import Plugin
+    from unstick.agent.probe.plugins import Plugin
+    from unstick.agent.steps.executor import Executor
 
     target = node.csi_volume(UID_A, "pv-fuse", "vol-fuse", bind=False)
     vol, daemon = _hung_volume(node, target)

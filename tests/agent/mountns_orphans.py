@@ -19,8 +19,8 @@ from typing import Any
 
 from mountns_scenarios import UID_A, UID_B, Node, main, mount_points
 
-from unstick.agent.authority import NodeBudget
-from unstick.agent.orphans import OrphanPass
+from unstick.agent.authority.rederive import NodeBudget
+from unstick.agent.orphans.cleanup import OrphanPass
 
 UID_C = "cccccccc-3333-4333-8333-cccccccccccc"
 LIVE = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"

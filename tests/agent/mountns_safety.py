@@ -21,10 +21,10 @@ from typing import Any
 from mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
 from policy_sources import opted_in
 
-import unstick.agent.executor as executor_module
-from unstick.agent.executor import Executor
+import unstick.agent.steps.executor as executor_module
 from unstick.agent.handler import Handler
-from unstick.agent.probe import rfc3339
+from unstick.agent.probe.collect import rfc3339
+from unstick.agent.steps.executor import Executor
 
 # Holds a file of the mount without any process having it open: the fd is in flight in a
 # unix socket's queue (SCM_RIGHTS). No cwd/root/fd/maps/mountns of any process shows it.

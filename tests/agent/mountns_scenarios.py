@@ -23,13 +23,13 @@ from typing import Any
 import grpc
 from policy_sources import opted_in
 
-from unstick.agent.executor import Executor
+from devcluster.csi_hostpath import kubelet_capability
 from unstick.agent.handler import Handler
-from unstick.agent.probe import probe_pod, rfc3339
+from unstick.agent.probe.collect import probe_pod, rfc3339
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.agent.settings import AgentSettings
-from unstick.core.mountinfo import parse_mountinfo
-from unstick.devcluster.csi_hostpath import kubelet_capability
+from unstick.agent.steps.executor import Executor
+from unstick.core.model.mountinfo import parse_mountinfo
 
 UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 UID_B = "bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"
@@ -293,7 +293,7 @@ def scenario_other_uid(node: Node) -> dict[str, Any]:
 
 
 class CSIServer:
-    """unstick.devcluster.csi_hostpath as a process of this namespace."""
+    """devcluster.csi_hostpath as a process of this namespace."""
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -303,7 +303,7 @@ class CSIServer:
         plugin_dir.mkdir(parents=True, exist_ok=True)
         self.csi_socket = str(plugin_dir / "csi.sock")
         self.args = [
-            sys.executable, "-m", "unstick.devcluster.csi_hostpath", "--name", DRIVER,
+            sys.executable, "-m", "devcluster.csi_hostpath", "--name", DRIVER,
             "--csi-socket", self.csi_socket,
             "--registration-socket", str(registry / f"{DRIVER}-reg.sock"),
             "--data-dir", str(node.data), "--state-file", str(node.work / "csi-state.json"),
@@ -473,9 +473,9 @@ def _bundle(probe: dict[str, Any]) -> dict[str, Any]:
 def scenario_core_plan(node: Node) -> dict[str, Any]:
     """The whole node side: live probe -> the core's diagnosis and plan -> the plan's node
     steps through the agent's handler -> a fresh probe -> the core's diagnosis again."""
-    from unstick.core.diagnosis import diagnose
-    from unstick.core.planner import plan
-    from unstick.core.snapshot import parse_bundle
+    from unstick.core.model.snapshot import parse_bundle
+    from unstick.core.policy.planner import plan
+    from unstick.core.rules.diagnosis import diagnose
     from unstick.core.vocabulary import NODE_ACTIONS
 
     server = CSIServer(node)

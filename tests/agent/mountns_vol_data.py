@@ -22,9 +22,9 @@ import grpc
 from mountns_scenarios import UID_A, CSIServer, Node, _bundle, main, mount_points, step, tree
 
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import NODE_ACTIONS
 
 

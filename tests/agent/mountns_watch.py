@@ -1,4 +1,4 @@
-"""The agent's mount-table view (agent/mounttable.py) against real mounts made by other
+"""The agent's mount-table view (agent/probe/mount_table.py) against real mounts made by other
 processes, run INSIDE a private mount namespace by conftest (`script=WATCH`):
 
 - `foreign`: a mount and an unmount by another process of this namespace, and by a
@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mountns_scenarios import Node, main, sh
 
-from unstick.agent.mounts import MountTable
-from unstick.agent.mounttable import MountWatch, Snapshot
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.agent.probe.mount_file import MountTable
+from unstick.agent.probe.mount_table import MountWatch, Snapshot
+from unstick.core.model.mountinfo import parse_mountinfo
 
 UID = "cccccccc-3333-4333-8333-cccccccccccc"
 SLOTS = 4

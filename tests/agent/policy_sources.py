@@ -1,6 +1,6 @@
 """RemediationPolicy and namespace answers for Handlers built without an API server.
 
-What `unstick.agent.authority.read_mandate` would read from the API for a pod in a
+What `unstick.agent.authority.rederive.read_mandate` would read from the API for a pod in a
 namespace labelled `unstick.dev/remediate=true` under the policy `default`; the policy's
 `dryRun`, `actions` and `lazyUnmount` are the test's to choose. Tests with a real API
 server create the real objects instead (test_agent_envtest.py).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstick.agent.authority import PolicySources
+from unstick.agent.authority.rederive import PolicySources
 
 NODE_ACTIONS = ["replay-unpublish", "unmount", "rmdir-stale", "restart-kubelet"]
 

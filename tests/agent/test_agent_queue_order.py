@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from devcluster.process import wait_until
 from unstick.agent.loop import Agent, KeyedWorkers
-from unstick.devcluster.process import wait_until
 
 
 class Gate:

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from policy_sources import opted_in
 
-from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
-from unstick.agent.holders import scan_holders
+from unstick.agent.holders.scan import scan_holders
 from unstick.agent.settings import AgentSettings
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.agent.steps.executor import Executor
+from unstick.core.model.mountinfo import parse_mountinfo
 
 UID = "cccccccc-3333-4333-8333-cccccccccccc"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -212,8 +212,8 @@ def test_unreadable_fds_make_the_scan_unknown(tmp_path: Path) -> None:
     try:
         script = (
             "import os, sys; sys.path[:0] = sys.argv[2:]\n"
-            "from unstick.agent.holders import scan_holders\n"
-            "from unstick.core.mountinfo import parse_mountinfo\n"
+            "from unstick.agent.holders.scan import scan_holders\n"
+            "from unstick.core.model.mountinfo import parse_mountinfo\n"
             "os.setgid(65534); os.setuid(65534)\n"
             "m = parse_mountinfo('50 22 0:1048575 / /x/vol rw - tmpfs tmpfs rw\\n')\n"
             "print(scan_holders('/proc', m).unknown)\n"

@@ -1,4 +1,4 @@
-"""The agent's namespace scope (`agent/scope.py`): a Remediation outside the controller's
+"""The agent's namespace scope (`agent/authority/scope.py`): a Remediation outside the controller's
 scope gets its requests refused on record, each request once, and nothing else; and its
 check that the admission policy is in force (`AdmissionGate`, as the agent holds it). The real agent
 against the real API server: tests/envtest/test_remediation_boundary.py."""
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from unstick.agent import admission_check
+from unstick.agent.authority import admission as admission_check
+from unstick.agent.authority.scope import ScopeGate
 from unstick.agent.loop import Agent, LoopSettings
-from unstick.agent.scope import ScopeGate
 from unstick.agent.settings import AgentSettings
 from unstick.core.vocabulary import Refusal
 

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from devcluster.process import wait_until
 from unstick.agent.loop import Agent
 from unstick.core.remediation import POLICIES
-from unstick.devcluster.process import wait_until
 
 
 class Api:

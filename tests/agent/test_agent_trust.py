@@ -14,10 +14,10 @@ from typing import Any
 
 from policy_sources import opted_in
 
-from unstick.agent.authority import NodeBudget, PolicySources
-from unstick.agent.executor import Executor
+from unstick.agent.authority.rederive import NodeBudget, PolicySources
 from unstick.agent.handler import Handler
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.executor import Executor
 
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

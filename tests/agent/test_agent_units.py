@@ -22,21 +22,21 @@ import grpc
 import pytest
 from policy_sources import opted_in
 
-from unstick.agent.containers import cgroup_containers, pod_containers
-from unstick.agent.executor import Executor
 from unstick.agent.handler import Handler
-from unstick.agent.kubelet_health import kubelet_healthy
-from unstick.agent.plugins import registered_plugins
+from unstick.agent.probe.containers import cgroup_containers, pod_containers
+from unstick.agent.probe.kubelet_health import kubelet_healthy
+from unstick.agent.probe.plugins import registered_plugins
 from unstick.agent.proto import (
     cri_pb2,
     cri_pb2_grpc,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from unstick.agent.safepath import UnsafePath, check_path
 from unstick.agent.settings import AgentSettings
-from unstick.core.mount_identity import MountTable, Target, holding_copies, is_copy
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.agent.steps.executor import Executor
+from unstick.agent.steps.safepath import UnsafePath, check_path
+from unstick.core.model.mount_identity import MountTable, Target, holding_copies, is_copy
+from unstick.core.model.mountinfo import parse_mountinfo
 
 UID = "cccccccc-3333-4333-8333-cccccccccccc"
 

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from devcluster.process import wait_until
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.core import remediation as rem
-from unstick.devcluster.process import wait_until
 from unstick.kube.client import ClientSettings, Kube, remediation_path
 
 pytestmark = pytest.mark.envtest

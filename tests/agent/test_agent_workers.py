@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from devcluster.process import wait_until
 from unstick.agent.loop import KeyedWorkers
-from unstick.devcluster.process import wait_until
 
 
 class Recorder:

@@ -1,5 +1,5 @@
 """The container check's cgroup scan, one pass over the host's processes shared by the
-pods asking at the same time (agent/containers.py, scangroup.NextPass): a caller never
+pods asking at the same time (agent/probe/containers.py, scangroup.NextPass): a caller never
 gets a pass that started before it asked; each pod gets exactly what a scan of its own
 would have found, from a directory laid out like /proc."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent import containers
-from unstick.agent.containers import Member, scan_cgroups
-from unstick.agent.scangroup import NextPass
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
+from unstick.agent.holders.scan_group import NextPass
+from unstick.agent.probe import containers
+from unstick.agent.probe.containers import Member, scan_cgroups
 
 UID_A = "0c6b5a52-7d1e-4f0a-9a6e-1c2d3e4f5a6b"
 UID_B = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"

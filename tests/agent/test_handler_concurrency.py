@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from unstick.agent.executor import SUCCEEDED, Executor, StepResult
+from devcluster.process import wait_until
 from unstick.agent.handler import Handler, KeyLocks
 from unstick.agent.settings import AgentSettings
-from unstick.devcluster.process import wait_until
+from unstick.agent.steps.executor import SUCCEEDED, Executor, StepResult
 
 
 class GatedExecutor:

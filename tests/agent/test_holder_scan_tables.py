@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from unstick.agent.holders import scan_holders
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.agent.holders.scan import scan_holders
+from unstick.core.model.mountinfo import parse_mountinfo
 
 TARGET = "50 22 0:1048575 / /x/vol rw - tmpfs tmpfs rw\n"
 

@@ -1,5 +1,5 @@
 """The holder scan's parse of a namespace's table that changed since its last parse
-(agent/holders_proc.py): only the new lines are split, and the table is exactly the one
+(agent/holders/proc.py): only the new lines are split, and the table is exactly the one
 `parse_relevant` gives for the whole text — after mounts come and go, for other devices
 asked about, and with an unparsable line (the same error, the same line number)."""
 
@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from unstick.agent.holders_proc import ParsedTables, table_of
-from unstick.core.mount_identity import MountTable
-from unstick.core.mountinfo import MountinfoError, parse_relevant
+from unstick.agent.holders.proc import ParsedTables, table_of
+from unstick.core.model.mount_identity import MountTable
+from unstick.core.model.mountinfo import MountinfoError, parse_relevant
 
 BASE = [
     "22 1 0:21 / /proc rw,nosuid - proc proc rw",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.executor import Executor
-from unstick.agent.kubelet_restart import parse_nsenter
+from devcluster.process import wait_until
 from unstick.agent.settings import AgentSettings
-from unstick.devcluster.process import wait_until
+from unstick.agent.steps.executor import Executor
+from unstick.agent.steps.restart_kubelet import parse_nsenter
 
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""agent/mount_waiters.py's reading of a task's blocked system call, on this process's own
+"""agent/probe/waiters.py's reading of a task's blocked system call, on this process's own
 /proc: the syscall line, the path string from `/proc/<pid>/mem` (only from anonymous memory
 or a file mapping on a device the process's table shows with a local filesystem), lexical
 paths; what cannot be told is unknown, naming the mounts it could wait on. A blocked task
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.mount_waiters import (
+from unstick.agent.probe.waiters import (
     WaiterScan,
     _Reader,
     lexical,
@@ -25,7 +25,7 @@ from unstick.agent.mount_waiters import (
     scan_waiters,
     signed,
 )
-from unstick.core.mountinfo import Mount, parse_mountinfo
+from unstick.core.model.mountinfo import Mount, parse_mountinfo
 
 MAPS = (
     "55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0          [heap]\n"

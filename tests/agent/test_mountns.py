@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.core.snapshot import parse_probe
+from unstick.core.model.snapshot import parse_probe
 
 pytestmark = pytest.mark.mountns
 

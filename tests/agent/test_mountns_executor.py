@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.executor import Executor
-from unstick.agent.mounts import MountTable
+from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.executor import Executor
 
 pytestmark = pytest.mark.mountns
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Action, Cause
 
 pytestmark = [
@@ -139,7 +139,7 @@ def test_a_fuse_mount_whose_daemon_answers_is_not_hung(scenario, work: Path) -> 
 
 
 def test_only_a_client_waiting_for_its_server_counts_as_blocked() -> None:
-    from unstick.agent.hung_mounts import waits_in
+    from unstick.agent.probe.hung_mounts import waits_in
 
     asked = ("request_wait_answer", "__fuse_simple_request", "fuse_lookup_name")
     assert waits_in("fuse", "request_wait_answer", asked) == "request_wait_answer"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.vol_data import VOL_DATA
+from unstick.agent.steps.vol_data import VOL_DATA
 
 pytestmark = pytest.mark.mountns
 

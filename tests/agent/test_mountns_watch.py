@@ -1,4 +1,4 @@
-"""The mount-table view re-read only when the kernel says it changed (agent/mounttable.py):
+"""The mount-table view re-read only when the kernel says it changed (agent/probe/mount_table.py):
 real mounts and unmounts by other processes, in this namespace and propagated from
 another, are seen by the next check; a property test over interleavings of the agent's
 checks and foreign changes, some made inside a check (mountns_watch.py)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.executor import FRESH
+from unstick.agent.steps.executor import FRESH
 
 pytestmark = pytest.mark.mountns
 

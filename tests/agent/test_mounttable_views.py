@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.agent.mounts import pod_lines
-from unstick.agent.mounttable import MountWatch
-from unstick.core.mountinfo import escape, parse_mountinfo
+from unstick.agent.probe.mount_file import pod_lines
+from unstick.agent.probe.mount_table import MountWatch
+from unstick.core.model.mountinfo import escape, parse_mountinfo
 
 ROOT = "/var/lib/kube let"  # a space: \040 in mountinfo
 UIDS = ["u1", "u1x", "u 2", "u\\3"]

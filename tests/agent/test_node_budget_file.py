@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent import authority
-from unstick.agent.authority import NodeBudget, read_grants
+from unstick.agent.authority import rederive as authority
+from unstick.agent.authority.rederive import NodeBudget, read_grants
 
 T = 1_800_000_000.0
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from unstick.agent.orphans import rmdir_empty_tree
-from unstick.agent.safepath import UnsafePath, rmdir_at
+from unstick.agent.orphans.cleanup import rmdir_empty_tree
+from unstick.agent.steps.safepath import UnsafePath, rmdir_at
 
 UID = "abababab-7777-4777-8777-abababababab"
 EMPTY_DIR = "kubernetes.io~empty-dir"

@@ -1,4 +1,4 @@
-"""The agent keeps GetInfo answers (agent/plugins.py Registrations) per registration socket
+"""The agent keeps GetInfo answers (agent/probe/plugins.py Registrations) per registration socket
 file, at most 2 s: over real gRPC registration sockets, a burst of lookups asks each plugin
 once, and a driver that re-registers at the same socket path, a new socket, a removed
 socket and a dead driver's leftover socket are all seen by the rule of the module doc."""
@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from unstick.agent.plugins import Registrations
+from unstick.agent.probe.plugins import Registrations
 from unstick.agent.proto import pluginregistration_pb2, pluginregistration_pb2_grpc
 
 DRIVER = "a.csi.example.com"

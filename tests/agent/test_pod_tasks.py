@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from unstick.agent.containers import Member, pod_component
-from unstick.agent.executor import Executor
-from unstick.agent.pod_tasks import CgroupMount, frozen_cgroups
-from unstick.agent.probe import probe_pod
+from devcluster.process import wait_until
+from unstick.agent.probe.collect import probe_pod
+from unstick.agent.probe.containers import Member, pod_component
+from unstick.agent.probe.pod_tasks import CgroupMount, frozen_cgroups
 from unstick.agent.settings import AgentSettings
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import parse_bundle
+from unstick.agent.steps.executor import Executor
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
-from unstick.devcluster.process import wait_until
 
 UID = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
 NOW = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)

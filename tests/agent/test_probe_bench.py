@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from unstick.agent.mounts import read_mount_table
-from unstick.agent.probe import orphaned_mounts, probe_pod
+from unstick.agent.probe.collect import orphaned_mounts, probe_pod
+from unstick.agent.probe.mount_file import read_mount_table
 from unstick.agent.settings import AgentSettings
 
 ROOT = "/var/lib/kubelet"

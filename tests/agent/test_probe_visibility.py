@@ -19,13 +19,13 @@ from typing import Any
 import grpc
 import pytest
 
-from unstick.agent.containers import runtime_answer, scan_cgroups
-from unstick.agent.probe import probe_pod
+from unstick.agent.probe.collect import probe_pod
+from unstick.agent.probe.containers import runtime_answer, scan_cgroups
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
 from unstick.agent.settings import AgentSettings
 from unstick.commands.agent import kubelet_root_problem
-from unstick.core.diagnosis import diagnose
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Cause
 
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
@@ -169,7 +169,7 @@ def test_an_unreadable_cgroup_file_makes_the_cgroup_scan_incomplete(tmp_path: Pa
     (proc / "2" / "cgroup").chmod(0o600)
     (proc / "self").symlink_to("1")
     code = (
-        "from unstick.agent.containers import scan_cgroups, runtime_answer\n"
+        "from unstick.agent.probe.containers import scan_cgroups, runtime_answer\n"
         f"print(scan_cgroups({str(proc)!r}, {UID!r}).gap)\n"
         f"print(runtime_answer({str(proc)!r}, {UID!r}, None).runtime)\n"
     )

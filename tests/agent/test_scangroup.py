@@ -1,4 +1,4 @@
-"""One holder scan for the probes of several pods (agent/scangroup.py), with the real scan
+"""One holder scan for the probes of several pods (agent/holders/scan_group.py), with the real scan
 over this machine's /proc: callers asking at the same time share one scan; a caller that
 asks while a scan runs never gets that scan (it started before the caller asked) but the
 next one; each caller gets only the holders of its own mounts."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import threading
 
-from unstick.agent import holders
-from unstick.agent.holders import HolderScan, scan_holders
-from unstick.agent.scangroup import ScanGroup, shared_scans
-from unstick.core.mountinfo import Mount, parse_mountinfo
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
+from unstick.agent.holders import scan as holders
+from unstick.agent.holders.scan import HolderScan, scan_holders
+from unstick.agent.holders.scan_group import ScanGroup, shared_scans
+from unstick.core.model.mountinfo import Mount, parse_mountinfo
 
 
 def _mount(point: str) -> Mount:

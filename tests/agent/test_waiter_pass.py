@@ -1,4 +1,4 @@
-"""The waiter scan's shared pass over a node's tasks (agent/waiter_pass.py): checks asking
+"""The waiter scan's shared pass over a node's tasks (agent/probe/waiter_pass.py): checks asking
 at the same time share one pass, each picking its own mounts' waiters from it; a check that
 asks while a pass runs gets the next pass, never that one, so a task that started waiting
 after a pass read the node is seen by every check that asked after it started waiting.
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent import waiter_pass
-from unstick.agent.mount_waiters import WaiterScan, scan_waiters
-from unstick.agent.scangroup import NextPass
-from unstick.core.mountinfo import Mount, parse_mountinfo
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
+from unstick.agent.holders.scan_group import NextPass
+from unstick.agent.probe import waiter_pass
+from unstick.agent.probe.waiters import WaiterScan, scan_waiters
+from unstick.core.model.mountinfo import Mount, parse_mountinfo
 
 NFS_A = "30 1 0:42 / /mnt/a rw - nfs4 10.0.0.5:/a rw\n"
 NFS_B = "31 1 0:43 / /mnt/b rw - nfs4 10.0.0.5:/b rw\n"

@@ -15,7 +15,7 @@ from bench.measure import (
     read_requests,
     verb_counts,
 )
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
 
 
 def _ev(verb: str, ua: str, resource: str, name: str, when: str, **extra: object) -> dict:

@@ -1,4 +1,4 @@
-"""The agent's check that the admission policy is in force (`agent/admission_check.py`),
+"""The agent's check that the admission policy is in force (`agent/authority/admission.py`),
 against the policy and binding exactly as the chart renders them, and against the ways they
 can stop protecting every namespace the agent listens in."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from unstick.agent.admission_check import API, RECHECK_S, AdmissionGate, admission_problem
+from unstick.agent.authority.admission import API, RECHECK_S, AdmissionGate, admission_problem
 
 from .render import one, template
 

@@ -56,7 +56,7 @@ def test_vocabulary_is_the_core_vocabulary() -> None:
 
 def test_every_phase_the_controller_writes_is_in_the_schema() -> None:
     written = set()
-    for path in CONTROLLER.glob("*.py"):
+    for path in CONTROLLER.rglob("*.py"):
         text = path.read_text()
         written |= set(re.findall(r'_write\(\s*p,\s*"([A-Za-z]+)"', text))
         written |= set(re.findall(r'"phase":\s*"([A-Za-z]+)"', text))

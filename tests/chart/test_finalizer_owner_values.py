@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from unstick.core.policy import parse_policy
+from unstick.core.policy.remediation_policy import parse_policy
 
 from .render import CHART, RELEASE, by_kind, one, run_helm, template
 

@@ -4,7 +4,7 @@ namespace (DESIGN §4)."""
 
 from __future__ import annotations
 
-from unstick.core.policy import parse_policy
+from unstick.core.policy.remediation_policy import parse_policy
 
 from .render import one, template
 

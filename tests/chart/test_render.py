@@ -343,7 +343,7 @@ def test_bindings_point_at_their_own_service_accounts(rendered: list[dict[str, A
 
 
 def test_default_policy_is_dry_run_and_parses(defaults: list[dict[str, Any]]) -> None:
-    from unstick.core.policy import RemediationPolicy, parse_policy
+    from unstick.core.policy.remediation_policy import RemediationPolicy, parse_policy
 
     obj = one(defaults, "RemediationPolicy", "default")
     assert obj["spec"]["dryRun"] is True
@@ -363,7 +363,7 @@ def test_default_policy_is_dry_run_and_parses(defaults: list[dict[str, Any]]) ->
 
 
 def test_all_on_policy_parses(helm: str) -> None:
-    from unstick.core.policy import parse_policy
+    from unstick.core.policy.remediation_policy import parse_policy
 
     obj = one(template(helm, "-f", str(ALL_ON)), "RemediationPolicy", "default")
     assert obj["spec"]["dryRun"] is False

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "envtest"))  # controller_sup
 
 from controller_support import Objects, await_, crds_installed, policy_spec
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 

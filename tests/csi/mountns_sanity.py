@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.core.model.mountinfo import parse_mountinfo
 
 DRIVER = "hostpath.csi.k8s.io"
 
@@ -40,7 +40,7 @@ class Plugin:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "unstick.devcluster.csi_hostpath", "--name", DRIVER,
+                sys.executable, "-m", "devcluster.csi_hostpath", "--name", DRIVER,
                 "--csi-socket", str(self.socket),
                 "--registration-socket", str(self.work / "reg.sock"),
                 "--data-dir", str(self.work / "data"),
@@ -103,7 +103,7 @@ def _code(call: Any) -> str:
 def behaviour(work: Path) -> dict[str, Any]:
     """Unknown volumes, a staging path taken by another volume, deleting a published volume,
     and the lost-state NodeUnpublishVolume (OK, mount left behind)."""
-    from unstick.devcluster.csi_hostpath import kubelet_capability  # (not in the old plugin)
+    from devcluster.csi_hostpath import kubelet_capability  # (not in the old plugin)
 
     plugin = Plugin(work)
     plugin.start()

@@ -1,4 +1,4 @@
-"""The project's CSI plugin (unstick.devcluster.csi_hostpath) against the real csi-sanity of
+"""The project's CSI plugin (devcluster.csi_hostpath) against the real csi-sanity of
 github.com/kubernetes-csi/csi-test/v5 (built by `make tools`), with real mounts in a private
 mount namespace: every spec that applies to the capabilities it declares passes, the others
 are skipped for a capability it does not declare. Plus what sanity does not check: unknown

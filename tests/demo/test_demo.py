@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from unstick.demo.scenarios import SCENARIOS
+from devcluster.demo.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.envtest, pytest.mark.mountns]
 
@@ -121,8 +121,8 @@ def test_demo_with_the_kubelet_stand_in(tmp_path: Path) -> None:
 @pytest.mark.node
 @pytest.mark.timeout(900)  # it may wait for another session's real node (the lock)
 def test_demo_on_the_real_node(tmp_path: Path) -> None:
-    from unstick.demo.real import NODE
-    from unstick.devcluster.node_check import lock_holders, node_unavailable
+    from devcluster.demo.real import NODE
+    from devcluster.node_check import lock_holders, node_unavailable
 
     reason = node_unavailable()
     if reason:

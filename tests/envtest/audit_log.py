@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 #: The verbs that change an object.
 WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})

@@ -19,9 +19,9 @@ from audit_log import WRITES, requests, status_code
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller.records import pod_label, remediation_name
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import free_port, wait_until
+from devcluster import ControlPlane
+from devcluster.process import free_port, wait_until
+from unstick.controller.records.writes import pod_label, remediation_name
 
 GROUP, VERSION = "unstick.dev", "v1alpha1"
 USER_AGENT_PREFIX = "unstick-controller/"

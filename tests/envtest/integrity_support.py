@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"

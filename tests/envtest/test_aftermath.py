@@ -26,7 +26,7 @@ from controller_support import (
 )
 from kubernetes import client
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 
@@ -397,8 +397,8 @@ def _read_only_kubeconfig(cp: ControlPlane, path: Path) -> Path:
 def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
     controller: Controller, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    from unstick.agent.orphan_events import event_body
-    from unstick.core.aftermath import OrphanDir
+    from unstick.agent.orphans.events import event_body
+    from unstick.core.rules.aftermath import OrphanDir
 
     cp = controller.cp
     storage = client.StorageV1Api(objects.api_client)

@@ -37,7 +37,7 @@ from controller_support import (
 from controller_support import policy_spec as spec
 from kubernetes import watch
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 

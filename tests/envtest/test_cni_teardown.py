@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from test_snapshot import _overdue, diagnose, snapshot
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit"))
 from cni_events import CALICO_ERROR, SANDBOX, kill_pod_event

@@ -23,9 +23,9 @@ from controller_support import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller.decision import RATE_LIMITED
+from devcluster import ControlPlane
+from unstick.controller.deciding.decision import RATE_LIMITED
 from unstick.core.remediation import pod_label
-from unstick.devcluster import ControlPlane
 from unstick.kube import actions
 from unstick.kube.client import ClientSettings, Kube
 

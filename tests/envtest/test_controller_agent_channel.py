@@ -24,8 +24,8 @@ from controller_support import (
 )
 from controller_support import policy_spec as spec
 
-from unstick.controller.decision import KUBELET_FINISHING
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
+from unstick.controller.deciding.decision import KUBELET_FINISHING
 
 pytestmark = pytest.mark.envtest
 

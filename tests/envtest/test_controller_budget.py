@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from controller_support import Controller, Objects, await_, policies_in_place, policy_spec
 
-from unstick.controller.caches import ObjectCache, csi_node_path, node_path
-from unstick.controller.decision import RATE_LIMITED
-from unstick.controller.detector import Detector
-from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs
-from unstick.controller.policies import NamespaceLabels, PolicyBook
+from devcluster import ControlPlane
+from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
+from unstick.controller.deciding.decision import RATE_LIMITED
+from unstick.controller.deciding.detector import Detector
+from unstick.controller.deciding.inputs import NodeInputs
+from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
+from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records import EventQueue
-from unstick.devcluster import ControlPlane
+from unstick.controller.records.writes import EventQueue
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.podwatch import terminating_record
 

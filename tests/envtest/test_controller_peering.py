@@ -20,7 +20,7 @@ from controller_support import (
     policy_spec,
 )
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 

@@ -12,7 +12,7 @@ import pytest
 from audit_log import requests
 from controller_support import Objects, await_
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 from unstick.kube.client import USER_AGENT, ClientSettings, Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 

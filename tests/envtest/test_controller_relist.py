@@ -28,7 +28,7 @@ from controller_support import (
     policy_spec,
 )
 
-from unstick.devcluster import ControlPlane, ControlPlaneSettings, node_manifest
+from devcluster import ControlPlane, ControlPlaneSettings, node_manifest
 
 pytestmark = [pytest.mark.envtest, pytest.mark.timeout(300)]
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from controller_support import await_, policy_spec, running_controller
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import free_port
+from devcluster import ControlPlane
+from devcluster.process import free_port
 
 pytestmark = pytest.mark.envtest
 

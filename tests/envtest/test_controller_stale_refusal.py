@@ -27,10 +27,10 @@ from controller_support import (
 )
 from controller_support import policy_spec as spec
 
+from devcluster import ControlPlane
+from devcluster.process import free_port
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import free_port
 
 pytestmark = pytest.mark.envtest
 

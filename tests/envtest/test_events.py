@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.events import MESSAGE_LIMIT, EventRecorder, post_event, recorder, trim
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from test_snapshot import diagnose, snapshot
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest
@@ -415,8 +415,8 @@ def test_the_controller_remembers_since_when_an_owner_is_gone_and_forgets_once_a
     """`OwnerLeases` over the real API: a missing Deployment is gone from the first read
     that found it missing (not from the later ones), alive once it has a replica, and gone
     again from the read that found it without one."""
-    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
-    from unstick.core.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+    from unstick.controller.deciding.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
 
     kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
     mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]
@@ -454,8 +454,8 @@ def test_an_owner_gone_again_after_a_gap_in_reading_counts_from_the_new_sighting
     seen gone once, then not read for a day (no pod needed it; it came back and went again
     meanwhile, unseen), is gone from the read that finds it gone after the gap — not from
     the day-old sighting, which would make its finalizer removable at once."""
-    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
-    from unstick.core.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+    from unstick.controller.deciding.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
 
     kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
     mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]

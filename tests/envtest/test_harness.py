@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 
 pytestmark = pytest.mark.envtest
 

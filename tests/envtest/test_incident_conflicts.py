@@ -28,15 +28,15 @@ from controller_support import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller import records
-from unstick.controller.caches import ObjectCache, csi_node_path, node_path
-from unstick.controller.detector import Detector
-from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs
-from unstick.controller.policies import NamespaceLabels, PolicyBook
+from devcluster import ControlPlane
+from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
+from unstick.controller.deciding.detector import Detector
+from unstick.controller.deciding.inputs import NodeInputs
+from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
+from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records import EventQueue
-from unstick.devcluster import ControlPlane
+from unstick.controller.records import writes as records
+from unstick.controller.records.writes import EventQueue
 from unstick.kube.client import JSON, ClientSettings, Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings, terminating_record
 

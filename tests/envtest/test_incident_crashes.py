@@ -46,8 +46,8 @@ from controller_support import (
     policy_spec,
 )
 
-from unstick.controller.budget import ACT_WITHIN_S
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
+from unstick.controller.acting.budget_rebuild import ACT_WITHIN_S
 
 pytestmark = pytest.mark.envtest
 

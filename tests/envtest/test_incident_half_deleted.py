@@ -42,7 +42,7 @@ from controller_support import (
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 

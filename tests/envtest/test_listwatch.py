@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.events import EventFeed
 from unstick.kube.listwatch import ListWatch, WatchSpec

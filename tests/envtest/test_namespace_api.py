@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from unstick.controller.namespace_api import REASON, ApiBlockedNamespaces
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
+from unstick.controller.aftermath.held_namespaces import REASON, ApiBlockedNamespaces
 from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from controller_support import Controller, Objects, await_, policies_in_place, policy_spec
 
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
 
 pytestmark = pytest.mark.envtest
 

@@ -30,8 +30,9 @@ from controller_support import (
     write_as_agent,
 )
 
-from unstick.controller import podrecord, records
-from unstick.devcluster import ControlPlane
+from devcluster import ControlPlane
+from unstick.controller.records import pod_record as podrecord
+from unstick.controller.records import writes as records
 from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest

@@ -31,10 +31,10 @@ import pytest
 import yaml
 from integrity_support import JSON, Answer, TokenClient, apply_objects, delete_objects, token_for
 
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
 
 pytestmark = pytest.mark.envtest
 
@@ -455,7 +455,7 @@ def test_the_agent_writes_its_own_status_keys(world: World) -> None:
         ("get", "pods", TENANT_NS, "yes"),
         # what RBAC cannot narrow: the agent lists with spec.nodeName=<node> (docs/install.md)
         ("list", "pods", TENANT_NS, "yes"),
-        # is the admission policy in force? (agent/admission_check.py): that one, no other
+        # is the admission policy in force? (agent/authority/admission.py): that one, no other
         ("get", f"validatingadmissionpolicies.admissionregistration.k8s.io/{ADMISSION}", "", "yes"),
         ("get", "validatingadmissionpolicybindings.admissionregistration.k8s.io/x", "", "no"),
         ("list", "validatingadmissionpolicies.admissionregistration.k8s.io", "", "no"),

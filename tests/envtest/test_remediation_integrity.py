@@ -40,8 +40,8 @@ from integrity_support import (
     whoami,
 )
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.process import wait_until
 
 pytestmark = pytest.mark.envtest
 

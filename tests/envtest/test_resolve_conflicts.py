@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from controller_support import Objects, policies_in_place
 
-from unstick.controller import metrics, records
-from unstick.controller.podrecord import RESOLVE_ATTEMPTS, PodRecords
-from unstick.controller.statuswriter import StatusWriter
-from unstick.controller.trust import ProbeRequests
+from devcluster import ControlPlane
+from unstick.controller import metrics
+from unstick.controller.agent_channel.trust import ProbeRequests
+from unstick.controller.records import writes as records
+from unstick.controller.records.pod_record import RESOLVE_ATTEMPTS, PodRecords
+from unstick.controller.records.status import StatusWriter
 from unstick.core.remediation import rfc3339
-from unstick.devcluster import ControlPlane
 from unstick.kube.client import JSON, ClientSettings, Kube
 from unstick.kube.podwatch import TerminatingPod
 

@@ -1,6 +1,6 @@
 """The upstream csi-driver-host-path on one kind worker (docs/kind.md, "A StatefulSet
 replacement blocked"): the objects its `deploy/kubernetes-*/hostpath/` manifests make
-(unstick.devcluster.csi_upstream_objects, shared with the real-node suite), the plugin's
+(devcluster.csi_upstream_objects, shared with the real-node suite), the plugin's
 StatefulSet of one replica pinned to the worker, and a StatefulSet `db` of one replica
 with a ReadWriteOnce claim on it.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstick.devcluster.csi_upstream import (
+from devcluster.csi_upstream import (
     DRIVER,
     FIXED,
     NAMESPACE,
@@ -27,8 +27,8 @@ from unstick.devcluster.csi_upstream import (
     STATEFULSET,
     STORAGE_CLASS,
 )
-from unstick.devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
-from unstick.devcluster.process import wait_until
+from devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
+from devcluster.process import wait_until
 
 from .support import Kind, sample
 

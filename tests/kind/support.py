@@ -21,8 +21,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from unstick.devcluster.kind_check import ROOT, kind_env
-from unstick.devcluster.process import wait_until
+from devcluster.kind_check import ROOT, kind_env
+from devcluster.process import wait_until
 
 from . import runs
 
@@ -286,7 +286,7 @@ def _claimed(name: str) -> Iterator[None]:
 
 def csi_images(images: dict[str, dict[str, str]]) -> list[str]:
     """The upstream CSI driver's images (tests/kind/csi.py), if all were built."""
-    from unstick.devcluster.csi_upstream import FIXED, SIDECARS
+    from devcluster.csi_upstream import FIXED, SIDECARS
 
     names = [f"csi-hostpath-{FIXED}", SIDECARS]
     return names if all(n in images for n in names) else []

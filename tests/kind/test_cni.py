@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
 
 from . import cni_plugin
 from .support import Kind, podman

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
 
 from . import csi
 from .support import BIN, NAMESPACE, Kind, podman, run, sample

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from unstick.controller.namespace_api import REASON
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
+from unstick.controller.aftermath.held_namespaces import REASON
 
 from .support import NAMESPACE, Kind, sample
 from .test_kind import controller_pod

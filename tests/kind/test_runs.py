@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.devcluster.process import wait_until
+from devcluster.process import wait_until
 
 from . import runs
 from .support import build_node_image, kind_cmd, podman, sweep_leftovers

@@ -1,7 +1,7 @@
 """Fixtures of the real-node suite (marker `node`, root only): a control plane of its own
 (the ServiceAccount admission plugin on, kube-controller-manager and kube-scheduler
 running), one real node for the session (containerd + runc + CNI + kubelet, see
-unstick.devcluster.node), and unstick installed on it with `helm install` from the
+devcluster.node), and unstick installed on it with `helm install` from the
 chart, with the image built here. Skipped, with the reason, where any of it is missing."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane, ControlPlaneSettings
-from unstick.devcluster.csi_upstream import UpstreamDriver, upstream_unavailable
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_check import node_unavailable
-from unstick.devcluster.node_cluster import ClusterControllers
-from unstick.devcluster.node_images import NodeImages, load_images
+from devcluster import ControlPlane, ControlPlaneSettings
+from devcluster.csi_upstream import UpstreamDriver, upstream_unavailable
+from devcluster.node import RealNode
+from devcluster.node_check import node_unavailable
+from devcluster.node_cluster import ClusterControllers
+from devcluster.node_images import NodeImages, load_images
 
 from .support import CHART, REPO, Release, delete_pods_and_wait
 

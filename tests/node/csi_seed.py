@@ -1,6 +1,6 @@
 """The OrphanedMount seed's parts on the real node: moved to the product package
-(unstick.devcluster.csi_seed) so that `unstick demo` on the real node uses the same code."""
+(devcluster.csi_seed) so that `unstick demo` on the real node uses the same code."""
 
-from unstick.devcluster.csi_seed import DRIVER, VOLUME_ID, CsiSeed, set_kubelet_verbosity
+from devcluster.csi_seed import DRIVER, VOLUME_ID, CsiSeed, set_kubelet_verbosity
 
 __all__ = ["DRIVER", "VOLUME_ID", "CsiSeed", "set_kubelet_verbosity"]

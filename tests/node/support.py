@@ -8,11 +8,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from devcluster import ControlPlane
+from devcluster.csi_seed import pod_exists
+from devcluster.node import RealNode
+from devcluster.process import wait_until
 from unstick.core.remediation import steps_answered
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.csi_seed import pod_exists
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.process import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "unstick"
@@ -188,7 +188,7 @@ def resolved_with_answer(cp: ControlPlane, namespace: str, uid: str) -> dict[str
     node steps on record and recorded by the controller (each `status.nodeActions` entry in
     `status.actions`), else None. The kubelet may remove the pod before the agent has
     written its answer: the controller marks the record Resolved first and records the
-    late answer when it lands (controller/podrecord.py), so a read in between sees
+    late answer when it lands (controller/records/pod_record.py), so a read in between sees
     Resolved without nodeActions."""
     rem = remediation_for(cp, namespace, uid)
     if rem is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.devcluster.node import RealNode
+from devcluster.node import RealNode
 
 from .support import Release, eventually, pod_logs, scrape
 

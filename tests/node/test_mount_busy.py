@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.node import RealNode
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .support import (
     REMEDIATE,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.node
 
 def _holder_pid(node: RealNode, nsenter: subprocess.Popen[bytes]) -> int:
     """The holder's PID on the node (nsenter forks it into the node's PID namespace)."""
-    from unstick.devcluster.node import children
+    from devcluster.node import children
 
     host = wait_until(lambda: next(iter(children(nsenter.pid)), 0), timeout=10, what="holder")
     return node.node_pid(host)

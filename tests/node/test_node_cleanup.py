@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import (
+from devcluster import ControlPlane
+from devcluster.node import (
     NodeSettings,
     RealNode,
     cgroup_dirs,
     cgroup_mounts,
     processes_in,
 )
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.node_network import NetworkSettings, bridge_exists, links
+from devcluster.node_images import NodeImages
+from devcluster.node_network import NetworkSettings, bridge_exists, links
 
 from .support import busybox_pod, pod_mounts, wait_running
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster.node import RealNode
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .support import busybox_pod, pod_mounts, wait_gone, wait_running
 

@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import RealNode, children
-from unstick.devcluster.node_cluster import ClusterControllers
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.node import RealNode, children
+from devcluster.node_cluster import ClusterControllers
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .support import (
     REMEDIATE,

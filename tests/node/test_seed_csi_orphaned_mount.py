@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.node import RealNode
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .csi_seed import DRIVER, CsiSeed, set_kubelet_verbosity
 from .support import (

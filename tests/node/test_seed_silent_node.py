@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_cluster import CONTROLLERS, NODE_MONITOR_GRACE_S, ClusterControllers
-from unstick.devcluster.node_containerd import ctr
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.node import RealNode
+from devcluster.node_cluster import CONTROLLERS, NODE_MONITOR_GRACE_S, ClusterControllers
+from devcluster.node_containerd import ctr
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .support import (
     Release,

@@ -9,7 +9,7 @@ policy, patched for the test, permits `restart-kubelet` (and not `force-delete`,
 plan puts first and which would end the pod without fixing the node) and has a long
 nodeLostAfter, so NodeUnreachable (rule 3) cannot win while the stopped kubelet lets the
 Node go NotReady. The agent runs the chart's restart command, which asks the node's
-kubelet supervisor (unstick.devcluster.node: the "service manager") to restart the
+kubelet supervisor (devcluster.node: the "service manager") to restart the
 kubelet; the restarted kubelet finalises the pod and the Node is Ready again. A second
 wedge within the hour: restart-kubelet is refused ("at most once per hour") and the
 harness resumes the kubelet itself."""
@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.node_containerd import ctr
-from unstick.devcluster.node_images import NodeImages
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.node import RealNode
+from devcluster.node_containerd import ctr
+from devcluster.node_images import NodeImages
+from devcluster.process import wait_until
 
 from .support import (
     Release,

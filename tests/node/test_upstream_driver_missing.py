@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster import ControlPlane
-from unstick.devcluster.csi_upstream import BUGGY, DRIVER, UpstreamDriver
-from unstick.devcluster.csi_upstream_seed import UpstreamSeed
-from unstick.devcluster.node import RealNode
-from unstick.devcluster.process import wait_until
+from devcluster import ControlPlane
+from devcluster.csi_upstream import BUGGY, DRIVER, UpstreamDriver
+from devcluster.csi_upstream_seed import UpstreamSeed
+from devcluster.node import RealNode
+from devcluster.process import wait_until
 
 from .support import REMEDIATE, Release, pod_exists, remediation_for
 

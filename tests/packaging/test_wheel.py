@@ -56,7 +56,7 @@ def test_the_wheel_holds_the_package_data_and_both_entry_points(wheel: Path) -> 
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [p for p in PACKAGE_DATA if p not in names]
     assert missing == []
-    harness = sorted(n for n in names if n.startswith(("unstick/devcluster/", "unstick/demo/")))
+    harness = sorted(n for n in names if n.startswith(("devcluster/", "devcluster/demo/")))
     assert harness == []
     entry_points = (
         zipfile.ZipFile(wheel).read(f"unstick-{__version__}.dist-info/entry_points.txt").decode()

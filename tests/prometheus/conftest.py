@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "envtest"))  # controller_sup
 
 from controller_support import Controller, Objects, await_, crds_installed, policy_spec
 
-from unstick.devcluster import ControlPlane, node_manifest
-from unstick.devcluster.process import Process, free_port
-from unstick.devcluster.prometheus import Prometheus, RenderedChart, ScrapeTarget, render_chart
+from devcluster import ControlPlane, node_manifest
+from devcluster.process import Process, free_port
+from devcluster.prometheus import Prometheus, RenderedChart, ScrapeTarget, render_chart
 
 # Short durations so that pending → firing takes seconds; the shipped defaults are minutes.
 TEST_VALUES: dict[str, Any] = {

@@ -18,7 +18,7 @@ import pytest
 from conftest import Stack
 from controller_support import GROUP, VERSION, await_
 
-from unstick.devcluster.prometheus import PrometheusError
+from devcluster.prometheus import PrometheusError
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.envtest]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from unstick.devcluster.prometheus import render_chart
+from devcluster.prometheus import render_chart
 
 ROOT = Path(__file__).parents[2]
 RUNBOOKS = ROOT / "docs" / "runbooks.md"

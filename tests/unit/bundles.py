@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from unstick.core.mountinfo import escape
+from unstick.core.model.mountinfo import escape
 
 NOW = "2026-11-20T10:00:00Z"
 ROOT = "/var/lib/kubelet"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from unstick.agent.orphan_events import ANNOTATION, OrphanReporter
-from unstick.core.aftermath import (
+from unstick.agent.orphans.events import ANNOTATION, OrphanReporter
+from unstick.core.policy.remediation_policy import PolicyError, parse_policy
+from unstick.core.rules.aftermath import (
     Claim,
     HolderState,
     OrphanDir,
@@ -19,7 +20,6 @@ from unstick.core.aftermath import (
     orphan_steps,
     orphan_uids,
 )
-from unstick.core.policy import PolicyError, parse_policy
 from unstick.core.vocabulary import Action
 
 UID = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
@@ -109,8 +109,8 @@ def test_the_node_event_is_posted_once_per_change() -> None:
 def test_containers_still_running_says_what_the_runtime_says_and_for_how_long() -> None:
     from pathlib import Path
 
-    from unstick.core.diagnosis import diagnose
-    from unstick.core.snapshot import parse_bundle
+    from unstick.core.model.snapshot import parse_bundle
+    from unstick.core.rules.diagnosis import diagnose
 
     path = Path(__file__).parents[1] / "scenarios" / "containers-running-per-probe.json"
     bundle = json.loads(path.read_text())
@@ -128,7 +128,7 @@ def test_containers_still_running_says_what_the_runtime_says_and_for_how_long() 
 def test_an_old_bundle_without_the_new_container_fields_still_reads() -> None:
     from pathlib import Path
 
-    from unstick.core.snapshot import parse_bundle
+    from unstick.core.model.snapshot import parse_bundle
 
     path = Path(__file__).parents[1] / "scenarios" / "containers-running-per-probe.json"
     facts = parse_bundle(json.loads(path.read_text()))
@@ -137,8 +137,8 @@ def test_an_old_bundle_without_the_new_container_fields_still_reads() -> None:
 
 
 def test_bundle_aftermath_is_optional_and_checked() -> None:
-    from unstick.core.aftermath import bundle_aftermath
     from unstick.core.fields import FieldError
+    from unstick.core.rules.aftermath import bundle_aftermath
 
     assert bundle_aftermath({"pod": {}}) == {
         "waiters": [],

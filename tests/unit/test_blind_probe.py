@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.kubelet_paths import RootView, check_kubelet_root, mounted_pods
-from unstick.core.mountinfo import Mount, parse_mountinfo
+from unstick.core.model.kubelet_paths import RootView, check_kubelet_root, mounted_pods
+from unstick.core.model.mountinfo import Mount, parse_mountinfo
 
 ROOT = "/var/lib/kubelet"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.caches import BoundVolumes
+from unstick.controller.deciding.caches import BoundVolumes
 
 CLAIM = "/api/v1/namespaces/ns/persistentvolumeclaims/data"
 VOLUME = "/api/v1/persistentvolumes/pv-1"

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from unstick.core.cni import failure_words, teardown_failure
-from unstick.core.diagnosis import diagnose
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.rules.cni import failure_words, teardown_failure
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Cause
 
 from .bundles import UID, bundle, pod

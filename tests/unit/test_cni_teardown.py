@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
 from .bundles import UID, bundle, mount_line, pod, pod_path, probe

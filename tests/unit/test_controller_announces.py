@@ -1,10 +1,10 @@
-"""When a pass posts the pod's Event (controller/decision.py `announces`): once per
+"""When a pass posts the pod's Event (controller/deciding/decision.py `announces`): once per
 diagnosis, never while the diagnosis waits for the node (its probe, or the kubelet's own
 finish after node steps), and when that wait ends."""
 
 from __future__ import annotations
 
-from unstick.controller.decision import KUBELET_FINISHING, OBSERVING, WAITING, announces
+from unstick.controller.deciding.decision import KUBELET_FINISHING, OBSERVING, WAITING, announces
 
 OBSERVED = [{"action": "observe", "result": "succeeded"}]
 

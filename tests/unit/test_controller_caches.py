@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from unstick.controller.caches import FreshNodes, ObjectCache
-from unstick.core.snapshot import parse_pod
+from unstick.controller.deciding.caches import FreshNodes, ObjectCache
+from unstick.core.model.snapshot import parse_pod
 from unstick.kube.objectwatch import trimmed
 from unstick.kube.podwatch import pod_json, terminating_record
 

@@ -1,11 +1,11 @@
-"""The controller's copies of the pods' Remediations (controller/remcopies.py): the newest
+"""The controller's copies of the pods' Remediations (controller/records/copies.py): the newest
 version offered wins, per record name; what a caller gets is its own copy."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.remcopies import RemediationCopies
+from unstick.controller.records.copies import RemediationCopies
 
 
 def _rem(version: str, name: str = "p-1234abcd", **status: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The reconciler's action budget (controller/grants.py), shared by its collaborators
+"""The reconciler's action budget (controller/acting/grants.py), shared by its collaborators
 (node steps, per-pod API actions, the incident path): a slot counts from its time plus
 ACT_WITHIN_S, a slot given back frees the budget, the caps hold over any policy, and a
 restart's rebuild keeps each grant's recorded policy limits (built-in when unknown)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from unstick.controller.budget import ACT_WITHIN_S
-from unstick.controller.grants import Grants
-from unstick.controller.policies import BUILTIN, Policy
+from unstick.controller.acting.budget_rebuild import ACT_WITHIN_S
+from unstick.controller.acting.grants import Grants
+from unstick.controller.deciding.policies import BUILTIN, Policy
 from unstick.core.remediation import rfc3339
 
 T0 = 1_800_000_000.0

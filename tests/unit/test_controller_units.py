@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unstick.controller.policies import PolicyBook, opt_in
-from unstick.controller.records import remediation_name
+from unstick.controller.deciding.policies import PolicyBook, opt_in
+from unstick.controller.records.writes import remediation_name
 from unstick.controller.scheduler import Scheduler
 from unstick.kube.podwatch import terminating_record
 
@@ -236,7 +236,7 @@ def test_a_failed_pass_on_a_transient_answer_is_a_warning() -> None:
 
 
 def test_recent_grants_are_the_actions_of_the_last_minute_that_changed_something() -> None:
-    from unstick.controller.budget import recent_grants
+    from unstick.controller.acting.budget_rebuild import recent_grants
 
     now = 1795168800.0  # 2026-11-20T10:00:00Z
 
@@ -279,7 +279,7 @@ def test_recent_grants_are_the_actions_of_the_last_minute_that_changed_something
 
 
 def test_recent_grants_count_incident_intents_and_their_settled_results() -> None:
-    from unstick.controller.budget import recent_grants
+    from unstick.controller.acting.budget_rebuild import recent_grants
 
     now = 1795168800.0  # 2026-11-20T10:00:00Z
 

@@ -15,7 +15,7 @@ FORBIDDEN = {
     "os", "pathlib", "shutil", "subprocess", "socket", "io", "tempfile", "glob", "time",
     "urllib", "urllib3", "http", "requests", "aiohttp", "asyncio", "select", "signal",
     "kopf", "kubernetes", "grpc", "yaml", "unstick.kube", "unstick.controller",
-    "unstick.agent", "unstick.cli", "unstick.demo", "unstick.commands",
+    "unstick.agent", "unstick.cli", "devcluster.demo", "unstick.commands",
 }  # fmt: skip
 CORE = Path(unstick.core.__file__).parent
 

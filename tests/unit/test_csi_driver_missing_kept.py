@@ -5,9 +5,9 @@ with the reason, until the driver is back and the kubelet finishes."""
 
 from __future__ import annotations
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Action, Cause
 
 from .bundles import (

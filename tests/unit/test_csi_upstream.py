@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.devcluster.csi_upstream import (
+from devcluster.csi_upstream import (
     DRIVER,
     NAMESPACE,
     RUNNER_RULES,
@@ -20,7 +20,7 @@ from unstick.devcluster.csi_upstream import (
     STORAGE_CLASS,
     upstream_images,
 )
-from unstick.devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
+from devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVES = (

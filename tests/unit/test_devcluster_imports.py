@@ -11,11 +11,11 @@ def test_csi_plugin_imports_without_the_control_planes_dependencies() -> None:
     code = (
         "import sys\n"
         "sys.modules['cryptography'] = None  # as in the image: not installed\n"
-        "import unstick.devcluster.csi_hostpath\n"
-        "assert 'unstick.devcluster.controlplane' not in sys.modules\n"
+        "import devcluster.csi_hostpath\n"
+        "assert 'devcluster.controlplane' not in sys.modules\n"
         "print('plugin imported')\n"
         "try:\n"
-        "    from unstick.devcluster import ControlPlane\n"  # still there, on demand
+        "    from devcluster import ControlPlane\n"  # still there, on demand
         "except ModuleNotFoundError as exc:\n"
         "    print('control plane needs', exc.name)\n"
     )

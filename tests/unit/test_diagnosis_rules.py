@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.diagnosis import DiagnosisSettings, diagnose
 from unstick.core.durations import human
-from unstick.core.snapshot import BundleError, parse_bundle, parse_probe
+from unstick.core.model.snapshot import BundleError, parse_bundle, parse_probe
+from unstick.core.rules.diagnosis import DiagnosisSettings, diagnose
 from unstick.core.vocabulary import Cause
 
 from .bundles import (

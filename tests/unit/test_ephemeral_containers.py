@@ -9,9 +9,9 @@ from typing import Any
 
 from hypothesis import given, settings
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import CHANGING_ACTIONS, Cause
 from unstick.kube.podwatch import pod_json, terminating_record
 

@@ -13,10 +13,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.policy import parse_policy
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Action, Cause
 
 from .bundles import NOW, bundle, pod

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.policy import parse_policy
-from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Action, Cause
 
 from .bundles import NOW, bundle, pod
@@ -207,7 +207,7 @@ def test_a_mapped_lease_and_the_built_in_lease_under_the_threshold() -> None:
 
 
 def test_the_longest_prefix_wins_and_a_policy_entry_over_a_built_in_one() -> None:
-    from unstick.core.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef, owner_of
+    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef, owner_of
 
     a = FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, "ops", "a"))
     b = FinalizerOwner("example.com/protect", OwnerRef(DEPLOYMENT, "ops", "b"))
@@ -248,7 +248,7 @@ def test_an_old_bundle_without_the_new_keys_reads_as_before() -> None:
 
 
 def test_waiting_for_names_the_owner_an_allowlisted_finalizer_waits_for() -> None:
-    from unstick.core.finalizer_owners import waiting_for
+    from unstick.core.rules.finalizer_owners import waiting_for
 
     d, _, _ = _triaged({"deployments": [deployment(1)]}, owned_policy())
     assert waiting_for(d.finalizers, d.finalizer_owners, (OWNED,), 3600, d.now) == (

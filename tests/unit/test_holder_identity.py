@@ -1,4 +1,4 @@
-"""Invariant 9 in the pure core (unstick.core.mount_identity): copies are found by device
+"""Invariant 9 in the pure core (unstick.core.model.mount_identity): copies are found by device
 and root at any path; path text alone never makes or unmakes a holder; only the
 propagated copy (same place on a peer/slave of the parent) is exempt."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from unstick.core.mount_identity import (
+from unstick.core.model.mount_identity import (
     MountTable,
     Target,
     holding_copies,
@@ -16,7 +16,7 @@ from unstick.core.mount_identity import (
     under,
     uses,
 )
-from unstick.core.mountinfo import Mount
+from unstick.core.model.mountinfo import Mount
 
 NAMES = st.text(alphabet="abcxyz~-_.\x1c\u2028 ", min_size=1, max_size=6).filter(
     lambda s: s not in (".", "..")

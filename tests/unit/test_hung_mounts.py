@@ -1,4 +1,4 @@
-"""core/hung_mounts.py: the probe's `hungMounts` with a waiter outside the pod (issue #25,
+"""core/rules/hung_mounts.py: the probe's `hungMounts` with a waiter outside the pod (issue #25,
 a blocked system call's path: `via: path`), its words, and what makes a mount hung."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from unstick.core import fields as f
-from unstick.core.facts import BlockedTask, HungMount
-from unstick.core.hung_mounts import (
+from unstick.core.model.facts import BlockedTask, HungMount
+from unstick.core.rules.hung_mounts import (
     hung_words,
     is_hung,
     lazy_unmount_safe,

@@ -1,4 +1,4 @@
-"""Adopting a dead controller's node incidents (controller/adoption.py, incidents.py), in
+"""Adopting a dead controller's node incidents (controller/incidents/adoption.py, incidents.py), in
 memory: which records are taken, a pod two records list is carried by one, and settling
 by looking at the pods."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller import adoption
-from unstick.controller.incidents import Incidents
+from unstick.controller.incidents import adoption
+from unstick.controller.incidents.registry import Incidents
 
 T = "2026-11-25T09:00:00.000000Z"
 

@@ -1,13 +1,14 @@
 """Issue #25, the controller's in-memory inputs: which pods need their finalizer owner's
-lease (controller/owner_leases.py), and the FailedKillPod Events kept per pod
-(controller/kill_events.py; the watch itself is exercised by tests/envtest/test_cni_teardown.py)."""
+lease (controller/deciding/owner_leases.py), and the FailedKillPod Events kept per pod
+(controller/aftermath/kill_events.py; the watch itself is exercised by
+tests/envtest/test_cni_teardown.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.kill_events import PER_POD, KillPodEvents
-from unstick.controller.owner_leases import needed
+from unstick.controller.aftermath.kill_events import PER_POD, KillPodEvents
+from unstick.controller.deciding.owner_leases import needed
 
 KCM = ("kube-system", "kube-controller-manager")
 JOB = "batch.kubernetes.io/job-tracking"

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.policy import parse_policy
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
 from .bundles import (

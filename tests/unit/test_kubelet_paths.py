@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unstick.core.kubelet_paths import (
+from unstick.core.model.kubelet_paths import (
     PodVolumePath,
     classify,
     is_pod_volume_path,
@@ -12,7 +12,7 @@ from unstick.core.kubelet_paths import (
     pod_dir,
     pod_mounts,
 )
-from unstick.core.mountinfo import parse_mountinfo
+from unstick.core.model.mountinfo import parse_mountinfo
 
 ROOT = "/var/lib/kubelet"
 UID = "9a42f711-028a-4ca2-802a-0e4db734592d"

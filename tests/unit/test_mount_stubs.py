@@ -10,8 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.test_holder_identity import DEVS, PATHS, TAGS
-from unstick.core.mount_identity import MountTable, Target, holding_copies, uses
-from unstick.core.mountinfo import Mount, MountinfoError, escape, parse_mountinfo, parse_relevant
+from unstick.core.model.mount_identity import MountTable, Target, holding_copies, uses
+from unstick.core.model.mountinfo import (
+    Mount,
+    MountinfoError,
+    escape,
+    parse_mountinfo,
+    parse_relevant,
+)
 
 ROWS = st.lists(st.tuples(st.integers(0, 12), DEVS, PATHS, PATHS, TAGS), min_size=1, max_size=12)
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from unstick.core.mountinfo import Mount, MountinfoError, escape, parse_mountinfo, unescape
+from unstick.core.model.mountinfo import Mount, MountinfoError, escape, parse_mountinfo, unescape
 
 PROC_EXAMPLE = "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
 
@@ -112,7 +112,7 @@ def test_parses_ten_thousand_lines_and_reports_the_time() -> None:
 def test_a_source_with_a_unicode_line_break_stays_one_line(odd: str) -> None:
     """mountinfo is separated by \\n only; a user-controlled NFS/CSI source may hold any
     other character that str.splitlines() would split on."""
-    from unstick.agent.mounts import pod_lines
+    from unstick.agent.probe.mount_file import pod_lines
 
     point = "/k/pods/u/volumes/kubernetes.io~nfs/data"
     line = f"50 22 0:40 / {point} rw - nfs server{odd}:/export rw"

@@ -1,9 +1,9 @@
 """Issue #25: the namespace controller's NamespaceDeletionDiscoveryFailure condition → the
-failing APIServices and what frees the namespace (pure: core/namespace_api.py)."""
+failing APIServices and what frees the namespace (pure: core/rules/unavailable_api.py)."""
 
 from __future__ import annotations
 
-from unstick.core.namespace_api import FailingAPI, failing_apis, namespace_api_message
+from unstick.core.rules.unavailable_api import FailingAPI, failing_apis, namespace_api_message
 
 TWO = (
     "Discovery failed for some groups, 2 failing: unable to retrieve the complete list of server "

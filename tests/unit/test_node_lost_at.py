@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.core.diagnosis import DiagnosisSettings, diagnose
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.rules.diagnosis import DiagnosisSettings, diagnose
 from unstick.core.vocabulary import Cause
 
 from .bundles import bundle, node

@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.agent.authority import PolicySources, read_mandate
-from unstick.controller.policies import PolicyBook, opt_in
+from unstick.agent.authority.rederive import PolicySources, read_mandate
+from unstick.controller.deciding.policies import PolicyBook, opt_in
 from unstick.controller.runtime import _policy_name as timing_policy
-from unstick.core.mandate import PolicyLookup, mandate, policy_name
-from unstick.core.policy import parse_policy
-from unstick.core.safety import opted_in
+from unstick.core.policy.mandate import PolicyLookup, mandate, policy_name
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.policy.safety import opted_in
 from unstick.core.vocabulary import Refusal
 
 KEY = "unstick.dev/remediate"

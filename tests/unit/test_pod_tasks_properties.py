@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.planner import plan
-from unstick.core.pod_tasks import is_pod_cgroup
-from unstick.core.policy import parse_policy
-from unstick.core.snapshot import BundleError, parse_bundle
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.rules.diagnosis import diagnose
+from unstick.core.rules.pod_tasks import is_pod_cgroup
 from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
 
 from .bundles import OTHER_UID, UID, bundle, pod, probe

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
-from unstick.core.ratelimit import ActionBudget
-from unstick.core.safety import (
+from unstick.core.policy.ratelimit import ActionBudget
+from unstick.core.policy.remediation_policy import PolicyError, RemediationPolicy, parse_policy
+from unstick.core.policy.safety import (
     finalizer_allowed,
     force_delete_safe,
     fresh_probe,

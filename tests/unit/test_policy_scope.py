@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unstick.core.policy import LabelSelector, PolicyError, parse_policy
+from unstick.core.policy.remediation_policy import LabelSelector, PolicyError, parse_policy
 
 
 def _policy(name: str, selector: Any = None, **spec: Any) -> Any:
@@ -118,9 +118,9 @@ def test_match_labels_is_a_subset_test(wanted: dict[str, str], have: dict[str, s
 
 
 def _detector(namespace_labels: dict[str, str]) -> Any:
-    from unstick.controller.caches import ObjectCache
-    from unstick.controller.detector import Detector
-    from unstick.controller.policies import NamespaceLabels, PolicyBook
+    from unstick.controller.deciding.caches import ObjectCache
+    from unstick.controller.deciding.detector import Detector
+    from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
 
     book = PolicyBook()
     spec = {"dryRun": False, "actions": ["force-delete"], "nodeLostAfterSeconds": 1}

@@ -1,12 +1,12 @@
 """How the controller reads the agent's refusal of a whole node-step request
-(controller/nodeside.py): which answers are a refusal of the latest request, how many in a
-row, and the backoff before the re-ask of a `stale` one."""
+(controller/agent_channel/node_steps.py): which answers are a refusal of the latest request,
+how many in a row, and the backoff before the re-ask of a `stale` one."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.nodeside import (
+from unstick.controller.agent_channel.node_steps import (
     NODE_STEPS,
     RETRIED_REFUSALS,
     RETRY_FIRST_S,

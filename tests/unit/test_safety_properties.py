@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstick.core.diagnosis import diagnose
-from unstick.core.facts import Facts
-from unstick.core.planner import Plan, plan
-from unstick.core.policy import RemediationPolicy, parse_policy
-from unstick.core.ratelimit import ActionBudget
-from unstick.core.safety import MAX_CLOCK_SKEW_S
-from unstick.core.snapshot import parse_bundle
+from unstick.core.model.facts import Facts
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.planner import Plan, plan
+from unstick.core.policy.ratelimit import ActionBudget
+from unstick.core.policy.remediation_policy import RemediationPolicy, parse_policy
+from unstick.core.policy.safety import MAX_CLOCK_SKEW_S
+from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 
 from .bundles import (

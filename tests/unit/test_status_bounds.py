@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from unstick.agent.loop import _HTTPServer6
-from unstick.controller.decision import MAX_LIST_ITEMS, MAX_MESSAGE, _bounded
+from unstick.controller.deciding.decision import MAX_LIST_ITEMS, MAX_MESSAGE, _bounded
 
 
 def test_long_lists_are_cut_and_say_so() -> None:

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unstick.controller import trust
-from unstick.core.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
+from unstick.controller.agent_channel import trust
+from unstick.core.policy.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
 from unstick.core.vocabulary import Refusal
 from unstick.kube.podwatch import TerminatingPod
 

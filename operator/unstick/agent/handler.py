@@ -26,7 +26,7 @@ before they run:
 A probe is only taken for a pod that passes the same pod check: the probe of any other UID
 would write another pod's mounts, holders and containers into the asker's record. A probe
 refused is noted in `status.nodeRefusals` (no probe is written). The checks themselves and
-the refusal entries are in `agent/request_checks.py`.
+the refusal entries are in `agent/authority/request.py`.
 """
 
 from __future__ import annotations
@@ -41,11 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.agent.authority import NodeBudget, PolicySources, read_mandate
-from unstick.agent.executor import DRY_RUN, REFUSED, Executor, StepResult
-from unstick.agent.keylocks import KeyLocks
-from unstick.agent.probe import probe_pod
-from unstick.agent.request_checks import (
+from unstick.agent.authority.rederive import NodeBudget, PolicySources, read_mandate
+from unstick.agent.authority.request import (
     MAX_NODE_REFUSALS,
     NODE_STEPS,
     BadRemediation,
@@ -58,11 +55,14 @@ from unstick.agent.request_checks import (
     time_of,
     with_refusal,
 )
-from unstick.agent.request_checks import PROBE as PROBE_REFUSAL
-from unstick.agent.scangroup import shared_scans
+from unstick.agent.authority.request import PROBE as PROBE_REFUSAL
+from unstick.agent.holders.scan_group import shared_scans
+from unstick.agent.keylocks import KeyLocks
+from unstick.agent.probe.collect import probe_pod
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.executor import DRY_RUN, REFUSED, Executor, StepResult
 from unstick.core import remediation as rem
-from unstick.core.mandate import Mandate, permit
+from unstick.core.policy.mandate import Mandate, permit
 from unstick.core.remediation import rfc3339
 from unstick.core.vocabulary import Action, Refusal
 
@@ -121,7 +121,7 @@ class Handler:
 
     def probe(self, uid: str) -> JSON:
         """Probe the pod: the mount table from the executor's view (re-read only when the
-        kernel says it changed, agent/mounttable.py), the holder scan shared with the
+        kernel says it changed, agent/probe/mount_table.py), the holder scan shared with the
         checks of other pods asked at the same time (one started after each asked)."""
         started = time.monotonic()
         try:

@@ -6,7 +6,7 @@ Standalone: no Kopf, no peering. The watch loop lists, watches, resumes, relists
 Gone and reconnects after errors with backoff; this module is its `Sink`: every object of
 a (re)list and every event is dispatched, and a Remediation that a relist no longer shows
 (deleted while the watch was down) is forgotten. The admission policy's verdict is read
-at every relist and at the start of every watch cycle (`agent/admission_check.py`).
+at every relist and at the start of every watch cycle (`agent/authority/admission.py`).
 """
 
 from __future__ import annotations
@@ -21,20 +21,19 @@ from http.server import ThreadingHTTPServer
 from urllib.parse import quote
 
 from unstick import __version__
-from unstick.agent.admission_check import AdmissionGate, refusal_message
-from unstick.agent.authority import NodeBudget, PolicySources
-from unstick.agent.executor import Executor
+from unstick.agent.authority.admission import AdmissionGate, refusal_message
+from unstick.agent.authority.rederive import NodeBudget, PolicySources
+from unstick.agent.authority.scope import ScopeGate
 from unstick.agent.handler import JSON, Handler
-from unstick.agent.mounts import read_mount_table
-from unstick.agent.orphan_events import OrphanReporter
-from unstick.agent.orphans import OrphanPass
-from unstick.agent.probe import orphaned_mounts
-from unstick.agent.scangroup import NextPass
-from unstick.agent.scope import ScopeGate
+from unstick.agent.holders.scan_group import NextPass
+from unstick.agent.orphans.cleanup import OrphanPass
+from unstick.agent.orphans.events import OrphanReporter
+from unstick.agent.probe.collect import orphaned_mounts
+from unstick.agent.probe.mount_file import read_mount_table
 from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.executor import Executor
 from unstick.agent.workers import KeyedWorkers
-from unstick.core.aftermath import ORPHAN_MIN_AGE_S
 from unstick.core.remediation import (
     ALL_REMEDIATIONS,
     NODE_LABEL,
@@ -43,6 +42,7 @@ from unstick.core.remediation import (
     POLICIES,
     steps_answered,
 )
+from unstick.core.rules.aftermath import ORPHAN_MIN_AGE_S
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import ClientSettings, Kube, remediation_path
 from unstick.kube.listwatch import ListWatch, WatchSpec
@@ -270,7 +270,7 @@ class Agent:
         return count
 
     def refresh_orphans(self) -> int | None:
-        """One orphaned-pod-dir pass (agent/orphans.py): gauge, Node Event, clean where the
+        """One orphaned-pod-dir pass (agent/orphans/cleanup.py): gauge, Node Event, clean where the
         `default` policy says `clean`; None when the node's pods could not be listed."""
         dirs = self.orphans.run()
         if dirs is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 # Into PID 1's namespaces: a command after this prefix runs on the host.
 HOST_NAMESPACES = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
 # What no configured command means: the systemd unit `kubelet` (only where there is one:
-# unstick.agent.kubelet_restart checks).
+# unstick.agent.steps.restart_kubelet checks).
 DEFAULT_RESTART_KUBELET = (*HOST_NAMESPACES, "systemctl", "restart", "kubelet")
 
 
@@ -37,10 +37,10 @@ class AgentSettings:
     # a request time further than this in the future is refused too (clock skew)
     max_request_skew_s: float = 10.0
     # the controller's namespace scope (empty: all namespaces): Remediations elsewhere are
-    # refused on record (agent/scope.py)
+    # refused on record (agent/authority/scope.py)
     namespace_scope: tuple[str, ...] = ()
     # the ValidatingAdmissionPolicy (and binding) that ties requests to the controller;
-    # every request is refused while it is not in force (agent/admission_check.py)
+    # every request is refused while it is not in force (agent/authority/admission.py)
     admission_policy: str = ""
 
     @property

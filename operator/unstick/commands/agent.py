@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from unstick.agent.settings import AgentSettings
-    from unstick.core.kubelet_paths import RootView
+    from unstick.core.model.kubelet_paths import RootView
 
 
 def add_parser(sub: Any) -> None:
@@ -104,7 +104,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--max-node-actions-per-minute",
         type=int,
-        default=10,  # unstick.core.ratelimit.DEFAULT_NODE_CAP, as the controller's flag
+        default=10,  # unstick.core.policy.ratelimit.DEFAULT_NODE_CAP, as the controller's flag
         metavar="N",
         help="cap on this node's batches of node steps per minute, which no policy can raise; "
         "set it as the controller's --max-node-actions-per-minute (default: %(default)s)",
@@ -204,7 +204,7 @@ def root_view(root: str) -> RootView:
     import stat
     from pathlib import Path
 
-    from unstick.core.kubelet_paths import RootView
+    from unstick.core.model.kubelet_paths import RootView
 
     def is_dir(path: Path) -> bool:
         try:
@@ -223,10 +223,10 @@ def root_view(root: str) -> RootView:
 
 def kubelet_root_problem(settings: AgentSettings) -> str | None:
     """The start-up check: does `--kubelet-root` hold the pod dirs that the host mount table
-    shows mounts of? (`unstick.core.kubelet_paths.check_kubelet_root`)"""
-    from unstick.agent.mounts import read_mount_table
-    from unstick.core.kubelet_paths import check_kubelet_root
-    from unstick.core.mountinfo import MountinfoError
+    shows mounts of? (`unstick.core.model.kubelet_paths.check_kubelet_root`)"""
+    from unstick.agent.probe.mount_file import read_mount_table
+    from unstick.core.model.kubelet_paths import check_kubelet_root
+    from unstick.core.model.mountinfo import MountinfoError
 
     try:
         table = read_mount_table(settings.mountinfo)

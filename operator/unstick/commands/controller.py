@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
+from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 
 #: Kopf renews a peering record `lifetime - randint(5, 10)` s after the last renewal (at
 #: least 1 s): with 20 s a renewal is due 10-15 s after the last one, 5-10 s before the

@@ -42,8 +42,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from unstick.demo.run import DemoSettings
-        from unstick.demo.run import run as run_demo
+        from devcluster.demo.run import DemoSettings
+        from devcluster.demo.run import run as run_demo
     except ModuleNotFoundError:  # the wheel holds the operator only, not the dev harness
         print(
             "unstick demo: the demo runs from a source checkout of unstick, not from the "

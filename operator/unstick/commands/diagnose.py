@@ -97,10 +97,10 @@ def _load_policy(path: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from unstick.core.aftermath import bundle_aftermath
     from unstick.core.fields import FieldError
-    from unstick.core.policy import PolicyError, RemediationPolicy, parse_policy
-    from unstick.core.snapshot import BundleError, parse_bundle
+    from unstick.core.model.snapshot import BundleError, parse_bundle
+    from unstick.core.policy.remediation_policy import PolicyError, RemediationPolicy, parse_policy
+    from unstick.core.rules.aftermath import bundle_aftermath
 
     source = args.policy
     policy: RemediationPolicy | None
@@ -134,10 +134,10 @@ def run(args: argparse.Namespace) -> int:
 def render(facts: Any, policy: Any, output: str, aftermath: Any = None) -> str:
     """The diagnosis of parsed bundle `facts` under `policy` (a parsed RemediationPolicy,
     or None: built-in thresholds, every action), as `output` (json|text)."""
-    from unstick.core.diagnosis import diagnose
-    from unstick.core.planner import plan
+    from unstick.core.policy.planner import plan
+    from unstick.core.policy.safety import opted_in
     from unstick.core.report import to_report, to_text
-    from unstick.core.safety import opted_in
+    from unstick.core.rules.diagnosis import diagnose
 
     if policy is None:
         diagnosis = diagnose(facts)
@@ -146,7 +146,7 @@ def render(facts: Any, policy: Any, output: str, aftermath: Any = None) -> str:
         diagnosis = diagnose(facts, policy.settings)
         consent = opted_in(facts.pod.annotations, None, policy.name)
         result = plan(diagnosis, policy, opted_in=bool(consent))
-    from unstick.core.aftermath import aftermath_lines
+    from unstick.core.rules.aftermath import aftermath_lines
 
     if output == "json":
         report = to_report(diagnosis, result)

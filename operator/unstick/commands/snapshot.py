@@ -109,8 +109,8 @@ def policy_in_force(api: Kube, pod: JSON) -> JSON | None:
     controller then uses its built-in observe-only settings)."""
     from kubernetes.client.exceptions import ApiException
 
-    from unstick.controller.policies import load_policy, opt_in
-    from unstick.core.policy import PolicyError
+    from unstick.controller.deciding.policies import load_policy, opt_in
+    from unstick.core.policy.remediation_policy import PolicyError
     from unstick.kube.client import policy_path
 
     meta = pod.get("metadata") or {}
@@ -136,7 +136,7 @@ def policy_in_force(api: Kube, pod: JSON) -> JSON | None:
 def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
     """The bundle of docs/design.md §6 for one pod: the controller's bundle (one code path
     for both) plus the pod's Events."""
-    from unstick.controller.inputs import build_bundle, fetch_pod
+    from unstick.controller.deciding.inputs import build_bundle, fetch_pod
 
     pod = fetch_pod(api, namespace, name)
     if pod is None:
@@ -154,12 +154,12 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
 
 
 def _owners(api: Kube, pod: JSON, policy: JSON | None) -> JSON:
-    """The owners of the pod's finalizers (issue #25, `core/finalizer_owners.py`): the
+    """The owners of the pod's finalizers (issue #25, `core/rules/finalizer_owners.py`): the
     leader leases of the controllers that remove built-in ones, and the Leases/Deployments
     its policy's `spec.finalizerOwners` maps the others to; one found gone now is in
     `ownersGoneSince` as of now. Optional keys; none without RBAC to read them."""
-    from unstick.controller.owner_leases import OwnerLeases, bundle_keys
-    from unstick.core.policy import PolicyError, parse_policy
+    from unstick.controller.deciding.owner_leases import OwnerLeases, bundle_keys
+    from unstick.core.policy.remediation_policy import PolicyError, parse_policy
 
     try:
         mapping = parse_policy(policy).finalizer_owners if policy else ()
@@ -175,7 +175,7 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     orphaned pod dirs of its node (the agent's latest OrphanedPodDirs Event)."""
     from kubernetes.client.exceptions import ApiException
 
-    from unstick.agent.orphan_events import ANNOTATION, EVENT_NAMESPACE, REASON
+    from unstick.agent.orphans.events import ANNOTATION, EVENT_NAMESPACE, REASON
     from unstick.kube.client import remediation_path
 
     meta, node = pod.get("metadata") or {}, (pod.get("spec") or {}).get("nodeName") or ""

@@ -196,7 +196,7 @@ def _namespaces(namespaces: list[JSON], stuck: list[JSON]) -> list[JSON]:
 
 
 def _orphans(api: Kube, notes: list[str]) -> list[JSON]:
-    from unstick.agent.orphan_events import ANNOTATION, EVENT_NAMESPACE, REASON
+    from unstick.agent.orphans.events import ANNOTATION, EVENT_NAMESPACE, REASON
 
     events, why = _list(
         api, f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", {"fieldSelector": f"reason={REASON}"}

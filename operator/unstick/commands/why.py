@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"unstick why: {args.pod!r} is not NAMESPACE/POD (e.g. shop/web-0)", file=sys.stderr)
         return EXIT_USAGE
     from unstick.commands.diagnose import recorded_policy, render
-    from unstick.core.policy import PolicyError, parse_policy
-    from unstick.core.snapshot import BundleError, parse_bundle
+    from unstick.core.model.snapshot import BundleError, parse_bundle
+    from unstick.core.policy.remediation_policy import PolicyError, parse_policy
 
     try:
         bundle = capture_live(args.kubeconfig, *pod)

@@ -17,8 +17,8 @@ from typing import Any
 import kopf
 
 from unstick.controller import metrics
+from unstick.controller.deciding.policies import PolicyBook
 from unstick.controller.peering import PeeringGate, PeeringSettings
-from unstick.controller.policies import PolicyBook
 from unstick.controller.runtime import Runtime, RuntimeSettings
 from unstick.core.remediation import (
     GROUP,

@@ -28,8 +28,14 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from unstick.controller import trust
-from unstick.controller.decision import (
+from unstick.controller.acting.grants import Grants
+from unstick.controller.acting.pod_actions import PodActions, PodActionSettings
+from unstick.controller.agent_channel import trust
+from unstick.controller.agent_channel.node_steps import (
+    NodeSide,
+    NodeSideSettings,
+)
+from unstick.controller.deciding.decision import (
     KUBELET_FINISHING,
     RATE_LIMITED,
     Decision,
@@ -38,27 +44,21 @@ from unstick.controller.decision import (
     needs_probe,
     status_summary,
 )
-from unstick.controller.detector import Detector
-from unstick.controller.grants import Grants
-from unstick.controller.incidentpath import (
+from unstick.controller.deciding.detector import Detector
+from unstick.controller.deciding.inputs import NodeInputs, claims_and_volumes
+from unstick.controller.incidents.path import (
     RECHECK_AFTER_CONFLICT_S,
     IncidentPath,
     IncidentPathSettings,
 )
-from unstick.controller.incidentrecord import takes_incident_path
-from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs, claims_and_volumes
-from unstick.controller.nodeside import (
-    NodeSide,
-    NodeSideSettings,
-)
-from unstick.controller.podactions import PodActions, PodActionSettings
-from unstick.controller.podrecord import PodRecords, log_resolved
-from unstick.controller.records import EventQueue
-from unstick.controller.statuswriter import Stale, StatusWriter
-from unstick.core.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
+from unstick.controller.incidents.record import takes_incident_path
+from unstick.controller.incidents.registry import Incidents
+from unstick.controller.records.pod_record import PodRecords, log_resolved
+from unstick.controller.records.status import Stale, StatusWriter
+from unstick.controller.records.writes import EventQueue
+from unstick.core.model.snapshot import BundleError
+from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, parse_time, rfc3339
-from unstick.core.snapshot import BundleError
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
@@ -368,11 +368,12 @@ class Reconciler:
         except ValueError:
             return 0.0
 
-    # -- the action budget across restarts (controller/budget.py, adoption.py) ----------
+    # -- the action budget across restarts (acting/budget_rebuild.py, incidents/adoption.py) --
 
     def rebuild_budget(self, remediations: list[JSON], now: float) -> int:
         """Put back the grants of the last minute recorded in `remediations` (a restart or
-        failover does not reset the budget; controller/budget.py); returns their count."""
+        failover does not reset the budget; controller/acting/budget_rebuild.py); returns
+        their count."""
         return self.grants.rebuild(
             remediations, now, lambda name: self.detector.policies.lookup(name)[0]
         )

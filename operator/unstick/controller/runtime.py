@@ -29,15 +29,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from unstick.controller import records
-from unstick.controller.blocked import Aftermath, Sources
+from unstick.controller.aftermath.blocked import Aftermath, Sources
+from unstick.controller.agent_channel.trust import usable_probe
+from unstick.controller.deciding.policies import PolicyBook, opt_in
 from unstick.controller.logfilter import log_retried_failure
-from unstick.controller.policies import PolicyBook, opt_in
 from unstick.controller.reconciler import ReconcileSettings
-from unstick.controller.recordcheck import RecordChecks
+from unstick.controller.records import writes as records
+from unstick.controller.records.unbacked import RecordChecks
 from unstick.controller.scheduler import Scheduler
 from unstick.controller.startup import before_first_pass
-from unstick.controller.trust import usable_probe
 from unstick.controller.wiring import wire
 from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE
 from unstick.kube.client import JSON, Kube
@@ -101,7 +101,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.watchers: list[PodWatcher] = []
-        # design.md §9: blocked replacements and namespaces (controller/blocked.py).
+        # design.md §9: blocked replacements and namespaces (controller/aftermath/blocked.py).
         self.aftermath = Aftermath(
             kube,
             Sources(

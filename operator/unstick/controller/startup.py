@@ -12,11 +12,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from unstick.controller import adoption, failpoints, podrecord
-from unstick.controller.budget import rebuild_from_remediations
-from unstick.controller.incidents import Incidents
-from unstick.controller.policies import PolicyBook
+from unstick.controller import failpoints
+from unstick.controller.acting.budget_rebuild import rebuild_from_remediations
+from unstick.controller.deciding.policies import PolicyBook
+from unstick.controller.incidents import adoption
+from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import Reconciler
+from unstick.controller.records import pod_record as podrecord
 from unstick.core.remediation import POLICIES
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod

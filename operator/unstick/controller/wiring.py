@@ -8,21 +8,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unstick.controller.caches import (
+from unstick.controller.aftermath.kill_events import KillPodEvents
+from unstick.controller.deciding.caches import (
     BoundVolumes,
     FreshNodes,
     ObjectCache,
     csi_node_path,
     node_path,
 )
-from unstick.controller.detector import Detector
-from unstick.controller.incidents import Incidents
-from unstick.controller.inputs import NodeInputs
-from unstick.controller.kill_events import KillPodEvents
-from unstick.controller.owner_leases import MAX_GAP_S, OwnerLeases
-from unstick.controller.policies import NamespaceLabels, PolicyBook
+from unstick.controller.deciding.detector import Detector
+from unstick.controller.deciding.inputs import NodeInputs
+from unstick.controller.deciding.owner_leases import MAX_GAP_S, OwnerLeases
+from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
+from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records import EventQueue
+from unstick.controller.records.writes import EventQueue
 from unstick.kube.client import Kube
 
 

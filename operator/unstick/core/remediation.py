@@ -6,7 +6,7 @@ the spec pieces that travel between the two processes (docs/design.md §5; the f
 is in docs/contracts.md). No other module spells these strings.
 
 The opt-in rule itself (which value of `unstick.dev/remediate` means what) is
-`unstick.core.mandate`'s; only the annotation's name is here.
+`unstick.core.policy.mandate`'s; only the annotation's name is here.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ INCIDENT_LABEL = "unstick.dev/incident"
 #: Label name prefix: `pod.unstick.dev/<pod name>` finds a pod's story by its name.
 POD_LABEL_PREFIX = "pod.unstick.dev/"
 #: Pod annotation and namespace label by which pods opt in (docs/design.md §4; the rule:
-#: `unstick.core.mandate`).
+#: `unstick.core.policy.mandate`).
 REMEDIATE = "unstick.dev/remediate"
 #: Annotation of the agent's OrphanedPodDirs Event about its Node: the report as JSON
 #: (docs/aftermath.md).
@@ -281,7 +281,7 @@ class ProbeStamp:
     """Whose a probe is and when it was taken: `status.probe.podUID`, `.nodeName` and
     `.probedAt` (each None when absent or not of its type). The controller uses a probe
     only when this binds it to the pod, its node and its own request (docs/design.md §3
-    invariant 7); the probe's facts themselves are read by `unstick.core.snapshot`."""
+    invariant 7); the probe's facts themselves are read by `unstick.core.model.snapshot`."""
 
     pod_uid: str | None
     node_name: str | None

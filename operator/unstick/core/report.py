@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from unstick.core.diagnosis import Diagnosis
-from unstick.core.planner import Plan
+from unstick.core.policy.planner import Plan
+from unstick.core.rules.diagnosis import Diagnosis
 
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
 

@@ -1,0 +1,124 @@
+"""replay-unpublish for one CSI volume: what the kubelet would have done at teardown.
+
+1. NodeUnpublishVolume(volume_id from the kubelet's vol_data.json, target_path).
+2. Re-read the mount table. A driver that lost its state (e.g. csi-driver-host-path after a
+   restart) answers OK without unmounting: that is reported as "driver answered OK but the
+   mount is still there", the step still counts as succeeded, and the next step,
+   `unmount`, removes the mount.
+3. NodeUnstageVolume when the driver stages volumes, the staging mount exists and no other
+   pod's mount uses it (same device and root).
+
+Right before step 1 the executor (agent/steps/executor.py) re-checks the mount as for a plain
+unmount, no blocked waiter included (issue #25): the driver's unpublish is a plain umount,
+and on a hung mount it would hang in the driver, the agent's call with it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import grpc
+
+from unstick.agent.probe.mount_file import MountTable
+from unstick.agent.probe.plugins import Plugin
+from unstick.agent.settings import AgentSettings
+from unstick.agent.steps import csi_client
+from unstick.agent.steps.refused import Refused
+from unstick.agent.steps.vol_data import VOL_DATA
+from unstick.core.model.kubelet_paths import classify
+from unstick.core.model.mountinfo import Mount
+
+
+class ReplayHost(Protocol):
+    """What a replay needs of the executor (which imports this module, not the reverse)."""
+
+    settings: AgentSettings
+
+    @property
+    def root(self) -> str: ...
+
+    def _table(self) -> MountTable: ...
+
+    def read_vol_data(self, volume_dir: str) -> dict[str, str]: ...
+
+
+def _rpc_error(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{getattr(code, 'name', code)}: {details}"
+
+
+def _used_by_other_pods(mounts: list[Mount], root: str, uid: str, staging: Mount) -> bool:
+    pods_prefix = root.rstrip("/") + "/pods/"
+    own_prefix = f"{pods_prefix}{uid}/"
+    for m in mounts:
+        if not m.mount_point.startswith(pods_prefix) or m.mount_point.startswith(own_prefix):
+            continue
+        same_fs = (m.major, m.minor) == (staging.major, staging.minor)
+        if same_fs and (
+            m.root == staging.root or m.root.startswith(staging.root.rstrip("/") + "/")
+        ):
+            return True
+    return False
+
+
+def replay_volume(
+    ex: ReplayHost, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
+) -> str:
+    """Replay the teardown of one mounted CSI volume of the pod; returns a message.
+    Raises Refused or RuntimeError on a failed call."""
+    info = classify(mount.mount_point, ex.root, uid)
+    if info is None or info.csi_volume is None:
+        raise Refused(f"{mount.mount_point} is not a CSI volume of pod {uid}")
+    volume_dir = os.path.dirname(mount.mount_point)
+    data = ex.read_vol_data(volume_dir)
+    driver, handle = data["driverName"], data["volumeHandle"]
+    plugin = plugins.get(driver)
+    if plugin is None:
+        raise Refused(f"CSI driver {driver} is not registered on this node: nothing to call")
+    target = mount.mount_point
+    timeout = ex.settings.grpc_timeout_s
+    if dry_run:
+        return f"would call {driver} NodeUnpublishVolume({handle}, {target})"
+    try:
+        csi_client.node_unpublish(plugin.endpoint, handle, target, timeout)
+    except grpc.RpcError as exc:
+        raise RuntimeError(f"{driver} NodeUnpublishVolume failed: {_rpc_error(exc)}") from None
+    table = ex._table()
+    if any(m.mount_id == mount.mount_id for m in table.mounts):
+        return (
+            f"{driver} NodeUnpublishVolume({handle}): driver answered OK but the mount is "
+            f"still there ({target}); the unmount step removes it"
+        )
+    message = f"{driver} NodeUnpublishVolume({handle}): unmounted {target}"
+    if not os.path.lexists(target):  # the driver removed its target, as the CSI spec asks
+        # A driver that unpublishes now had not been asked by a TearDown that succeeded:
+        # the kubelet still holds the volume, and its next retry (NodeUnpublishVolume is OK
+        # again) removes vol_data.json and the dir itself — it needs the file for that.
+        message += f" (the kubelet's {VOL_DATA} left for it)"
+    return message + _unstage(ex, uid, plugin, handle=handle, pv=info.volume, mounts=table.mounts)
+
+
+def _unstage(
+    ex: ReplayHost, uid: str, plugin: Plugin, *, handle: str, pv: str, mounts: tuple[Mount, ...]
+) -> str:
+    timeout = ex.settings.grpc_timeout_s
+    by_point = {m.mount_point: m for m in mounts}
+    staged = [
+        by_point[p]
+        for p in csi_client.staging_paths(ex.root, plugin.name, handle, pv)
+        if p in by_point
+    ]
+    if not staged:
+        return "; no staging mount"
+    staging = staged[0]
+    if _used_by_other_pods(list(mounts), ex.root, uid, staging):
+        return f"; staging {staging.mount_point} is used by another pod: not unstaged"
+    try:
+        if not csi_client.supports_staging(plugin.endpoint, timeout):
+            return "; driver does not stage volumes"
+        csi_client.node_unstage(plugin.endpoint, handle, staging.mount_point, timeout)
+    except grpc.RpcError as exc:
+        return f"; NodeUnstageVolume failed ({_rpc_error(exc)}), staging mount left"
+    return f"; NodeUnstageVolume({staging.mount_point})"

@@ -1,0 +1,1 @@
+"""The controller's own acts (force-delete, remove-finalizer) and its action budget."""

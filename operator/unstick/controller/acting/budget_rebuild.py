@@ -1,0 +1,127 @@
+"""The action budget survives a restart or failover (design.md §3 invariant 6): on start-up
+the controller puts back the grants of the last minute, read from the Remediations.
+
+A grant is what took a slot of the budget and is on record, in keys only the controller
+writes (the admission policy keeps the agent and everyone else out of them, docs/admission.md):
+- an API action of the controller in `status.actions` (`force-delete`,
+  `remove-finalizer`, `by: controller`), or in `status.pods` of a node incident, with
+  result `succeeded` or `failed` — it was carried out — or `deleting`/`removing` (an
+  intent, written before the act: a controller killed before its answer was recorded may
+  have carried it out) or `gone` (an incident's intent settled later); and
+- a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
+  batch, as the controller takes it),
+each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S
+(a DELETE whose intent took longer to be put on record is not sent), so a grant recorded
+at T counts as made at T + ACT_WITHIN_S, until T + ACT_WITHIN_S + 60 s: no 60 s window
+holds more acts than the limit, across any number of restarts.
+Grants keep the limits of the policy named in `status.policy` when the controller knows
+it already, else the built-in defaults (30 per minute, 5 per node per minute): the
+stricter guess, and it lasts one minute at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from unstick.core.policy.ratelimit import WINDOW_S
+from unstick.core.remediation import (
+    ALL_REMEDIATIONS,
+    NODE_NAME,
+    NODE_STEPS_REQUESTED_AT,
+    parse_time,
+)
+from unstick.core.vocabulary import API_ACTIONS
+from unstick.kube.client import JSON, Kube, remediation_path
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0
+GATE_POLL_S = 0.5
+_API_ACTIONS = frozenset(str(a) for a in API_ACTIONS)
+_CARRIED_OUT = frozenset({"succeeded", "failed", "deleting", "removing", "gone"})
+ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this long, or never
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedGrant:
+    node: str
+    at: float
+    policy: str  # status.policy of the Remediation ("" when absent)
+
+
+def _time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[RecordedGrant]:
+    """The grants recorded in `remediations` within the 60 s before `now`."""
+    for rem in remediations:
+        spec = rem.get("spec") or {}
+        status = rem.get("status") or {}
+        node = str(spec.get(NODE_NAME) or "") or "(none)"
+        policy = str(status.get("policy") or "")
+        times = [_time(spec.get(NODE_STEPS_REQUESTED_AT))]
+        # per-pod records: status.actions; node incidents: status.pods (incidents.py)
+        for entry in [*(status.get("actions") or []), *(status.get("pods") or [])]:
+            if (
+                isinstance(entry, dict)
+                and entry.get("action") in _API_ACTIONS
+                and entry.get("result") in _CARRIED_OUT
+                and entry.get("by", "controller") == "controller"
+            ):
+                times.append(_time(entry.get("time")))
+        for at in times:
+            if at is not None and now - WINDOW_S < at + ACT_WITHIN_S and at <= now:
+                yield RecordedGrant(node, at + ACT_WITHIN_S, policy)
+
+
+class Rebuildable(Protocol):
+    def rebuild_budget(self, remediations: list[JSON], now: float) -> int: ...
+
+
+def _list(kube: Kube, namespaces: tuple[str, ...]) -> list[JSON]:
+    if not namespaces:
+        return kube.list_all(ALL_REMEDIATIONS)
+    items: list[JSON] = []
+    for ns in namespaces:
+        items += kube.list_all(remediation_path(ns))
+    return items
+
+
+async def rebuild_from_remediations(
+    kube: Kube,
+    reconciler: Rebuildable,
+    namespaces: tuple[str, ...],
+    clock: Callable[[], float],
+    gate: Callable[[], bool] = lambda: True,
+) -> list[JSON]:
+    """Once this replica is the active one (peering: a standby that takes over must see
+    what the previous one did), LIST the Remediations and rebuild the budget; retried
+    until the LIST answers. The caller takes no action before this returns: acting on an
+    empty budget could exceed the limits. Returns the Remediations read (the node
+    incidents among them are adopted: controller/incidents/adoption.py)."""
+    while not gate():  # noqa: ASYNC110 (a plain callable: peering.PeeringGate)
+        await asyncio.sleep(GATE_POLL_S)
+    while True:
+        try:
+            items = await asyncio.to_thread(_list, kube, namespaces)
+        except Exception as exc:
+            log.warning("cannot list Remediations to rebuild the action budget (%s); retrying", exc)
+            await asyncio.sleep(RETRY_S)
+            continue
+        count = reconciler.rebuild_budget(items, clock())
+        log.info(
+            "action budget rebuilt: %d actions of the last minute from %d Remediations",
+            count,
+            len(items),
+        )
+        return items

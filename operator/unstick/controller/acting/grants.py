@@ -1,0 +1,63 @@
+"""The controller's action budget (design.md §3 invariant 6): one ActionBudget shared by
+all policies and passes (the strictest limit in a window and the caps hold), behind one
+lock. A slot is taken only for an action carried out and counts from its time plus
+ACT_WITHIN_S (controller/acting/budget_rebuild.py: a restarted controller counts a
+recorded grant the same way)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from unstick.controller.acting import budget_rebuild as budget
+from unstick.controller.deciding.policies import BUILTIN, Policy
+from unstick.core.policy.ratelimit import ActionBudget
+from unstick.kube.client import JSON
+
+NO_NODE = "(none)"
+
+
+class Grants:
+    def __init__(self, cluster_cap: int, node_cap: int) -> None:
+        self.budget = ActionBudget(cluster_cap=cluster_cap, node_cap=node_cap)
+        self.lock = threading.Lock()
+
+    def take(self, policy: Policy, node: str, now: float) -> float:
+        """One slot (0.0) or the seconds to wait. The slot counts from `now` +
+        ACT_WITHIN_S: the act follows within that long, and a restarted controller counts
+        the grant recorded at `now` as made then too (budget.py)."""
+        limits = (policy.cluster_per_minute, policy.node_per_minute)
+        with self.lock:
+            wait = self.budget.peek(node or NO_NODE, now, *limits)
+            if wait <= 0:
+                self.budget.record(node or NO_NODE, now + budget.ACT_WITHIN_S, *limits)
+            return wait
+
+    def wait(self, policy: Policy, node: str, now: float) -> float:
+        """Only a look (no slot taken): the seconds until `policy` may act on `node`."""
+        with self.lock:
+            return self.budget.peek(
+                node or NO_NODE, now, policy.cluster_per_minute, policy.node_per_minute
+            )
+
+    def give_back(self, node: str, slot: float) -> None:
+        """The act taken at `slot` was not carried out (the API server refused it, or a
+        rebuilt grant's act did not take effect: adoption.py)."""
+        with self.lock:
+            self.budget.release(node or NO_NODE, slot + budget.ACT_WITHIN_S)
+
+    def rebuild(
+        self,
+        remediations: list[JSON],
+        now: float,
+        lookup: Callable[[str], Policy | None],
+    ) -> int:
+        """Put back the grants of the last minute recorded in `remediations` (a restart or
+        failover does not reset the budget; controller/acting/budget_rebuild.py); returns
+        their count. A grant keeps the limits of its recorded policy when `lookup` knows it."""
+        grants = list(budget.recent_grants(remediations, now))
+        with self.lock:
+            for g in grants:
+                limits = (lookup(g.policy) if g.policy else None) or BUILTIN
+                self.budget.record(g.node, g.at, limits.cluster_per_minute, limits.node_per_minute)
+        return len(grants)

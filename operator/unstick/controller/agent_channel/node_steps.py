@@ -1,0 +1,352 @@
+"""Node-side steps and probes: the controller's half of the channel to the node agent.
+
+Node actions are never run by the controller: it writes the approved steps to the
+Remediation (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`, `NodeStepsRequest` of
+core/remediation.py) and asks for probes (`spec.probeRequestedAt`); the agent answers in
+`status.probe`, `status.nodeActions` and `status.nodeStepsDoneAt`. Steps are only handed
+over with a fresh probe of the node (invariant 1), and judged by a probe taken after they
+ran — never re-issued in a loop; a request the agent refused as `stale` or `busy` is asked
+again after a backoff.
+
+`NodeSide` is the reconciler's collaborator for all of that (controller/reconciler.py
+holds one): it gets its settings, the record of our own requests (trust.ProbeRequests),
+the pass's status writer and the budget's `take` — nothing else of the reconciler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from unstick.controller import failpoints, metrics
+from unstick.controller.agent_channel.trust import ProbeRequests
+from unstick.controller.deciding.decision import RATE_LIMITED, Pass
+from unstick.controller.deciding.policies import Policy
+from unstick.controller.records.status import MAX_RECORDED_ACTIONS, Stale, StatusWriter
+from unstick.core.remediation import (
+    NODE_STEPS_DONE_AT,
+    NODE_STEPS_REQUESTED_AT,
+    RETRY_AFTER,
+    NodeStep,
+    NodeStepsRequest,
+    parse_time,
+    rfc3339,
+    steps_answered,
+    time_or_none,
+)
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
+from unstick.kube.client import JSON, Kube
+
+_NODE_ACTION_NAMES = frozenset(str(a) for a in NODE_ACTIONS)
+_RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
+log = logging.getLogger("unstick.decisions")
+
+AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
+#: Refusals of a whole request that say nothing about the steps — the request reached the
+#: agent too old or from the future of its clock (`stale`), or the agent's own node budget
+#: was used up (`policy_forbids` with `retryAfterSeconds`): asked again after a
+#: backoff. A refusal for a safety reason (forged, unsafe, not opted in, a policy that does
+#: not permit the step, dry-run) is not.
+RETRIED_REFUSALS = frozenset({str(Refusal.STALE), "busy"})
+BUSY = "rate limit:"  # how an older agent's node-budget refusal began (no retryAfterSeconds)
+RETRY_FIRST_S = 5.0  # the first re-ask; doubled each time, at most the re-check period
+NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused as a whole
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSideSettings:
+    recheck_s: float = 300.0  # slow re-check; also the ceiling of the re-ask backoff
+    reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+
+
+def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """(action, target, result, message) of the agent's node actions, once it has answered
+    the latest request. Text from the CR becomes metric labels: only the fixed vocabulary
+    gets through."""
+    spec = rem.get("spec") or {}
+    status = rem.get("status") or {}
+    if not steps_answered(spec, status):
+        return []
+    return _node_actions(status)
+
+
+def answered_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """Like `agent_results`, of the agent's answer on record whichever request it answered
+    (`status.nodeStepsDoneAt` set): what a pass records in status.actions. An answer to an
+    earlier request stays in `status.nodeActions` only until the agent answers the next:
+    recorded from whichever version a pass or the resolve sees, never only when it is the
+    latest request's answer."""
+    status = rem.get("status") or {}
+    return _node_actions(status) if status.get(NODE_STEPS_DONE_AT) else []
+
+
+def _node_actions(status: JSON) -> list[tuple[str, str, str, str]]:
+    out = []
+    for item in status.get("nodeActions") or []:
+        if not isinstance(item, dict):
+            continue
+        action, result = item.get("action"), item.get("result")
+        out.append(
+            (
+                action if action in _NODE_ACTION_NAMES else "unknown",
+                str(item.get("target", "")),
+                result if result in _RESULTS else "failed",
+                str(item.get("message", "")),
+            )
+        )
+    return out
+
+
+def _word(entry: dict[str, Any]) -> str:
+    """The refusal's reason, `busy` for the agent's node budget (counted policy_forbids):
+    the entry carries `retryAfterSeconds` (or, from an agent before it did, a message
+    starting BUSY)."""
+    reason = str(entry.get("reason"))
+    if reason == str(Refusal.POLICY_FORBIDS) and (
+        isinstance(entry.get(RETRY_AFTER), int) or str(entry.get("message", "")).startswith(BUSY)
+    ):
+        return "busy"
+    return reason
+
+
+def refused_request(rem: JSON) -> tuple[str, int] | None:
+    """(reason, how many times in a row) when the agent refused the latest node-step
+    request as a whole: every result `refused`, and its `status.nodeRefusals` entry
+    (action node-steps) is of that answer (time = nodeStepsDoneAt). None otherwise.
+    The reason is `busy` for a refusal by the agent's node budget (`_word`)."""
+    status = rem.get("status") or {}
+    if not agent_results(rem) or any(r[2] != "refused" for r in agent_results(rem)):
+        return None
+    entries = [
+        e
+        for e in status.get("nodeRefusals") or []
+        if isinstance(e, dict) and e.get("action") == NODE_STEPS
+    ]
+    try:
+        if not entries or parse_time(str(entries[-1].get("time"))) != parse_time(
+            str(status.get("nodeStepsDoneAt"))
+        ):
+            return None
+    except ValueError:
+        return None
+    reason = _word(entries[-1])
+    times = 0
+    for entry in reversed(entries):
+        if _word(entry) != reason:
+            break
+        times += 1
+    return reason, times
+
+
+def retry_backoff_s(times: int, ceiling_s: float) -> float:
+    """Seconds from a refusal to the re-ask: RETRY_FIRST_S, doubled each time in a row."""
+    return min(RETRY_FIRST_S * 2.0 ** min(max(times - 1, 0), 20), ceiling_s)
+
+
+def steps_pending(rem: JSON) -> bool:
+    """Node steps were handed to the agent and it has not answered them yet."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    requested = spec.get(NODE_STEPS_REQUESTED_AT)
+    if not isinstance(requested, str) or not requested:
+        return False
+    return not steps_answered(spec, status)
+
+
+@dataclass(frozen=True, slots=True)
+class LateActions:
+    """status.actions with the agent's results that no pass recorded yet (`actions`), and
+    those results, counted in unstick_remediations_total by `count` — called once the
+    write that records them succeeded, so a write made again after a 409 counts once."""
+
+    actions: list[Any]
+    added: tuple[tuple[str, str], ...]  # (action, result) of each result added
+    cause: str
+
+    def count(self) -> None:
+        for action, result in self.added:
+            metrics.REMEDIATIONS.labels(action, self.cause, result).inc()
+
+
+def late_agent_actions(rem: JSON, now: float) -> LateActions | None:
+    """The agent's results that no pass recorded yet, as status.actions with them added;
+    None when there are none."""
+    status = rem.get("status") or {}
+    done = list(status.get("actions") or [])
+    added: list[tuple[str, str]] = []
+    for action, target, result, message in answered_results(rem):
+        entry = {"action": action, "target": target, "result": result}
+        if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
+            continue
+        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
+        added.append((action, result))
+    if not added:
+        return None
+    cause = str(status.get("cause") or "Unknown")
+    return LateActions(done[-MAX_RECORDED_ACTIONS:], tuple(added), cause)
+
+
+class NodeSide:
+    """Everything a pass hands to the agent or reads back from it."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: NodeSideSettings,
+        *,
+        requests: ProbeRequests,
+        status: StatusWriter,
+        take_budget: Callable[[Policy, str, float], float],
+        give_back: Callable[[str, float], None] = lambda node, slot: None,
+    ) -> None:
+        self.kube = kube
+        self.give_back = give_back  # a slot whose request was not written (409)
+        self.settings = settings
+        self.requests = requests  # when this process asked the agent about each pod
+        self.status = status
+        self.take_budget = take_budget  # one slot of the action budget, or the wait
+
+    def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
+        """Write a request to the agent and remember, in memory, that we made it."""
+        self.status.patch_spec(p.rem, spec)  # onto the version decided from (statuswriter)
+        self.requests.asked(p.record.uid, p.now)
+
+    def steps(self, p: Pass) -> float | None:
+        """Hand node steps to the agent (spec.nodeSteps) and read its results back."""
+        spec = p.rem.get("spec") or {}
+        status = p.rem.get("status") or {}
+        planned = tuple(
+            NodeStep(s.action, s.target, s.reason) for s in p.dec.steps if s.action in NODE_ACTIONS
+        )
+        steps = [s.to_json() for s in planned]
+        requested: str = spec.get("nodeStepsRequestedAt") or ""
+        done_at: str = status.get("nodeStepsDoneAt") or ""
+        finished = bool(requested) and steps_answered(spec, status)
+        if not p.dec.diagnosis.probe_fresh:  # invariant 1: no node action without a fresh probe
+            return self.wait_for_probe(p)
+        asked_at = time_or_none(requested)
+        deadline = asked_at.timestamp() + p.dec.policy.probe_max_age_s * 2 if asked_at else 0.0
+        if requested and not finished and (spec.get("nodeSteps") == steps or p.now < deadline):
+            # An unanswered request is not replaced by other steps while the agent may
+            # still run it: the next request's answer would take the place of its answer in
+            # status.nodeActions before a pass recorded it (every node act on record).
+            self.status.write(p, "Remediating")
+            # Never a time already past: that would re-run this pass back to back (a long
+            # agent backlog is many such passes). The agent's answer pokes the pod anyway.
+            return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
+        refused = refused_request(p.rem) if finished else None
+        if refused and refused[0] in RETRIED_REFUSALS and spec.get("nodeSteps") == steps:
+            return self._ask_again(p, planned, *refused)
+        if finished:
+            probed = ((status.get("probe") or {}).get("probedAt")) or ""
+            if p.probe is None or not probed or parse_time(probed) < parse_time(done_at):
+                # Judge the node steps by a probe taken after them, never by the old one.
+                asked = self.requests.last(p.record.uid)
+                if asked is None or asked < parse_time(done_at):
+                    self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
+                self.status.write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
+                return p.now + p.dec.policy.probe_max_age_s
+            if spec.get("nodeSteps") == steps:
+                # The same steps again after they ran: they did not help. Do not loop.
+                self.status.write(p, "Failed", waitingFor=None)
+                log.info(
+                    "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
+                    "agent ran them",
+                    p.record.key,
+                    p.record.uid,
+                    p.dec.diagnosis.cause,
+                    ",".join(s["action"] for s in steps),
+                )
+                return p.now + self.settings.recheck_s
+        # The batch of node steps for one pod is one remediation handed to the agent and
+        # takes one action of the budget: counted per step, a plan longer than
+        # nodePerMinute (a CSI volume plus the projected token volume makes 8) never ran.
+        wait = self.take_budget(p.dec.policy, p.record.node, p.now)
+        if wait > 0:
+            self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
+            return p.now + wait
+        try:
+            return self._request_steps(p, planned, "requested-from-agent")
+        except Stale:
+            if self.requests.last(p.record.uid) != p.now:  # not handed over: the slot back
+                self.give_back(p.record.node, p.now)
+            raise
+
+    def _request_steps(self, p: Pass, steps: tuple[NodeStep, ...], result: str) -> float:
+        request = NodeStepsRequest(
+            steps,
+            datetime.fromtimestamp(p.now, UTC),
+            dry_run=False,
+            lazy_unmount=p.dec.policy.lazy_unmount,
+        )
+        if p.done != ((p.rem.get("status") or {}).get("actions") or []):
+            # The agent's answer to the last request, recorded in this pass, goes on record
+            # before the next request: the agent answers that one at once, in place of it.
+            self.status.write(p, "Remediating", waitingFor=None)
+        self._ask(p, request.to_spec())
+        failpoints.reached("node-steps-requested")
+        log.info(
+            "pod=%s uid=%s cause=%s action=%s result=%s",
+            p.record.key,
+            p.record.uid,
+            p.dec.diagnosis.cause,
+            ",".join(str(s.action) for s in steps),
+            result,
+        )
+        # The request's own write was guarded (the decision was made from the record as
+        # it is); this one records that decision in our own keys only, whatever the agent
+        # wrote since (it reacts to the request at once): not bound to a version.
+        self.status.write(p, "Remediating", guarded=False, waitingFor=None)
+        return p.now + p.dec.policy.probe_max_age_s * 2
+
+    def _ask_again(self, p: Pass, steps: tuple[NodeStep, ...], reason: str, times: int) -> float:
+        """The agent refused our request as `reason` (stale, busy): nothing ran, so this is
+        not a failed action; the same steps are asked again after a backoff (RETRY_FIRST_S,
+        doubled each refusal in a row, at most the re-check period), without a budget
+        slot (the first request took it; the agent keeps its own node budget too)."""
+        done_at = parse_time((p.rem.get("status") or {}).get("nodeStepsDoneAt") or "")
+        at = done_at + retry_backoff_s(times, self.settings.recheck_s)
+        if p.now < at:
+            why = f"the agent refused the node steps ({reason}); asking again at {rfc3339(at)}"
+            self.status.write(p, "Remediating", waitingFor=why)
+            return at
+        return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
+
+    def record_results(self, p: Pass) -> None:
+        """Copy the agent's finished node actions into status.actions (by: agent), once."""
+        for action, target, result, message in answered_results(p.rem):
+            self.status.count_once(
+                p,
+                action,
+                target,
+                result,
+                message,
+                by="agent",
+                cause=(p.rem.get("status") or {}).get("cause"),  # what the steps were for
+            )
+
+    def wait_for_probe(self, p: Pass) -> float:
+        """Ask the agent for a probe (unless our last request is recent and not older than
+        the node steps' answer) and wait for it, `probeMaxAgeSeconds`; without a fresh
+        probe in time the pod is only observed, and asked about again after reprobe_s."""
+        # Our own request time, from memory: the record's probeRequestedAt may be anyone's.
+        asked = self.requests.last(p.record.uid)
+        steps_done = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
+        outdated = bool(asked is not None and steps_done and asked < parse_time(steps_done))
+        if asked is None or outdated or p.now - asked >= self.settings.reprobe_s:
+            self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
+            asked = p.now
+        deadline = asked + p.dec.policy.probe_max_age_s
+        if p.now < deadline:
+            # Asked in this pass (its write guarded, or the record's create): this records
+            # that decision whatever the agent answered since, as after a steps request.
+            self.status.write(p, "WaitingForAgent", guarded=asked != p.now)
+            return deadline
+        # No fresh probe in time: node state is unknown — observe only (design.md §2).
+        self.status.count_once(
+            p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
+        )
+        self.status.write(p, "Observing")
+        return asked + self.settings.reprobe_s

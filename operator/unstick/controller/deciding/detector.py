@@ -1,0 +1,137 @@
+"""Decide about one terminating pod; detect it stuck from memory, off the action path.
+
+`Detector.decide` is the one decision: opt-in and policy, snapshot bundle, diagnosis,
+plan. `Detector.detect` runs it the moment a pod is due, from what the controller holds
+in memory (the lean watcher's pod record, watch-fed Node and CSINode caches, the probe
+from the Remediation watch), and records the diagnosis at once: the
+`unstick_detection_lag_seconds` histogram (first stuck diagnosis of a pod without a
+Remediation) and the `unstick_stuck_pods` gauge. It makes no API request (except for a
+Node or CSINode the watch has not delivered yet; a pod's claims and volumes only as kept
+by `caches.BoundVolumes`, which the pod's first worker pass fills — a diagnosis without a
+probe does not use them), so detection does not queue behind the API reads and writes of
+a burst: those follow in the worker pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from unstick.controller import metrics
+from unstick.controller.deciding.caches import ObjectCache
+from unstick.controller.deciding.decision import Decision
+from unstick.controller.deciding.inputs import NodeInputs, build_bundle
+from unstick.controller.deciding.policies import BUILTIN, NamespaceLabels, PolicyBook, opt_in
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan as make_plan
+from unstick.core.remediation import REMEDIATE
+from unstick.core.rules.diagnosis import diagnose
+from unstick.core.vocabulary import Refusal
+from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod, pod_json
+
+log = logging.getLogger("unstick.decisions")
+
+
+class Detector:
+    def __init__(
+        self,
+        kube: Kube,
+        policies: PolicyBook,
+        namespaces: NamespaceLabels,
+        *,
+        nodes: ObjectCache,
+        csi_nodes: ObjectCache,
+        has_remediation: Callable[[str], bool],
+        volumes: Callable[[str], JSON | None] | None = None,
+        kept_volumes: Callable[[str], JSON | None] | None = None,
+        events: Callable[[str], list[JSON]] | None = None,
+        leases: Callable[[JSON], list[JSON]] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.policies = policies
+        self.namespaces = namespaces
+        self.cached = NodeInputs(
+            node=nodes.get, csi_node=csi_nodes.get, get=volumes, events=events, leases=leases
+        )
+        # Detection reads claims and volumes only as kept (no GET: a burst's detections
+        # must not queue behind 2 threads' reads; the worker pass reads them).
+        self.from_memory = NodeInputs(
+            node=nodes.get,
+            csi_node=csi_nodes.get,
+            get=kept_volumes or volumes,
+            events=events,
+            leases=leases,
+        )
+        self.has_remediation = has_remediation
+        self.stuck = metrics.StuckPods()
+        self._detected: set[str] = set()  # uids whose detection lag was observed
+        self._refused: set[str] = set()  # uids whose policy refusal was counted
+        self._lock = threading.Lock()
+
+    def decide(self, pod: JSON, probe: Any, now: float, sources: NodeInputs | None) -> Decision:
+        """Diagnose and plan `pod` with Node/CSINode from `sources` (default: the caches)."""
+        meta = pod.get("metadata") or {}
+        namespace = meta.get("namespace") or ""
+        labels = self.namespaces.get(namespace)
+        choice = opt_in((meta.get("annotations") or {}).get(REMEDIATE), labels)
+        policy, problem = self.policies.lookup(choice.policy_name)
+        opted_in, why, refused = choice.opted_in, choice.why, False
+        if policy is None:
+            policy, opted_in = BUILTIN, False
+            why = f"{why}; observe only: {problem}" if choice.opted_in else why
+        elif opted_in and not policy.serves(namespace, labels):
+            # A tenant naming a permissive policy its namespace may not use (docs/design.md §4):
+            # none of its settings is honoured, not even its timing.
+            why = f"{why}; observe only: {policy.refusal(namespace)}"
+            policy, opted_in, refused = BUILTIN, False, True
+        bundle = build_bundle(
+            self.kube, pod, probe, now, sources or self.cached, with_attachments=False
+        )
+        diagnosis = diagnose(parse_bundle(bundle), policy.diagnosis_settings)
+        if refused and diagnosis.stuck:
+            self._count_refusal(str(meta.get("uid") or ""))
+        planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)
+        return Decision(
+            diagnosis, tuple(planned.steps), tuple(planned.refused), policy, opted_in, why
+        )
+
+    def detect(self, record: TerminatingPod, probe: Any, now: float) -> None:
+        """Diagnose from memory; on a stuck diagnosis update the metrics right now."""
+        try:
+            decision = self.decide(pod_json(record), probe, now, self.from_memory)
+        except BundleError:
+            return  # the worker pass reports it (Event UnstickCannotDiagnose)
+        d = decision.diagnosis
+        if not d.stuck:
+            return
+        self.stuck.set(record.uid, record.namespace, str(d.cause))
+        with self._lock:
+            first = record.uid not in self._detected
+            self._detected.add(record.uid)
+        if first and not self.has_remediation(record.uid):
+            lag = max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
+            metrics.DETECTION_LAG.observe(lag)
+            log.info(
+                "pod=%s uid=%s cause=%s action=detect result=stuck detection_lag=%.3fs",
+                record.key,
+                record.uid,
+                d.cause,
+                lag,
+            )
+
+    def _count_refusal(self, uid: str) -> None:
+        """`unstick_refusals_total{reason="policy_forbids"}`, once per pod."""
+        with self._lock:
+            if uid in self._refused:
+                return
+            self._refused.add(uid)
+        metrics.REFUSALS.labels(str(Refusal.POLICY_FORBIDS)).inc()
+
+    def forget(self, uid: str) -> None:
+        self.stuck.forget(uid)
+        with self._lock:
+            self._detected.discard(uid)
+            self._refused.discard(uid)

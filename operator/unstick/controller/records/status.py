@@ -1,0 +1,122 @@
+"""How a pass writes the pod's Remediation: its status keys (a merge patch of only the
+keys that changed) and its `status.actions` (each counted once in
+`unstick_remediations_total`). The reconciler and its collaborators (nodeside.py,
+podactions.py) write through one StatusWriter, which also remembers which Remediation
+this process keeps for each pod (`known`), so resolving a pod needs no read, and keeps the
+newest copy of each record (`copies`, remcopies.py), so a pass needs no GET either.
+
+A write made from a copy carries the copy's resourceVersion (`guarded`): when the record
+changed meanwhile the API server answers 409 and nothing is written; the copy is dropped
+and `Stale` raised, so the pass decides again from a fresh read. A 404 (the record was
+deleted) drops the copy and raises `Stale` too. The server's answer becomes the copy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from unstick.controller import metrics
+from unstick.controller.deciding.decision import Pass
+from unstick.controller.records import writes as records
+from unstick.controller.records.copies import RemediationCopies, version
+from unstick.core.remediation import rfc3339
+from unstick.kube.client import JSON, Kube
+
+MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
+
+
+class Stale(ApiException):
+    """A write from a copy of the record met a newer version (409) or no record (404):
+    nothing was written; decide again from a fresh read. An ApiException with the
+    server's status, so code that handles a 404 still does."""
+
+    def __init__(self, rem: JSON, status: int) -> None:
+        meta = rem.get("metadata") or {}
+        super().__init__(status=status, reason="the record changed or went since its copy")
+        self.record = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+class StatusWriter:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
+        # Lets `resolve` write without reading it again.
+        self.known: dict[str, tuple[str, str, str]] = {}
+        self.copies = RemediationCopies()  # the newest version of each record seen here
+
+    def count_once(
+        self,
+        p: Pass,
+        action: Any,
+        target: str,
+        result: str,
+        message: str,
+        *,
+        by: str = "controller",
+        force: bool = False,
+        cause: str | None = None,
+    ) -> None:
+        """Append to status.actions and count the metric, once per (action, target, result)."""
+        entry = {"action": str(action), "target": target, "result": result}
+        if not force and any(all(a.get(k) == v for k, v in entry.items()) for a in p.done):
+            return
+        p.done.append({**entry, "message": message, "time": rfc3339(p.now), "by": by})
+        del p.done[:-MAX_RECORDED_ACTIONS]
+        cause = cause or str(p.dec.diagnosis.cause)
+        metrics.REMEDIATIONS.labels(str(action), cause, result).inc()
+
+    def write(self, p: Pass, phase: str, *, guarded: bool = True, **extra: Any) -> None:
+        """The pass's status: its summary, `phase`, status.actions and `extra` keys.
+        `guarded=False` only for the answer of an act already carried out (podactions.py:
+        it records what happened, it decides nothing)."""
+        # a copy: p.done changes after this write (an intent replaced by its answer)
+        desired = {**p.summary, "phase": phase, "actions": list(p.done), **extra}
+        self.patch(p.rem, desired, guarded=guarded)
+        meta = p.rem.get("metadata") or {}
+        self.known[p.record.uid] = (p.record.namespace, meta.get("name") or "", phase)
+
+    def patch(self, rem: JSON, desired: dict[str, Any], *, guarded: bool = True) -> None:
+        """Status merge patch of only the keys whose value differs; with `guarded` (and a
+        version known) only onto the version `rem` is a copy of."""
+        current = rem.get("status") or {}
+        changed = {k: v for k, v in desired.items() if current.get(k) != v}
+        if not changed:
+            return
+        answer = self._send(
+            rem,
+            lambda v: records.patch_status(self.kube, rem, changed, resource_version=v),
+            guarded=guarded,
+        )
+        rem["status"] = {**current, **changed}
+        self._took(rem, answer)
+
+    def patch_spec(self, rem: JSON, spec: dict[str, Any]) -> None:
+        """Spec merge patch (a request to the agent), guarded like `patch`."""
+        answer = self._send(
+            rem,
+            lambda v: records.patch_spec(self.kube, rem, spec, resource_version=v),
+            guarded=True,
+        )
+        rem["spec"] = {**(rem.get("spec") or {}), **spec}
+        self._took(rem, answer)
+
+    def _send(self, rem: JSON, send: Any, *, guarded: bool) -> Any:
+        try:
+            return send(version(rem) if guarded else "")
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                meta = rem.get("metadata") or {}
+                self.copies.drop(str(meta.get("namespace")), str(meta.get("name")))
+                if guarded and version(rem):
+                    raise Stale(rem, exc.status) from exc
+            raise
+
+    def _took(self, rem: JSON, answer: Any) -> None:
+        """The server's answer is the record's newest version: the pass goes on from it
+        (all of it: after an unguarded write it may hold others' changes too, and its
+        version must never stand for a view that lacks them)."""
+        if isinstance(answer, dict) and version(answer):
+            rem.clear()
+            rem.update(answer)
+            self.copies.offer(answer)

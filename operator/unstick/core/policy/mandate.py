@@ -1,0 +1,136 @@
+"""May anything be done to this pod, and under which policy? design.md §3 invariants 5 and 7,
+§4 — decided from what the API says now, never from a Remediation.
+
+Pure: the caller (the node agent, before every probe and node step) reads the pod, its
+namespace's labels and the RemediationPolicy the pod names from the API and passes them
+in. `opt_in` is THE opt-in rule (design.md §4); the controller (`controller.policies`),
+`unstick diagnose` (`core.safety.opted_in`) and the agent all call it:
+- pod annotation `unstick.dev/remediate`: "true" → policy `default`; "false" → opted out
+  (even in an opted-in namespace: the pod's own explicit opt-out wins); any other
+  non-empty value names a policy (exact: "TRUE" names a policy called "TRUE");
+- else (no annotation, or an empty one) namespace label `unstick.dev/remediate=true`
+  (exact) → policy `default`;
+- else not opted in.
+A policy is in force only if it exists, is valid and serves the pod's namespace
+(`RemediationPolicy.serves`: its namespaceSelector; `default` serves all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from unstick.core.remediation import REMEDIATE
+from unstick.core.vocabulary import Action, Refusal
+
+if TYPE_CHECKING:  # core.policy imports core.diagnosis, which imports core.safety → here
+    from unstick.core.policy.remediation_policy import RemediationPolicy
+
+OPT_IN = REMEDIATE  # the pod annotation and namespace label
+DEFAULT_POLICY = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class OptIn:
+    """The pod's opt-in: the policy it asks for (None: not opted in) and why, in words."""
+
+    policy: str | None
+    why: str
+    names_policy: bool = False  # the pod's annotation names the policy (not "true")
+
+    def __bool__(self) -> bool:
+        return self.policy is not None
+
+
+def opt_in(annotation: str | None, namespace_labels: Mapping[str, str] | None) -> OptIn:
+    """The one opt-in rule (see the module docstring). `namespace_labels` None: unknown
+    (as offline), read as no label."""
+    if annotation == "true":
+        return OptIn(DEFAULT_POLICY, f"pod annotation {OPT_IN}=true")
+    if annotation == "false":
+        return OptIn(None, f"pod annotation {OPT_IN}=false")
+    if annotation:
+        return OptIn(annotation, f"pod annotation names policy {annotation!r}", names_policy=True)
+    if (namespace_labels or {}).get(OPT_IN) == "true":
+        return OptIn(DEFAULT_POLICY, f"namespace label {OPT_IN}=true")
+    return OptIn(None, "not opted in")
+
+
+def policy_name(annotation: str | None, namespace_labels: Mapping[str, str] | None) -> str | None:
+    """The policy the pod asks for, or None when it has not opted in (`opt_in`)."""
+    return opt_in(annotation, namespace_labels).policy
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyLookup:
+    """The policy named by the pod as read from the API: the parsed policy, or why there
+    is none usable (does not exist, invalid)."""
+
+    name: str
+    policy: RemediationPolicy | None
+    problem: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Mandate:
+    """The answer: the policy in force, or the refusal (its reason word and message)."""
+
+    policy: RemediationPolicy | None
+    refusal: Refusal | None = None
+    message: str = ""
+
+    def __bool__(self) -> bool:
+        return self.policy is not None and self.refusal is None
+
+
+def mandate(
+    namespace: str,
+    annotation: str | None,
+    namespace_labels: Mapping[str, str],
+    lookup: PolicyLookup | None,
+) -> Mandate:
+    """The policy in force for a pod of `namespace` with this opt-in annotation.
+
+    `lookup` is the API's answer for `policy_name(annotation, namespace_labels)` (None
+    when the pod has not opted in and nothing was looked up)."""
+    name = policy_name(annotation, namespace_labels)
+    if name is None:
+        why = (
+            f"annotation {OPT_IN}=false"
+            if annotation == "false"
+            else f"no annotation {OPT_IN} on the pod and no label {OPT_IN}=true on "
+            f"namespace {namespace}"
+        )
+        return Mandate(None, Refusal.NOT_OPTED_IN, f"the pod has not opted in ({why})")
+    if lookup is None or lookup.name != name:
+        return Mandate(None, Refusal.POLICY_FORBIDS, f"RemediationPolicy {name!r} was not read")
+    if lookup.policy is None:
+        return Mandate(
+            None,
+            Refusal.POLICY_FORBIDS,
+            f"RemediationPolicy {name!r} cannot be used: {lookup.problem}",
+        )
+    if not lookup.policy.serves(namespace, namespace_labels):
+        return Mandate(
+            None,
+            Refusal.POLICY_FORBIDS,
+            f"RemediationPolicy {name!r} does not serve namespace {namespace!r} (its "
+            "namespaceSelector does not match)",
+        )
+    return Mandate(lookup.policy)
+
+
+def permit(m: Mandate, action: Action) -> Mandate:
+    """`m` narrowed to one action: refused unless the policy permits it and is not dry-run."""
+    if not m or m.policy is None:
+        return m
+    if not m.policy.permits(action):
+        return Mandate(
+            None,
+            Refusal.POLICY_FORBIDS,
+            f"RemediationPolicy {m.policy.name!r} does not permit {action}",
+        )
+    if m.policy.dry_run:
+        return Mandate(None, Refusal.DRY_RUN, f"RemediationPolicy {m.policy.name!r} is in dry-run")
+    return m

@@ -1,0 +1,202 @@
+"""The safety invariants of design.md §3 as predicates.
+
+The planner uses them to build a plan, and the executors (controller, agent) call them
+again right before acting, with facts re-read at that moment: state may have changed
+since the diagnosis. Each returns a Verdict: truthy when the action is safe, else it
+carries the reason to record as a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from unstick.core.durations import human
+from unstick.core.model.kubelet_paths import CSI_PLUGIN, classify, is_pod_volume_path
+from unstick.core.policy.mandate import OPT_IN, opt_in
+from unstick.core.vocabulary import Cause
+
+RESTART_KUBELET_EVERY = timedelta(hours=1)
+_MINUTE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+SAFE = Verdict(True)
+
+
+def refuse(reason: str) -> Verdict:
+    return Verdict(False, reason)
+
+
+# 1. No node action without a fresh probe of that node.
+#: How far in the future a probe or request time may lie (clocks of nodes differ a little).
+MAX_CLOCK_SKEW_S = 10.0
+
+
+def fresh_probe(
+    probe_node: str | None,
+    probed_at: datetime | None,
+    node: str | None,
+    now: datetime,
+    max_age_s: float,
+    *,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> Verdict:
+    """A probe of the pod's node, at most `max_age_s` old and at most `max_skew_s` in the
+    future (a probe from further ahead is no evidence of the node's state now)."""
+    if probed_at is None or probe_node is None:
+        return refuse("no probe of the node: node-side state is unknown")
+    if node is None or probe_node != node:
+        return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
+    age = (now - probed_at).total_seconds()
+    if age > max_age_s:
+        return refuse(
+            f"the probe of node {node} is {human(age)} old (probeMaxAge {human(max_age_s)}): "
+            "node-side state is unknown"
+        )
+    if -age > max_skew_s:
+        return refuse(
+            f"the probe of node {node} is {human(age)} in the future, more than the allowed "
+            f"clock skew ({human(max_skew_s)}): node-side state is unknown"
+        )
+    return SAFE
+
+
+# 7. No safety fact from a record someone else can write: a probe counts only if it names
+#    this pod's UID and node and was taken after this controller asked for it.
+def bound_probe(
+    probe_uid: str | None,
+    probe_node: str | None,
+    probed_at: datetime | None,
+    *,
+    pod_uid: str,
+    node: str | None,
+    requested_at: datetime | None,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> Verdict:
+    """The probe answers this controller's request about this pod on this node.
+
+    `requested_at` is the time of the first probe (or node-step) request this controller
+    itself made for the pod, from its own memory — never from the record; None: it has
+    asked nothing yet, so no probe can be an answer. A probe taken up to `max_skew_s`
+    before the request still counts (the agent's clock may be a little behind)."""
+    if not probe_uid:
+        return refuse("the probe names no pod UID: it cannot be bound to this pod")
+    if probe_uid != pod_uid:
+        return refuse(f"the probe is of pod UID {probe_uid}, not of this pod ({pod_uid})")
+    if node is None or probe_node != node:
+        return refuse(f"the probe is of node {probe_node}, not of the pod's node {node}")
+    if probed_at is None:
+        return refuse("the probe has no probedAt time")
+    if requested_at is None:
+        return refuse("this controller has not asked for a probe of the pod yet")
+    early = (requested_at - probed_at).total_seconds()
+    if early > max_skew_s:
+        return refuse(
+            f"the probe was taken {human(early)} before this controller asked for it: an old "
+            "or replayed answer"
+        )
+    return SAFE
+
+
+# 2. unmount only strictly under the pod's volume dirs, no holders, no running container.
+def unmount_safe(
+    mount_point: str, kubelet_root: str, uid: str, holders: int, containers_running: bool
+) -> Verdict:
+    if not is_pod_volume_path(mount_point, kubelet_root, uid):
+        return refuse(
+            f"{mount_point} is not strictly under pods/{uid}/volumes/ or volume-subpaths/"
+        )
+    if holders:
+        return refuse(f"{mount_point} is held by {holders} process(es)")
+    if containers_running:
+        return refuse("a container of the pod is still running")
+    return SAFE
+
+
+def rmdir_safe(path: str, kubelet_root: str, uid: str, empty: bool | None) -> Verdict:
+    """rmdir-stale: only the pod's volume dirs, only when empty (never a recursive delete)."""
+    if not is_pod_volume_path(path, kubelet_root, uid):
+        return refuse(f"{path} is not strictly under pods/{uid}/volumes/ or volume-subpaths/")
+    if empty is False:
+        return refuse(f"{path} is not empty: unstick never deletes data")
+    return SAFE
+
+
+def replay_unpublish_safe(
+    target: str, kubelet_root: str, uid: str, driver_registered: bool | None
+) -> Verdict:
+    """replay-unpublish: only a CSI publish target of this pod, only with a registered driver."""
+    c = classify(target, kubelet_root, uid)
+    if c is None or c.kind != "volume" or c.plugin != CSI_PLUGIN:
+        return refuse(f"{target} is not a CSI volume target of pod {uid}")
+    if driver_registered is not True:
+        return refuse(f"the CSI driver of {target} is not registered on the node")
+    return SAFE
+
+
+# 3. force-delete only for NodeGone, fenced NodeUnreachable, or nothing of the pod left.
+def force_delete_safe(
+    cause: Cause, fenced: bool | None, nothing_left: bool, probe_fresh: bool
+) -> Verdict:
+    if cause is Cause.NodeGone:
+        return SAFE
+    if cause is Cause.NodeUnreachable:
+        if fenced:
+            return SAFE
+        return refuse(
+            "the node is not fenced (no node.kubernetes.io/out-of-service taint): the pod may "
+            "still run there (split-brain risk)"
+        )
+    if nothing_left and probe_fresh:
+        return SAFE
+    return refuse(
+        "the node is not gone or fenced, and no fresh probe shows that nothing of the pod is "
+        "left on it"
+    )
+
+
+# 4. remove-finalizer only for finalizers on the policy's allowlist (empty by default).
+def finalizer_allowed(finalizer: str, allowlist: tuple[str, ...] | frozenset[str]) -> Verdict:
+    if finalizer in allowlist:
+        return SAFE
+    return refuse(f"finalizer {finalizer} is not on the policy's finalizerAllowlist")
+
+
+# 5. Nothing happens to a pod that has not opted in.
+def opted_in(
+    annotations: Mapping[str, str],
+    namespace_labels: Mapping[str, str] | None,
+    policy_name: str,
+) -> Verdict:
+    """The pod opted in (`unstick.core.policy.mandate.opt_in`, the one rule: an explicit
+    annotation "false" opts out even in a labelled namespace) and, when its annotation
+    names a policy, names this one (None labels: unknown, as offline)."""
+    choice = opt_in(annotations.get(OPT_IN), namespace_labels)
+    if choice.policy is None:
+        return refuse(f"pod has not opted in ({choice.why})")
+    if choice.names_policy and choice.policy != policy_name:
+        return refuse(
+            f"pod has not opted in: annotation {OPT_IN}={choice.policy!r} names neither "
+            f"'true' nor policy {policy_name!r}"
+        )
+    return SAFE
+
+
+# 6. Rate limits: cluster-wide and per node, actions per minute: `unstick.core.policy.ratelimit`.
+
+
+def restart_kubelet_allowed(last_restart: datetime | None, now: datetime) -> Verdict:
+    """restart-kubelet: at most once per node per hour."""
+    if last_restart is not None and now - last_restart < RESTART_KUBELET_EVERY:
+        return refuse("the kubelet of this node was restarted less than an hour ago")
+    return SAFE

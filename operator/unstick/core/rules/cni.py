@@ -1,0 +1,112 @@
+"""CNI teardown failing (issue #25): the kubelet cannot remove the pod's sandbox because the
+CNI plugin's DEL fails, so `KillPodSandbox` is retried for ever and the pod stays
+Terminating (calico#7272, multus-cni#669).
+
+The kubelet says so in an Event on the pod (reason `FailedKillPod`), e.g.:
+
+    error killing pod: failed to "KillPodSandbox" for "<uid>" with KillPodSandboxError:
+    "rpc error: code = Unknown desc = failed to destroy network for sandbox \\"<id>\\":
+    plugin type=\\"calico\\" failed (delete): error getting ClusterInformation: ..."
+
+The bundle's `events` (Events about this pod, as the API returns them; optional) are read
+for that; `CNITeardownFailed` names the plugin, the sandbox and the plugin's error. Observe
+only: the kubelet retries the teardown on its own once the plugin works again, and a
+force-delete would leave the pod's network (its IP, its veth, the plugin's state) behind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from unstick.core import fields as f
+from unstick.core.model.facts import PodEvent, PodFacts
+
+KILL_POD_REASONS = ("FailedKillPod",)
+DESTROY = "failed to destroy network"
+_PLUGIN = re.compile(r'plugin type=\\*"([^"\\]+)\\*"(?:\s+name=\\*"([^"\\]+)\\*")?')
+_SANDBOX = re.compile(r'failed to destroy network for sandbox \\*"([0-9a-zA-Z]+)\\*"')
+_ERROR = re.compile(r"failed \((?:delete|del)\):\s*(.+)$", re.DOTALL)
+HISTORY_SLACK = timedelta(minutes=1)
+MAX_ERROR_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class CNIFailure:
+    plugin: str  # the CNI plugin type ("" when the message does not say)
+    network: str  # its network name, when given (multus)
+    sandbox: str  # the sandbox id ("" when not given)
+    error: str  # what the plugin said
+    count: int  # how many times the kubelet reported it (1 when not counted)
+
+
+def parse_events(bundle: Mapping[str, object], uid: str) -> tuple[PodEvent, ...]:
+    """The bundle's `events` about pod `uid` (others are ignored): reason, message, count,
+    last time."""
+    out = []
+    for i, raw in enumerate(f.opt_list(bundle, "events", "")):
+        where = f"events[{i}]"
+        ev = f.as_object(raw, where)
+        involved = ev.get("involvedObject") or ev.get("regarding") or {}
+        about = f.as_object(involved, f"{where}.involvedObject")
+        if f.opt_string(about, "uid", f"{where}.involvedObject") not in (uid, None):
+            continue
+        series = f.as_object(ev.get("series") or {}, f"{where}.series")
+        last = (
+            f.opt_time(series, "lastObservedTime", f"{where}.series")
+            or f.opt_time(ev, "lastTimestamp", where)
+            or f.opt_time(ev, "eventTime", where)
+        )
+        count = f.opt_int(series, "count", f"{where}.series") or f.opt_int(ev, "count", where)
+        out.append(
+            PodEvent(
+                reason=f.opt_string(ev, "reason", where) or "",
+                message=f.opt_string(ev, "message", where) or f.opt_string(ev, "note", where) or "",
+                count=count if count and count > 0 else 1,
+                last=last,
+            )
+        )
+    return tuple(out)
+
+
+def teardown_failure(pod: PodFacts, events: tuple[PodEvent, ...]) -> CNIFailure | None:
+    """The latest CNI teardown failure the kubelet reported for this termination."""
+    since = None
+    if pod.deletion_timestamp is not None:
+        grace = timedelta(seconds=pod.deletion_grace_period_seconds or 0)
+        since = pod.deletion_timestamp - grace - HISTORY_SLACK  # the delete request
+    found = [
+        e
+        for e in events
+        if e.reason in KILL_POD_REASONS
+        and DESTROY in e.message
+        and (since is None or e.last is None or e.last >= since)
+    ]
+    if not found:
+        return None
+    latest = max(found, key=lambda e: (e.last is not None, e.last.timestamp() if e.last else 0.0))
+    plugin = _PLUGIN.search(latest.message)
+    sandbox = _SANDBOX.search(latest.message)
+    error = _ERROR.search(latest.message)
+    said = error.group(1) if error else latest.message.split(DESTROY, 1)[-1]
+    return CNIFailure(
+        plugin=plugin.group(1) if plugin else "",
+        network=(plugin.group(2) or "") if plugin else "",
+        sandbox=sandbox.group(1) if sandbox else "",
+        error=said.strip().rstrip('"\\').replace('\\"', '"').strip()[:MAX_ERROR_CHARS],
+        count=sum(e.count for e in found),
+    )
+
+
+def failure_words(c: CNIFailure) -> str:
+    plugin = f"CNI plugin {c.plugin}" if c.plugin else "the CNI plugin"
+    if c.network:
+        plugin += f" (network {c.network})"
+    sandbox = f" {c.sandbox}" if c.sandbox else ""
+    times = f" ({c.count} times)" if c.count > 1 else ""
+    return (
+        f"the kubelet cannot remove the pod's sandbox{sandbox}: {plugin} fails to delete its "
+        f"network{times}: {c.error}"
+    )

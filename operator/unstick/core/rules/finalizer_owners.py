@@ -1,0 +1,300 @@
+"""Finalizer triage (issue #25): who removes each finalizer of a `FinalizerBlocked` pod, and
+does that controller seem to be running?
+
+Built-in finalizers are mapped to the controller that removes them and the leader lease it
+renews (`batch.kubernetes.io/job-tracking` → the Job controller of kube-controller-manager,
+lease `kube-system/kube-controller-manager`, kubernetes#127917). Others are mapped by the
+policy's `spec.finalizerOwners` (a finalizer prefix → the Lease or the Deployment that
+serves it; the longest prefix wins, and a policy entry wins over a built-in one); any
+other finalizer belongs to whatever installed it and is named by its domain.
+
+An owner is *alive* (a lease renewed within twice its duration, a Deployment with ≥ 1
+available replica), *gone* (a lease not renewed for longer, or with no holder; a
+Deployment with 0 available replicas; either one missing, as `ownersGoneSince` says), or
+*unknown* (not read, or no owner known). Since when it is gone: the lease's last renewal,
+the Deployment's `Available=False` transition, else the first time the reader saw it gone
+(`ownersGoneSince`). Evidence, plus `owner_gone_for`: with the policy's
+`spec.finalizerOwnerGoneSeconds` set the planner removes an allowlisted finalizer only
+once its owner has been gone for longer (never more than the allowlist, design.md §3
+invariant 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from unstick.core import fields as f
+from unstick.core.durations import human
+from unstick.core.evidence import Evidence
+from unstick.core.model.facts import DeploymentFacts, Facts, LeaseFacts
+from unstick.core.policy import safety
+
+KCM_LEASE = ("kube-system", "kube-controller-manager")
+KCM = "kube-controller-manager"
+LEASE, DEPLOYMENT = "Lease", "Deployment"
+ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+
+#: finalizer → (the controller that removes it, the lease its leader renews)
+BUILT_IN: Mapping[str, tuple[str, tuple[str, str]]] = {
+    "batch.kubernetes.io/job-tracking": (f"the Job controller of {KCM}", KCM_LEASE),
+    "foregroundDeletion": (f"the garbage collector of {KCM}", KCM_LEASE),
+    "orphan": (f"the garbage collector of {KCM}", KCM_LEASE),
+    "kubernetes.io/pvc-protection": (f"the PVC protection controller of {KCM}", KCM_LEASE),
+    "kubernetes.io/pv-protection": (f"the PV protection controller of {KCM}", KCM_LEASE),
+}
+DEFAULT_LEASE_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """A Lease or a Deployment that serves a finalizer."""
+
+    kind: str  # LEASE or DEPLOYMENT
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizerOwner:
+    """One `spec.finalizerOwners` entry of a policy: finalizers starting with `prefix`."""
+
+    prefix: str
+    owner: OwnerRef
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerView:
+    """What the diagnosis saw of one finalizer's owner."""
+
+    finalizer: str
+    owner: OwnerRef | None  # None: no owner known (not built-in, not mapped)
+    state: str  # ALIVE, GONE or UNKNOWN
+    gone_since: datetime | None = None  # GONE: since when (None: not known)
+
+
+def owner_of(finalizer: str, mapping: tuple[FinalizerOwner, ...]) -> OwnerRef | None:
+    """The policy's entry with the longest matching prefix, else the built-in lease."""
+    matches = [m for m in mapping if finalizer.startswith(m.prefix)]
+    if matches:
+        return max(matches, key=lambda m: len(m.prefix)).owner
+    known = BUILT_IN.get(finalizer)
+    return OwnerRef(LEASE, *known[1]) if known else None
+
+
+def parse_leases(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], LeaseFacts]:
+    """The bundle's optional `leases`, by (namespace, name)."""
+    out: dict[tuple[str, str], LeaseFacts] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "leases", "")):
+        where = f"leases[{i}]"
+        key, spec = _key_and_spec(raw, where)
+        out[key] = LeaseFacts(
+            holder=f.opt_string(spec, "holderIdentity", f"{where}.spec") or "",
+            renewed=f.opt_time(spec, "renewTime", f"{where}.spec"),
+            duration_s=float(
+                f.opt_int(spec, "leaseDurationSeconds", f"{where}.spec") or DEFAULT_LEASE_S
+            ),
+        )
+    return out
+
+
+def parse_deployments(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], DeploymentFacts]:
+    """The bundle's optional `deployments` (apps/v1, as the API returns them)."""
+    out: dict[tuple[str, str], DeploymentFacts] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "deployments", "")):
+        where = f"deployments[{i}]"
+        key, spec = _key_and_spec(raw, where)
+        status = f.opt_object(f.as_object(raw, where), "status", where)
+        since = None
+        for j, cond in enumerate(f.opt_list(status, "conditions", f"{where}.status")):
+            at = f"{where}.status.conditions[{j}]"
+            c = f.as_object(cond, at)
+            if c.get("type") == "Available" and c.get("status") == "False":
+                since = f.opt_time(c, "lastTransitionTime", at)
+        replicas = f.opt_int(spec, "replicas", f"{where}.spec")
+        out[key] = DeploymentFacts(
+            replicas=1 if replicas is None else replicas,
+            available=f.opt_int(status, "availableReplicas", f"{where}.status") or 0,
+            unavailable_since=since,
+        )
+    return out
+
+
+def parse_gone_since(bundle: Mapping[str, object]) -> Mapping[tuple[str, str, str], datetime]:
+    """The bundle's optional `ownersGoneSince`: [{kind, namespace, name, since}] — owners the
+    reader saw gone (missing, or no replica available) without a break since `since`."""
+    out: dict[tuple[str, str, str], datetime] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "ownersGoneSince", "")):
+        where = f"ownersGoneSince[{i}]"
+        obj = f.as_object(raw, where)
+        kind = f.string(obj, "kind", where)
+        if kind not in (LEASE, DEPLOYMENT):
+            raise f.FieldError(f"{where}.kind", f"must be {LEASE} or {DEPLOYMENT}, got {kind!r}")
+        key = (kind, f.string(obj, "namespace", where), f.string(obj, "name", where))
+        out[key] = f.parse_time(f.get(obj, "since", where), f"{where}.since")
+    return out
+
+
+def _key_and_spec(raw: object, where: str) -> tuple[tuple[str, str], Mapping[str, object]]:
+    obj = f.as_object(raw, where)
+    meta = f.as_object(obj.get("metadata") or {}, f"{where}.metadata")
+    spec = f.as_object(obj.get("spec") or {}, f"{where}.spec")
+    key = (
+        f.opt_string(meta, "namespace", f"{where}.metadata") or "",
+        f.string(meta, "name", f"{where}.metadata"),
+    )
+    return key, spec
+
+
+def view(finalizer: str, facts: Facts, mapping: tuple[FinalizerOwner, ...]) -> OwnerView:
+    """Alive, gone (since when) or unknown: the owner of `finalizer` as the bundle shows it."""
+    owner = owner_of(finalizer, mapping)
+    if owner is None:
+        return OwnerView(finalizer, None, UNKNOWN)
+    key = (owner.namespace, owner.name)
+    seen_gone = facts.owners_gone_since.get((owner.kind, *key))
+    if owner.kind == LEASE:
+        lease = facts.leases.get(key)
+        if lease is None:
+            return OwnerView(finalizer, owner, GONE if seen_gone else UNKNOWN, seen_gone)
+        if lease.renewed is None or not lease.holder:
+            return OwnerView(finalizer, owner, GONE, seen_gone)
+        if facts.now - lease.renewed <= timedelta(seconds=lease.duration_s * 2):
+            return OwnerView(finalizer, owner, ALIVE)
+        return OwnerView(finalizer, owner, GONE, lease.renewed)
+    deployment = facts.deployments.get(key)
+    if deployment is None:
+        return OwnerView(finalizer, owner, GONE if seen_gone else UNKNOWN, seen_gone)
+    if deployment.available >= 1:
+        return OwnerView(finalizer, owner, ALIVE)
+    return OwnerView(finalizer, owner, GONE, deployment.unavailable_since or seen_gone)
+
+
+def views(facts: Facts, mapping: tuple[FinalizerOwner, ...]) -> tuple[OwnerView, ...]:
+    return tuple(view(name, facts, mapping) for name in facts.pod.finalizers)
+
+
+def owner_gone_for(
+    finalizer: str, owners: tuple[OwnerView, ...], gone_s: float | None, now: datetime
+) -> safety.Verdict:
+    """With `spec.finalizerOwnerGoneSeconds` set: is the finalizer's owner gone for longer?
+    Alive → wait; unknown, or gone since an unknown time, or not long enough → not yet."""
+    if gone_s is None:
+        return safety.SAFE
+    setting = f"spec.finalizerOwnerGoneSeconds is {human(gone_s)}"
+    seen = next((o for o in owners if o.finalizer == finalizer), None)
+    if seen is None or seen.owner is None:
+        return safety.refuse(
+            f"the owner of finalizer {finalizer} is not known ({setting}: map its prefix in "
+            "spec.finalizerOwners)"
+        )
+    if seen.state == ALIVE:
+        return safety.refuse(f"{seen.owner} serving finalizer {finalizer} is alive: waiting for it")
+    if seen.state == UNKNOWN:
+        return safety.refuse(f"{seen.owner} was not read: whether it is gone is not known")
+    if seen.gone_since is None:
+        return safety.refuse(f"{seen.owner} seems gone since an unknown time ({setting})")
+    gone = (now - seen.gone_since).total_seconds()
+    if gone <= gone_s:
+        return safety.refuse(
+            f"{seen.owner} gone for {human(gone)}, not yet longer than {human(gone_s)} ({setting})"
+        )
+    return safety.SAFE
+
+
+def waiting_for(
+    finalizers: tuple[str, ...],
+    owners: tuple[OwnerView, ...],
+    allowlist: tuple[str, ...],
+    gone_s: float | None,
+    now: datetime,
+) -> str | None:
+    """`status.waitingFor` of a pod whose allowlisted finalizer waits for its owner (with
+    `spec.finalizerOwnerGoneSeconds` set); None when none does."""
+    for name in finalizers:
+        if name in allowlist:
+            verdict = owner_gone_for(name, owners, gone_s, now)
+            if not verdict:
+                return f"the finalizer's owner: {verdict.reason}"
+    return None
+
+
+def _lease_words(owner: str, key: tuple[str, str], lease: LeaseFacts | None, now: datetime) -> str:
+    name = f"{key[0]}/{key[1]}"
+    if lease is None:
+        return (
+            f"its leader lease {name} was not read: whether it runs is not known here "
+            "(`unstick snapshot` captures it)"
+        )
+    if lease.renewed is None or not lease.holder:
+        return f"its leader lease {name} has no holder: {owner} seems not to be running"
+    age = (now - lease.renewed).total_seconds()
+    by = f" by {lease.holder}"
+    if now - lease.renewed <= timedelta(seconds=lease.duration_s * 2):
+        return (
+            f"its leader lease {name} was renewed {human(max(age, 0.0))} ago{by}: it is alive — "
+            "wait for it, or read its log for why it does not remove the finalizer"
+        )
+    return (
+        f"its leader lease {name} was last renewed {human(age)} ago{by}: {owner} seems gone — "
+        "nothing removes the finalizer until it is back"
+    )
+
+
+def _since(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return ""
+    stamp = at.isoformat().replace("+00:00", "Z")
+    return f" since {stamp} ({human((now - at).total_seconds())})"
+
+
+def _mapped_words(seen: OwnerView, facts: Facts) -> str:
+    owner = seen.owner
+    assert owner is not None
+    head = f"finalizer {seen.finalizer} is served by the {owner} (spec.finalizerOwners)"
+    key = (owner.namespace, owner.name)
+    if seen.state == UNKNOWN:
+        return f"{head}: it was not read: whether it runs is not known here"
+    found = (facts.leases if owner.kind == LEASE else facts.deployments).get(key)
+    if found is None:
+        return (
+            f"{head}: it does not exist (seen missing{_since(seen.gone_since, facts.now)}): "
+            "nothing removes the finalizer until it is back"
+        )
+    if isinstance(found, LeaseFacts):
+        words = _lease_words("its owner", key, found, facts.now)
+        return f"{head}: {words.removeprefix('its leader ')}"
+    counts = f"{found.available} of {found.replicas} replicas available"
+    if seen.state == ALIVE:
+        return f"{head}: {counts}: it is alive — wait for it, or read its log"
+    return (
+        f"{head}: {counts}{_since(seen.gone_since, facts.now)}: it seems gone — nothing "
+        "removes the finalizer until it is back"
+    )
+
+
+def finalizer_evidence(facts: Facts, mapping: tuple[FinalizerOwner, ...] = ()) -> list[Evidence]:
+    """One line per finalizer: its owner and whether that owner seems present."""
+    out = []
+    for name in facts.pod.finalizers:
+        mapped = any(name.startswith(m.prefix) for m in mapping)
+        known = BUILT_IN.get(name)
+        if mapped:
+            words = _mapped_words(view(name, facts, mapping), facts)
+        elif known is not None:
+            owner, key = known
+            words = f"finalizer {name} is removed by {owner}; " + _lease_words(
+                owner, key, facts.leases.get(key), facts.now
+            )
+        else:
+            domain = name.split("/", 1)[0] if "/" in name else name
+            words = (
+                f"finalizer {name} is not a built-in one: the controller that added it "
+                f"({domain}) removes it; if that controller was uninstalled, nothing will"
+            )
+        out.append(Evidence("finalizer", words))
+    return out

@@ -1,0 +1,148 @@
+"""What keeps a pod's processes from dying, as the probe reports it (issue #25): its tasks in
+uninterruptible sleep (`dTasks`) and its frozen cgroups (`frozenCgroups`) — the bundle's
+optional keys, and the evidence sentences a person can check on the node.
+
+Both keys are optional: a bundle or probe without them (an older agent) reads as before,
+with nothing reported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from unstick.core import fields as f
+from unstick.core.model.facts import FREEZER_STATES, DTask, FrozenCgroup
+from unstick.core.policy import safety
+
+CGROUP_VERSIONS = ("v1", "v2")
+MAX_NAMED = 3
+
+
+def parse_d_tasks(p: Mapping[str, object]) -> tuple[DTask, ...]:
+    """`probe.dTasks`: [{pid, comm, container?, wchan?, stack?}]."""
+    out = []
+    for i, raw in enumerate(f.opt_list(p, "dTasks", "probe")):
+        where = f"probe.dTasks[{i}]"
+        t = f.as_object(raw, where)
+        pid = f.opt_int(t, "pid", where)
+        if pid is None or pid < 1:
+            raise f.FieldError(f"{where}.pid", "missing or not a positive integer")
+        out.append(
+            DTask(
+                pid=pid,
+                comm=f.string(t, "comm", where, nonempty=False),
+                container=f.opt_string(t, "container", where) or "",
+                wchan=f.opt_string(t, "wchan", where) or "",
+                stack=f.string_list(t, "stack", where),
+            )
+        )
+    return tuple(out)
+
+
+def parse_frozen_cgroups(p: Mapping[str, object]) -> tuple[FrozenCgroup, ...]:
+    """`probe.frozenCgroups`: [{path, state, version, container?, selfFrozen?}]."""
+    out = []
+    for i, raw in enumerate(f.opt_list(p, "frozenCgroups", "probe")):
+        where = f"probe.frozenCgroups[{i}]"
+        c = f.as_object(raw, where)
+        path = f.string(c, "path", where)
+        if not path.startswith("/"):
+            raise f.FieldError(f"{where}.path", f"{path!r} must be an absolute cgroup path")
+        state = f.string(c, "state", where)
+        if state not in FREEZER_STATES:
+            raise f.FieldError(
+                f"{where}.state", f"{state!r} is not one of {', '.join(FREEZER_STATES)}"
+            )
+        version = f.string(c, "version", where)
+        if version not in CGROUP_VERSIONS:
+            raise f.FieldError(
+                f"{where}.version", f"{version!r} is not one of {', '.join(CGROUP_VERSIONS)}"
+            )
+        out.append(
+            FrozenCgroup(
+                path=path,
+                state=state,
+                version=version,
+                container=f.opt_string(c, "container", where) or "",
+                self_frozen=f.opt_bool(c, "selfFrozen", where),
+            )
+        )
+    return tuple(out)
+
+
+def _container(cid: str) -> str:
+    return f"container {cid}" if cid else "the pod's own cgroup"
+
+
+def d_task_words(tasks: tuple[DTask, ...]) -> str:
+    """`container abc cannot be killed: pid 123 (dd) in uninterruptible sleep on
+    `nfs_wait_bit_killable`` — at most MAX_NAMED tasks, then how many more."""
+    words = []
+    for t in tasks[:MAX_NAMED]:
+        on = f" on `{t.wchan}`" if t.wchan else ""
+        words.append(
+            f"{_container(t.container)} cannot be killed: pid {t.pid} ({t.comm}) "
+            f"in uninterruptible sleep{on}"
+        )
+    if len(tasks) > MAX_NAMED:
+        words.append(f"and {len(tasks) - MAX_NAMED} more in state D")
+    return "; ".join(words)
+
+
+def stack_words(t: DTask) -> str:
+    return f"pid {t.pid} ({t.comm}) kernel stack: " + " ← ".join(t.stack)
+
+
+def frozen_words(c: FrozenCgroup) -> str:
+    how = "cgroup v1 freezer" if c.version == "v1" else "cgroup v2 cgroup.freeze"
+    own = {True: "frozen itself", False: "frozen through a frozen parent", None: ""}[c.self_frozen]
+    detail = ", ".join(w for w in (how, own) if w)
+    return (
+        f"cgroup {c.path} ({_container(c.container)}) is {c.state} ({detail}): its processes "
+        "cannot run, so the runtime cannot stop them until it is thawed"
+    )
+
+
+def pod_cgroup_component(uid: str) -> re.Pattern[str]:
+    """The cgroup path component naming pod `uid`: `pod<uid>` (cgroupfs driver) or
+    `kubepods[-<qos>]-pod<uid with _>.slice` (systemd driver)."""
+    dashed, underscored = re.escape(uid), re.escape(uid.replace("-", "_"))
+    return re.compile(rf"^(pod{dashed}|kubepods(-[a-z]+)?-pod{underscored}\.slice)$")
+
+
+#: a component naming some pod (any UID): the first such component of a path is its pod's
+_ANY_POD = re.compile(
+    r"^(pod[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+    r"|kubepods(-[a-z]+)?-pod[0-9a-fA-F]{8}(_[0-9a-fA-F]{4}){3}_[0-9a-fA-F]{12}\.slice)$"
+)
+
+
+def is_pod_cgroup(path: str, uid: str) -> bool:
+    """`path` is an absolute, normal cgroup path at or below a component naming the pod,
+    and no component above that one names another pod (a cgroup named `pod<uid>` made
+    inside another pod's cgroup — by a privileged container with its cgroups writable —
+    is that other pod's, never this one's)."""
+    parts = path.split("/")
+    if not uid or parts[0] != "" or any(p in ("", ".", "..") for p in parts[1:]):
+        return False
+    pattern = pod_cgroup_component(uid)
+    for p in parts[1:]:
+        if pattern.match(p):
+            return True
+        if _ANY_POD.match(p):
+            return False  # another pod's cgroup comes first
+    return False
+
+
+def thaw_safe(path: str, uid: str, frozen: tuple[FrozenCgroup, ...]) -> safety.Verdict:
+    """`thaw`: only a cgroup of this pod that the fresh probe reports frozen itself (one
+    frozen only through its parent thaws with the parent)."""
+    if not is_pod_cgroup(path, uid):
+        return safety.refuse(f"{path} is not a cgroup of pod {uid}")
+    found = next((c for c in frozen if c.path == path), None)
+    if found is None:
+        return safety.refuse(f"{path} is not among the pod's frozen cgroups")
+    if found.self_frozen is False:
+        return safety.refuse(f"{path} is frozen only through its parent")
+    return safety.SAFE
