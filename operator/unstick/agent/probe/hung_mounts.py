@@ -21,12 +21,7 @@ stats, opens or lists one. It reads only:
   them in `waitersUnknown` and says why in `blindSpots`, and the plan makes no plain
   unmount or CSI unpublish of them (`unstick.core.rules.hung_mounts.waiters_told`).
 
-The node step `lazy-unmount` (MNT_DETACH; never a plain umount, which can wait for ever
-on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and re-checks,
-right before acting: it is a mount of this pod, of a network or FUSE filesystem, a
-complete holder scan finds nobody holding it nor any mount below it (MNT_DETACH detaches
-the whole subtree: an NFSv4 submount, or anything mounted inside the volume, goes with it),
-no container of the pod runs.
+The node step for such a mount, `lazy-unmount`, is agent/steps/lazy_unmount.py.
 """
 
 from __future__ import annotations
@@ -34,19 +29,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from unstick.agent.holders.scan import Holder
 from unstick.agent.probe.pod_tasks import read_small, stat_state
 from unstick.agent.probe.waiters import Waiter, scan_waiters, waits_in
-from unstick.agent.steps.refused import Refused
-from unstick.agent.steps.umount2 import MNT_DETACH, umount2
-from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise
+from unstick.core.model.kubelet_paths import normalise
 from unstick.core.model.mountinfo import Mount
 from unstick.core.rules.hung_mounts import family
-
-if TYPE_CHECKING:
-    from unstick.agent.steps.executor import Executor
 
 FUSECTL = "sys/fs/fuse/connections"
 MAX_HUNG = 32  # the Remediation CRD's bounds (probe.hungMounts[], .blocked[])
@@ -201,33 +190,3 @@ def with_waiters(blocked: list[Blocked], waiters: list[Waiter], pod: set[int]) -
             wchan = w.wchan[:MAX_CHARS]
             out[w.pid] = Blocked(w.pid, w.comm[:64], w.state, wchan, via, w.path)
     return sorted(out.values(), key=lambda b: b.pid)
-
-
-def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:
-    """The node step `lazy-unmount` for one mount point of the pod (see the module doc)."""
-    wanted = normalise(target) if target else None
-    if wanted is None:
-        raise Refused(f"target {target!r} is not a normalised absolute mount point")
-    if not is_pod_volume_path(wanted, ex.root, uid):
-        raise Refused(f"{wanted} is not under this pod's volumes/ or volume-subpaths/")
-    mounts = ex._pod_table(uid).pod_mounts(ex.root, uid)
-    here = [m for m in mounts if m.mount_point == wanted]
-    if not here:
-        return f"{wanted} is not mounted (nothing to do)"
-    parents = {m.parent_id for m in here}
-    top = [m for m in here if m.mount_id not in parents]
-    if len(top) != 1 or family(top[0].fstype) is None:
-        kinds = ", ".join(m.fstype for m in here)
-        raise Refused(f"{wanted} is not one network or FUSE mount ({kinds}): not lazily unmounted")
-    mount = top[0]
-    # MNT_DETACH takes the whole subtree: every mount below the point goes with it, so
-    # their holders count too (an NFSv4 submount, a mount stacked in the volume)
-    below = [m for m in mounts if m.mount_point.startswith(wanted.rstrip("/") + "/")]
-    ex._check_pod(uid)
-    ex._check_path(uid, mount)
-    ex._check_no_holders(mount, *below)
-    if dry_run:
-        return f"would lazily unmount {wanted} ({mount.fstype} from {mount.source})"
-    ex.acts.act(needs_holders=True)
-    umount2(wanted, MNT_DETACH)
-    return f"lazily unmounted {wanted} ({mount.fstype} from {mount.source})"

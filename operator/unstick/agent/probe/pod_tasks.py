@@ -14,9 +14,8 @@ Both start from the pod's processes as the cgroup scan found them
   filesystem comes from a mount table (each cgroup mount's root and mount point): the
   host's, through `<host-proc>/1/root`, where the agent may enter it, else the agent's own;
   a cgroup outside every mount the agent sees is a blind spot, never "not frozen".
-- `thaw_cgroup`: the node step `thaw` — thaws one cgroup, only when the agent's own scan,
-  right now, finds it among this pod's frozen cgroups (the target from a Remediation is
-  matched against that list, never used as a path).
+
+The node step `thaw` (agent/steps/thaw.py) thaws one of these cgroups after a fresh scan.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from unstick.agent.probe.containers import Member, pod_component, scan_cgroups
+from unstick.agent.probe.containers import Member
 from unstick.core.model.mountinfo import MountinfoError, parse_mountinfo
-from unstick.core.rules.pod_tasks import is_pod_cgroup
 
 MAX_TASKS = 16  # the Remediation CRD's bounds (probe.dTasks, probe.frozenCgroups)
 MAX_STACK_LINES = 4
@@ -152,7 +150,7 @@ def cgroup_mounts(host_proc: str) -> list[CgroupMount]:
     )
 
 
-def _where(path: str, version: str, mounts: list[CgroupMount]) -> str | None:
+def cgroup_dir(path: str, version: str, mounts: list[CgroupMount]) -> str | None:
     for m in mounts:
         root = m.root.rstrip("/")
         if m.version == version and (path == m.root or path.startswith(root + "/")):
@@ -213,7 +211,7 @@ def frozen_cgroups(
         if not _normal(path):  # e.g. "/../../kubepods/…" from another cgroup namespace
             blind.append(f"cgroup path {path} ({version}) is not a plain path from the root")
             continue
-        directory = _where(path, version, mounts)
+        directory = cgroup_dir(path, version, mounts)
         if directory is None:
             blind.append(f"freezer state of cgroup {path} ({version}): not under a cgroup mount")
             continue
@@ -223,39 +221,3 @@ def frozen_cgroups(
         elif state in (FROZEN, FREEZING):
             frozen.append(FrozenCgroup(path, state, version, container, own))
     return frozen[:MAX_FROZEN], blind
-
-
-class ThawRefused(Exception):
-    """The thaw's own check, right before acting, does not hold."""
-
-
-def pod_frozen_now(host_proc: str, uid: str) -> list[FrozenCgroup]:
-    """The pod's frozen cgroups as a fresh scan finds them (ThawRefused if it is blind)."""
-    scan = scan_cgroups(host_proc, uid)
-    if scan.gap:
-        raise ThawRefused(f"cgroup scan incomplete: {scan.gap}")
-    frozen, blind = frozen_cgroups(scan.members, pod_component(uid), cgroup_mounts(host_proc))
-    if blind and not frozen:
-        raise ThawRefused("; ".join(blind[:2]))
-    return frozen
-
-
-def thaw_cgroup(host_proc: str, uid: str, target: str, dry_run: bool) -> str:
-    """Thaw `target` if it is, right now, a frozen cgroup of pod `uid` (frozen itself: one
-    frozen only through its parent thaws with the parent). Raises ThawRefused otherwise."""
-    if not is_pod_cgroup(target, uid):  # the planner's check, again at the act
-        raise ThawRefused(f"{target!r} is not a plain cgroup path of pod {uid}")
-    found = next((c for c in pod_frozen_now(host_proc, uid) if c.path == target), None)
-    if found is None:
-        raise ThawRefused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
-    if found.self_frozen is False:
-        raise ThawRefused(f"{target} is frozen only through its parent: thaw the parent")
-    directory = _where(found.path, found.version, cgroup_mounts(host_proc))
-    if directory is None:
-        raise ThawRefused(f"{target}: not under a cgroup mount the agent sees")
-    file, value = ("freezer.state", "THAWED") if found.version == V1 else ("cgroup.freeze", "0")
-    if dry_run:
-        return f"would write {value} to {file} of {target} ({found.state})"
-    with open(os.path.join(directory, file), "w", encoding="ascii") as f:
-        f.write(value)
-    return f"wrote {value} to {file} of {target} (was {found.state})"

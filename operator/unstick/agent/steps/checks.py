@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from unstick.agent.holders.scan import scan_holders
 from unstick.agent.holders.scan_group import ScanGroup, shared_scans
 from unstick.agent.keylocks import KeyLocks
-from unstick.agent.probe.collect import rfc3339
 from unstick.agent.probe.containers import still_running
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.probe.mount_table import MountWatch, watch_for
@@ -43,6 +42,7 @@ from unstick.agent.steps.safepath import PathGone, UnsafePath, check_path, paren
 from unstick.agent.steps.vol_data import VOL_DATA
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
 from unstick.core.model.mountinfo import Mount
+from unstick.core.remediation import rfc3339
 
 log = logging.getLogger("unstick.agent.steps.executor")  # the steps' log, as before the split
 

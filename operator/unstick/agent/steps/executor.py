@@ -12,9 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unstick.agent.probe.hung_mounts import lazy_unmount
 from unstick.agent.probe.mount_table import lines_under
-from unstick.agent.probe.pod_tasks import ThawRefused, thaw_cgroup
 from unstick.agent.steps.checks import (
     DRY_RUN,
     FAILED,
@@ -24,10 +22,12 @@ from unstick.agent.steps.checks import (
     ActLog,
     StepResult,
 )
+from unstick.agent.steps.lazy_unmount import lazy_unmount
 from unstick.agent.steps.refused import Refused
 from unstick.agent.steps.replay_unpublish import replay_volume
 from unstick.agent.steps.restart_kubelet import restart_kubelet
 from unstick.agent.steps.rmdir_stale import RmdirSteps
+from unstick.agent.steps.thaw import ThawRefused, thaw_cgroup
 from unstick.agent.steps.umount2 import MNT_DETACH, umount2
 from unstick.core.model.kubelet_paths import classify, pod_dir
 from unstick.core.model.mountinfo import Mount
@@ -178,7 +178,7 @@ class Executor(RmdirSteps):
                 messages.append(replay_volume(self, uid, mount, plugins, dry_run))
         return "; ".join(messages)
 
-    # --- thaw (issue #25; agent/probe/pod_tasks.py) --------------------------------------
+    # --- thaw (agent/steps/thaw.py) ------------------------------------------------------
 
     def thaw(self, uid: str, target: str, dry_run: bool) -> str:
         """Thaw one frozen cgroup of the pod, re-found by a fresh scan from the pod UID."""
@@ -187,7 +187,7 @@ class Executor(RmdirSteps):
         except ThawRefused as exc:
             raise Refused(str(exc)) from None
 
-    # --- lazy-unmount (issue #25; agent/probe/hung_mounts.py) ---------------------------
+    # --- lazy-unmount (agent/steps/lazy_unmount.py) -------------------------------------
 
     def lazy_unmount(self, uid: str, target: str, dry_run: bool) -> str:
         """MNT_DETACH of one hung network/FUSE mount of the pod, re-checked right before."""

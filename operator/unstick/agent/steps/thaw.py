@@ -1,0 +1,55 @@
+"""The node step `thaw`: thaws one cgroup of the pod, only when the agent's own scan, right
+now, finds it among this pod's frozen cgroups (the target from a Remediation is matched
+against that list, never used as a path). The scan is the probe's
+(agent/probe/pod_tasks.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from unstick.agent.probe.containers import pod_component, scan_cgroups
+from unstick.agent.probe.pod_tasks import (
+    V1,
+    FrozenCgroup,
+    cgroup_dir,
+    cgroup_mounts,
+    frozen_cgroups,
+)
+from unstick.core.rules.pod_tasks import is_pod_cgroup
+
+
+class ThawRefused(Exception):
+    """The thaw's own check, right before acting, does not hold."""
+
+
+def pod_frozen_now(host_proc: str, uid: str) -> list[FrozenCgroup]:
+    """The pod's frozen cgroups as a fresh scan finds them (ThawRefused if it is blind)."""
+    scan = scan_cgroups(host_proc, uid)
+    if scan.gap:
+        raise ThawRefused(f"cgroup scan incomplete: {scan.gap}")
+    frozen, blind = frozen_cgroups(scan.members, pod_component(uid), cgroup_mounts(host_proc))
+    if blind and not frozen:
+        raise ThawRefused("; ".join(blind[:2]))
+    return frozen
+
+
+def thaw_cgroup(host_proc: str, uid: str, target: str, dry_run: bool) -> str:
+    """Thaw `target` if it is, right now, a frozen cgroup of pod `uid` (frozen itself: one
+    frozen only through its parent thaws with the parent). Raises ThawRefused otherwise."""
+    if not is_pod_cgroup(target, uid):  # the planner's check, again at the act
+        raise ThawRefused(f"{target!r} is not a plain cgroup path of pod {uid}")
+    found = next((c for c in pod_frozen_now(host_proc, uid) if c.path == target), None)
+    if found is None:
+        raise ThawRefused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
+    if found.self_frozen is False:
+        raise ThawRefused(f"{target} is frozen only through its parent: thaw the parent")
+    directory = cgroup_dir(found.path, found.version, cgroup_mounts(host_proc))
+    if directory is None:
+        raise ThawRefused(f"{target}: not under a cgroup mount the agent sees")
+    file, value = ("freezer.state", "THAWED") if found.version == V1 else ("cgroup.freeze", "0")
+    if dry_run:
+        return f"would write {value} to {file} of {target} ({found.state})"
+    with open(os.path.join(directory, file), "w", encoding="ascii") as f:
+        f.write(value)
+    return f"wrote {value} to {file} of {target} (was {found.state})"
