@@ -38,8 +38,8 @@ from unstick.agent.probe.containers import still_running
 from unstick.agent.probe.mount_file import MountTable, read_mount_table
 from unstick.agent.probe.plugins import registered_plugins
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.checks import Refused
 from unstick.agent.steps.executor import DRY_RUN, FAILED, REFUSED, Executor
-from unstick.agent.steps.refused import Refused
 from unstick.agent.steps.safepath import UnsafePath, rmdir_at
 from unstick.core.model.kubelet_paths import classify, normalise, pod_dir
 from unstick.core.model.mountinfo import Mount

@@ -37,7 +37,6 @@ from unstick.agent.probe.mount_table import MountWatch, watch_for
 from unstick.agent.probe.plugins import Plugin, registered_plugins
 from unstick.agent.probe.waiters import scan_waiters
 from unstick.agent.settings import AgentSettings
-from unstick.agent.steps.refused import Refused
 from unstick.agent.steps.safepath import PathGone, UnsafePath, check_path, parent_fd
 from unstick.agent.steps.vol_data import VOL_DATA
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
@@ -45,6 +44,10 @@ from unstick.core.model.mountinfo import Mount
 from unstick.core.remediation import rfc3339
 
 log = logging.getLogger("unstick.agent.steps.executor")  # the steps' log, as before the split
+
+
+class Refused(Exception):
+    """A precondition does not hold: the step is refused and nothing is changed."""
 
 
 def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:

@@ -20,10 +20,10 @@ from unstick.agent.steps.checks import (
     REFUSED,
     SUCCEEDED,
     ActLog,
+    Refused,
     StepResult,
 )
 from unstick.agent.steps.lazy_unmount import lazy_unmount
-from unstick.agent.steps.refused import Refused
 from unstick.agent.steps.replay_unpublish import replay_volume
 from unstick.agent.steps.restart_kubelet import restart_kubelet
 from unstick.agent.steps.rmdir_stale import RmdirSteps

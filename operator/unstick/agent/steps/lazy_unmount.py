@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from unstick.agent.steps.refused import Refused
+from unstick.agent.steps.checks import Refused
 from unstick.agent.steps.umount2 import MNT_DETACH, umount2
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise
 from unstick.core.rules.hung_mounts import family

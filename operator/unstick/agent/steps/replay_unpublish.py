@@ -24,7 +24,7 @@ from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.probe.plugins import Plugin
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps import csi_client
-from unstick.agent.steps.refused import Refused
+from unstick.agent.steps.checks import Refused
 from unstick.agent.steps.vol_data import VOL_DATA
 from unstick.core.model.kubelet_paths import classify
 from unstick.core.model.mountinfo import Mount

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from unstick.agent.settings import DEFAULT_RESTART_KUBELET, HOST_NAMESPACES, AgentSettings
-from unstick.agent.steps.refused import Refused
+from unstick.agent.steps.checks import Refused
 
 _STATE_FILE = "last-kubelet-restart"
 _last_in_memory: dict[str, datetime] = {}

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 
 from unstick.agent.probe.volume_dirs import volume_dirs
-from unstick.agent.steps.checks import StepChecks
-from unstick.agent.steps.refused import Refused
+from unstick.agent.steps.checks import Refused, StepChecks
 from unstick.agent.steps.safepath import UnsafePath, rmdir_at
 from unstick.agent.steps.vol_data import (
     VOL_DATA,
