@@ -134,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
 def render(facts: Any, policy: Any, output: str, aftermath: Any = None) -> str:
     """The diagnosis of parsed bundle `facts` under `policy` (a parsed RemediationPolicy,
     or None: built-in thresholds, every action), as `output` (json|text)."""
+    from unstick.core.policy.mandate import opted_in
     from unstick.core.policy.planner import plan
-    from unstick.core.policy.safety import opted_in
     from unstick.core.report import to_report, to_text
     from unstick.core.rules.diagnosis import diagnose
 

@@ -27,7 +27,7 @@ from unstick.controller.deciding.inputs import NodeInputs, fetch_pod
 from unstick.controller.deciding.policies import Policy
 from unstick.controller.incidents.path import RECHECK_AFTER_CONFLICT_S, Decide
 from unstick.controller.records.status import StatusWriter
-from unstick.core.policy import safety
+from unstick.core import safety
 from unstick.core.remediation import INTENTS, rfc3339
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from unstick.controller import metrics
-from unstick.core.policy import safety
+from unstick.core import safety
 from unstick.core.remediation import NODE_NAME, POD_NAME, POD_UID, probe_stamp
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON

@@ -19,7 +19,7 @@ from typing import Any
 
 from unstick.core.policy import mandate
 from unstick.core.policy.remediation_policy import PolicyError, parse_policy
-from unstick.core.rules.diagnosis import DiagnosisSettings
+from unstick.core.rules.settings import DiagnosisSettings
 
 DEFAULT_POLICY = mandate.DEFAULT_POLICY
 OPT_IN_LABEL = mandate.OPT_IN

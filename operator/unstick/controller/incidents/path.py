@@ -26,7 +26,7 @@ from unstick.controller.deciding.inputs import NodeInputs, fetch_pod
 from unstick.controller.deciding.policies import Policy
 from unstick.controller.incidents.record import takes_incident_path
 from unstick.controller.incidents.registry import Incidents
-from unstick.core.policy import safety
+from unstick.core import safety
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions
 from unstick.kube.client import JSON, Kube

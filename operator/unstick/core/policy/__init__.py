@@ -1,2 +1,3 @@
-"""Policy and safety: the RemediationPolicy, the mandate, the safety invariants of
-design.md §3, the planner and the rate limits. Pure."""
+"""Policy: the RemediationPolicy and its fields, the mandate (the one opt-in rule), the
+planner and the rate limits. Pure; the safety predicates they apply are
+`unstick.core.safety`'s."""

@@ -4,7 +4,7 @@
 Pure: the caller (the node agent, before every probe and node step) reads the pod, its
 namespace's labels and the RemediationPolicy the pod names from the API and passes them
 in. `opt_in` is THE opt-in rule (design.md §4); the controller (`controller.policies`),
-`unstick diagnose` (`core.safety.opted_in`) and the agent all call it:
+`unstick diagnose` (`opted_in`, below) and the agent all call it:
 - pod annotation `unstick.dev/remediate`: "true" → policy `default`; "false" → opted out
   (even in an opted-in namespace: the pod's own explicit opt-out wins); any other
   non-empty value names a policy (exact: "TRUE" names a policy called "TRUE");
@@ -19,13 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from unstick.core.policy.remediation_policy import RemediationPolicy
 from unstick.core.remediation import REMEDIATE
+from unstick.core.verdict import SAFE, Verdict, refuse
 from unstick.core.vocabulary import Action, Refusal
-
-if TYPE_CHECKING:  # core.policy imports core.diagnosis, which imports core.safety → here
-    from unstick.core.policy.remediation_policy import RemediationPolicy
 
 OPT_IN = REMEDIATE  # the pod annotation and namespace label
 DEFAULT_POLICY = "default"
@@ -60,6 +58,26 @@ def opt_in(annotation: str | None, namespace_labels: Mapping[str, str] | None) -
 def policy_name(annotation: str | None, namespace_labels: Mapping[str, str] | None) -> str | None:
     """The policy the pod asks for, or None when it has not opted in (`opt_in`)."""
     return opt_in(annotation, namespace_labels).policy
+
+
+# design.md §3 invariant 5: nothing happens to a pod that has not opted in.
+def opted_in(
+    annotations: Mapping[str, str],
+    namespace_labels: Mapping[str, str] | None,
+    policy_name: str,
+) -> Verdict:
+    """The pod opted in (`opt_in`, the one rule: an explicit annotation "false" opts out
+    even in a labelled namespace) and, when its annotation names a policy, names this one
+    (None labels: unknown, as offline)."""
+    choice = opt_in(annotations.get(OPT_IN), namespace_labels)
+    if choice.policy is None:
+        return refuse(f"pod has not opted in ({choice.why})")
+    if choice.names_policy and choice.policy != policy_name:
+        return refuse(
+            f"pod has not opted in: annotation {OPT_IN}={choice.policy!r} names neither "
+            f"'true' nor policy {policy_name!r}"
+        )
+    return SAFE
 
 
 @dataclass(frozen=True, slots=True)

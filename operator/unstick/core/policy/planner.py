@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from unstick.core import safety
 from unstick.core.model.kubelet_paths import depth
-from unstick.core.policy import safety
 from unstick.core.policy.remediation_policy import RemediationPolicy
 from unstick.core.rules.diagnosis import Diagnosis
 from unstick.core.rules.finalizer_owners import owner_gone_for
 from unstick.core.rules.hung_mounts import lazy_unmount_safe, waiters_told
 from unstick.core.rules.pod_tasks import thaw_safe
+from unstick.core.verdict import SAFE, Verdict, refuse
 from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
 
 NOT_OPTED_IN = "pod has not opted in"
@@ -74,11 +75,11 @@ class _Builder:
         for action in _order(actions):
             self.refuse(action, reason)
 
-    def _safe(self, action: Action, target: str) -> safety.Verdict:
+    def _safe(self, action: Action, target: str) -> Verdict:
         """The invariants, checked against what the diagnosis saw."""
         d = self.d
         if action in NODE_ACTIONS and not d.probe_fresh:
-            return safety.refuse("no fresh probe of the pod's node")  # invariant 1
+            return refuse("no fresh probe of the pod's node")  # invariant 1
         root = d.kubelet_root or ""
         if action in (Action.UNMOUNT, Action.REPLAY_UNPUBLISH):  # issue #25: a plain umount
             told = waiters_told(target, d.mounts)  # (the driver's too) could hang with a waiter
@@ -91,9 +92,9 @@ class _Builder:
             )
         if action is Action.LAZY_UNMOUNT:  # issue #25: only a hung mount, unheld
             if d.cause is not Cause.HungMount:
-                return safety.refuse("lazy-unmount is only for HungMount")
+                return refuse("lazy-unmount is only for HungMount")
             if d.holders_unknown:
-                return safety.refuse(f"cannot tell whether {target} is held: not unmounting")
+                return refuse(f"cannot tell whether {target} is held: not unmounting")
             # MNT_DETACH detaches the whole subtree: holders of the mounts below count too
             subtree = target.rstrip("/") + "/"
             holders = sum(
@@ -125,7 +126,7 @@ class _Builder:
             return safety.replay_unpublish_safe(target, root, d.uid, registered)
         if action is Action.THAW:  # issue #25: only the pod's own frozen cgroups
             if d.cause is not Cause.ContainerFrozen:
-                return safety.refuse("thaw is only for ContainerFrozen")
+                return refuse("thaw is only for ContainerFrozen")
             return thaw_safe(target, d.uid, d.frozen_cgroups)
         if action is Action.FORCE_DELETE:  # invariant 3
             return safety.force_delete_safe(d.cause, d.fenced, d.nothing_left, d.probe_fresh)
@@ -134,7 +135,7 @@ class _Builder:
             if not allowed:
                 return allowed
             return owner_gone_for(target, d.finalizer_owners, self.owner_gone_s, d.now)
-        return safety.SAFE
+        return SAFE
 
     def finalizers(self) -> None:
         for name in self.d.finalizers:

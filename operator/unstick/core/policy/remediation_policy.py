@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from unstick.core import fields as f
 from unstick.core.policy.finalizer_fields import finalizer_owners, owner_gone_seconds
 from unstick.core.remediation import POLICY_KIND
-from unstick.core.rules.diagnosis import DiagnosisSettings
 from unstick.core.rules.finalizer_owners import FinalizerOwner
+from unstick.core.rules.settings import DiagnosisSettings
 from unstick.core.vocabulary import Action
 
 #: Permitted when a policy has no `actions` key: only observing (safe by default).

@@ -19,20 +19,10 @@ from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.model.facts import Facts, FrozenCgroup, HungMount, NodeFacts, VolumeDir
 from unstick.core.model.node_facts import PodMount
-from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerView, finalizer_evidence, views
+from unstick.core.rules.finalizer_owners import OwnerView, finalizer_evidence, views
 from unstick.core.rules.node import NodeView, on_the_node
+from unstick.core.rules.settings import DiagnosisSettings
 from unstick.core.vocabulary import Cause
-
-__all__ = ["Diagnosis", "DiagnosisSettings", "Evidence", "diagnose"]
-
-
-@dataclass(frozen=True, slots=True)
-class DiagnosisSettings:
-    slack_s: float = 60.0
-    node_lost_after_s: float = 300.0
-    probe_max_age_s: float = 120.0
-    # the policy's spec.finalizerOwners (issue #25, core/rules/finalizer_owners.py)
-    finalizer_owners: tuple[FinalizerOwner, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from unstick.core import fields as f
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.model.facts import DeploymentFacts, Facts, LeaseFacts
-from unstick.core.policy import safety
+from unstick.core.verdict import SAFE, Verdict, refuse
 
 KCM_LEASE = ("kube-system", "kube-controller-manager")
 KCM = "kube-controller-manager"
@@ -180,30 +180,30 @@ def views(facts: Facts, mapping: tuple[FinalizerOwner, ...]) -> tuple[OwnerView,
 
 def owner_gone_for(
     finalizer: str, owners: tuple[OwnerView, ...], gone_s: float | None, now: datetime
-) -> safety.Verdict:
+) -> Verdict:
     """With `spec.finalizerOwnerGoneSeconds` set: is the finalizer's owner gone for longer?
     Alive → wait; unknown, or gone since an unknown time, or not long enough → not yet."""
     if gone_s is None:
-        return safety.SAFE
+        return SAFE
     setting = f"spec.finalizerOwnerGoneSeconds is {human(gone_s)}"
     seen = next((o for o in owners if o.finalizer == finalizer), None)
     if seen is None or seen.owner is None:
-        return safety.refuse(
+        return refuse(
             f"the owner of finalizer {finalizer} is not known ({setting}: map its prefix in "
             "spec.finalizerOwners)"
         )
     if seen.state == ALIVE:
-        return safety.refuse(f"{seen.owner} serving finalizer {finalizer} is alive: waiting for it")
+        return refuse(f"{seen.owner} serving finalizer {finalizer} is alive: waiting for it")
     if seen.state == UNKNOWN:
-        return safety.refuse(f"{seen.owner} was not read: whether it is gone is not known")
+        return refuse(f"{seen.owner} was not read: whether it is gone is not known")
     if seen.gone_since is None:
-        return safety.refuse(f"{seen.owner} seems gone since an unknown time ({setting})")
+        return refuse(f"{seen.owner} seems gone since an unknown time ({setting})")
     gone = (now - seen.gone_since).total_seconds()
     if gone <= gone_s:
-        return safety.refuse(
+        return refuse(
             f"{seen.owner} gone for {human(gone)}, not yet longer than {human(gone_s)} ({setting})"
         )
-    return safety.SAFE
+    return SAFE
 
 
 def waiting_for(

@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from unstick.core import fields as f
+from unstick.core import safety
 from unstick.core.model.facts import BlockedTask, HungMount, Probe
 from unstick.core.model.node_facts import PodMount
-from unstick.core.policy import safety
+from unstick.core.verdict import SAFE, Verdict, refuse
 
 #: fstype (or its prefix before the first dot, for `fuse.<name>`) → filesystem family.
 FAMILIES: Mapping[str, str] = {
@@ -109,16 +110,16 @@ def parse_waiters_unknown(p: Mapping[str, object]) -> tuple[str, ...]:
     return points
 
 
-def waiters_told(target: str, mounts: tuple[PodMount, ...]) -> safety.Verdict:
+def waiters_told(target: str, mounts: tuple[PodMount, ...]) -> Verdict:
     """A plain unmount of `target` (or its CSI driver's unpublish, a plain umount too) only
     when the probe could tell whether a blocked task waits on it: one whose path it could
     not read may be on it, and the umount would hang with it (the agent re-checks too)."""
     if any(m.waiters_unknown for m in mounts if m.mount_point == target):
-        return safety.refuse(
+        return refuse(
             f"cannot tell whether a blocked task waits on {target} (the probe could not read "
             "its path): a plain unmount could hang, not unmounting"
         )
-    return safety.SAFE
+    return SAFE
 
 
 def is_hung(h: HungMount) -> bool:
@@ -193,14 +194,14 @@ def lazy_unmount_safe(
     *,
     holders: int,
     containers_running: bool,
-) -> safety.Verdict:
+) -> Verdict:
     """`lazy-unmount`: only a mount of this pod the fresh probe saw hung, with no holder and
     no running container of the pod (invariant 2's conditions, lazily)."""
     found = next((h for h in hung if h.mount_point == target), None)
     if found is None:
-        return safety.refuse(f"{target} is not among the pod's hung mounts")
+        return refuse(f"{target} is not among the pod's hung mounts")
     if family(found.fstype) is None:  # the agent detaches only network/FUSE mounts
-        return safety.refuse(f"{target} ({found.fstype}) is no network or FUSE mount")
+        return refuse(f"{target} ({found.fstype}) is no network or FUSE mount")
     return safety.unmount_safe(
         target, kubelet_root, uid, holders, containers_running=containers_running
     )

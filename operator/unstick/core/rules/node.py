@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from unstick.core import safety
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
 from unstick.core.model.facts import Facts, FrozenCgroup, HungMount, Probe, VolumeDir
@@ -24,7 +25,6 @@ from unstick.core.model.node_facts import (
     mounts_of_pod,
     volume_dirs_of_pod,
 )
-from unstick.core.policy import safety
 from unstick.core.rules.cni import failure_words, teardown_failure
 from unstick.core.rules.hung_mounts import hung_of_pod, hung_words
 from unstick.core.rules.pod_tasks import frozen_words

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from unstick.core import fields as f
 from unstick.core.model.facts import FREEZER_STATES, DTask, FrozenCgroup
-from unstick.core.policy import safety
+from unstick.core.verdict import SAFE, Verdict, refuse
 
 CGROUP_VERSIONS = ("v1", "v2")
 MAX_NAMED = 3
@@ -135,14 +135,14 @@ def is_pod_cgroup(path: str, uid: str) -> bool:
     return False
 
 
-def thaw_safe(path: str, uid: str, frozen: tuple[FrozenCgroup, ...]) -> safety.Verdict:
+def thaw_safe(path: str, uid: str, frozen: tuple[FrozenCgroup, ...]) -> Verdict:
     """`thaw`: only a cgroup of this pod that the fresh probe reports frozen itself (one
     frozen only through its parent thaws with the parent)."""
     if not is_pod_cgroup(path, uid):
-        return safety.refuse(f"{path} is not a cgroup of pod {uid}")
+        return refuse(f"{path} is not a cgroup of pod {uid}")
     found = next((c for c in frozen if c.path == path), None)
     if found is None:
-        return safety.refuse(f"{path} is not among the pod's frozen cgroups")
+        return refuse(f"{path} is not among the pod's frozen cgroups")
     if found.self_frozen is False:
-        return safety.refuse(f"{path} is frozen only through its parent")
-    return safety.SAFE
+        return refuse(f"{path} is frozen only through its parent")
+    return SAFE

@@ -2,39 +2,22 @@
 
 The planner uses them to build a plan, and the executors (controller, agent) call them
 again right before acting, with facts re-read at that moment: state may have changed
-since the diagnosis. Each returns a Verdict: truthy when the action is safe, else it
-carries the reason to record as a refusal.
+since the diagnosis. Each returns a `unstick.core.verdict.Verdict`: truthy when the action
+is safe, else it carries the reason to record as a refusal. Invariant 5 (opt-in) is
+`unstick.core.policy.mandate.opted_in`, beside the one opt-in rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from unstick.core.durations import human
 from unstick.core.model.kubelet_paths import CSI_PLUGIN, classify, is_pod_volume_path
-from unstick.core.policy.mandate import OPT_IN, opt_in
+from unstick.core.verdict import SAFE, Verdict, refuse
 from unstick.core.vocabulary import Cause
 
 RESTART_KUBELET_EVERY = timedelta(hours=1)
 _MINUTE = timedelta(minutes=1)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    ok: bool
-    reason: str = ""
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-SAFE = Verdict(True)
-
-
-def refuse(reason: str) -> Verdict:
-    return Verdict(False, reason)
 
 
 # 1. No node action without a fresh probe of that node.
@@ -172,24 +155,7 @@ def finalizer_allowed(finalizer: str, allowlist: tuple[str, ...] | frozenset[str
     return refuse(f"finalizer {finalizer} is not on the policy's finalizerAllowlist")
 
 
-# 5. Nothing happens to a pod that has not opted in.
-def opted_in(
-    annotations: Mapping[str, str],
-    namespace_labels: Mapping[str, str] | None,
-    policy_name: str,
-) -> Verdict:
-    """The pod opted in (`unstick.core.policy.mandate.opt_in`, the one rule: an explicit
-    annotation "false" opts out even in a labelled namespace) and, when its annotation
-    names a policy, names this one (None labels: unknown, as offline)."""
-    choice = opt_in(annotations.get(OPT_IN), namespace_labels)
-    if choice.policy is None:
-        return refuse(f"pod has not opted in ({choice.why})")
-    if choice.names_policy and choice.policy != policy_name:
-        return refuse(
-            f"pod has not opted in: annotation {OPT_IN}={choice.policy!r} names neither "
-            f"'true' nor policy {policy_name!r}"
-        )
-    return SAFE
+# 5. Nothing happens to a pod that has not opted in: `unstick.core.policy.mandate.opted_in`.
 
 
 # 6. Rate limits: cluster-wide and per node, actions per minute: `unstick.core.policy.ratelimit`.
