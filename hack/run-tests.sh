@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make test`: every test but the benchmarks, in three pytest processes at
 # once, each with its own log:
-#   machines  `-m "kind or node"`: the demo on the real node, tests/kind, tests/node, in
-#             that order (one after the other, never at once: below)
-#   envtest   tests/envtest (the controller on the real API server)
-#   main      everything else (agent, chart, bench machinery, Prometheus, unit, ...)
+#   machines  `-m "kind or node"`: tests/machines (the demo on the real node, kind, the
+#             real node), in that order (one after the other, never at once: below)
+#   envtest   `-m envtest`: every other test on the real API server (the controller's,
+#             the agent's, the chart's install, ...), wherever it lives in tests/<room>/
+#   main      everything else (`-m "not envtest"`: pure code, mounts, chart rendering, ...)
+# The runs are chosen by markers, never by folder, so each test is in exactly one of them.
 #
 # Why side by side: most of the suite's time is waiting, not computing — on kind's cluster
 # and the real node's kubelet, on budget windows, on controllers started and killed. Run
@@ -16,8 +18,9 @@
 # failed while kind's cluster was up (the node's pods timed out on the API server's
 # service IP; a pod volume showed a second mount): podman, running kind's nodes, changes
 # the host's iptables and mount table under a running node (docs/kind.md). In one process
-# kind's cluster is deleted (end of tests/kind) before tests/node's node starts, and the
-# demo's real node (first: tests/demo/conftest.py) is gone before kind's cluster is made.
+# kind's cluster is deleted (end of tests/machines/kind) before tests/machines/node's node
+# starts, and the demo's real node (first: tests/machines/demo/conftest.py) is gone before
+# kind's cluster is made.
 #
 # With arguments it is one plain pytest run with them: a
 # developer's selection runs as asked.
@@ -40,7 +43,7 @@ mkdir -p "$logs"
 machines="kind or node"
 declare -A args=(
   [machines]="-m '$machines' --durations=15"
-  [envtest]="tests/envtest -m 'not bench and not ($machines)' --durations=15"
+  [envtest]="-m 'envtest and not bench and not ($machines)' --durations=15"
 )
 side=(machines envtest)
 declare -A pid tmp
@@ -62,7 +65,7 @@ stop_side() {
 }
 trap 'stop_side; exit 130' INT TERM
 
-"${pytest[@]}" --ignore=tests/envtest -m "not bench and not ($machines)" --durations=25
+"${pytest[@]}" -m "not envtest and not bench and not ($machines)" --durations=25
 code=$?
 echo "================ main (everything else): exit $code ================"
 

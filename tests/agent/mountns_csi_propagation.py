@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import UID_A, Node, main, sh
-
+from tests.agent.mountns_scenarios import UID_A, Node, main, sh
 from unstick.agent.holders.scan import scan_holders
 from unstick.core.model.mountinfo import parse_mountinfo
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from mountns_scenarios import UID_A, Node, main, mount_points, sh
-
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, sh
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.steps.executor import Executor
 

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import UID_A, Node, main, mount_points, sh
-
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, sh
 from unstick.core.model.mountinfo import parse_mountinfo
 
 

@@ -16,8 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import DRIVER, UID_A, Node, main, mount_points, sh, step, wait_for
-
+from tests.agent.mountns_scenarios import (
+    DRIVER,
+    UID_A,
+    Node,
+    main,
+    mount_points,
+    sh,
+    step,
+    wait_for,
+)
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 
 STUB = Path(__file__).parent / "fuse_stub.py"

@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import UID_A, UID_B, Node, main, mount_points
-
+from tests.agent.mountns_scenarios import UID_A, UID_B, Node, main, mount_points
 from unstick.agent.authority.rederive import NodeBudget
 from unstick.agent.orphans.cleanup import OrphanPass
 

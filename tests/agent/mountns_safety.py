@@ -18,10 +18,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
-from policy_sources import opted_in
-
 import unstick.agent.steps.executor as executor_module
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
+from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.probe.collect import rfc3339
 from unstick.agent.steps.executor import Executor

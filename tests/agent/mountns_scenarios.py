@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from policy_sources import opted_in
 
 from devcluster.csi_hostpath import kubelet_capability
+from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.probe.collect import probe_pod, rfc3339
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc

@@ -19,8 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from mountns_scenarios import UID_A, CSIServer, Node, _bundle, main, mount_points, step, tree
 
+from tests.agent.mountns_scenarios import (
+    UID_A,
+    CSIServer,
+    Node,
+    _bundle,
+    main,
+    mount_points,
+    step,
+    tree,
+)
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.core.model.snapshot import parse_bundle
 from unstick.core.policy.planner import plan

@@ -28,8 +28,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mountns_scenarios import Node, main, sh
 
+from tests.agent.mountns_scenarios import Node, main, sh
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.probe.mount_table import MountWatch, Snapshot
 from unstick.core.model.mountinfo import parse_mountinfo

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from policy_sources import opted_in
 
+from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.holders.scan import scan_holders
 from unstick.agent.settings import AgentSettings

@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from policy_sources import opted_in
-
+from tests.agent.policy_sources import opted_in
 from unstick.agent.authority.rederive import NodeBudget, PolicySources
 from unstick.agent.handler import Handler
 from unstick.agent.settings import AgentSettings

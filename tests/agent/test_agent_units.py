@@ -20,8 +20,8 @@ from typing import Any
 
 import grpc
 import pytest
-from policy_sources import opted_in
 
+from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.probe.containers import cgroup_containers, pod_containers
 from unstick.agent.probe.kubelet_health import kubelet_healthy

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mountns_orphans import UID_C, UID_R
-from mountns_scenarios import UID_A, UID_B
+
+from tests.agent.mountns_orphans import UID_C, UID_R
+from tests.agent.mountns_scenarios import UID_A, UID_B
 
 pytestmark = pytest.mark.mountns
 

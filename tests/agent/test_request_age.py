@@ -11,9 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from policy_sources import opted_in
-from test_agent_trust import NOW, Node, pod, stamp
-
+from tests.agent.policy_sources import opted_in
+from tests.agent.test_agent_trust import NOW, Node, pod, stamp
 from unstick.agent.handler import NODE_STEPS
 
 

@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-from audit_events import audit_event
-
 from bench.nodeside_costs import CpuLedger, requests_per_pod
+from tests.bench.audit_events import audit_event
 
 WHO = {"controller": ("ctl/",), "agent": ("agent/",)}
 

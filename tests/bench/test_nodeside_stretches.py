@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit_events import audit_event
-
 from bench.nodeside_stretches import STRETCHES, stretches
+from tests.bench.audit_events import audit_event
 
 WHO = {"controller": ("ctl/",), "agent": ("agent/",), "standin": ("kubelet/",)}
 

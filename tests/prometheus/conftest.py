@@ -13,13 +13,10 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "envtest"))  # controller_support
-
-from controller_support import Controller, Objects, await_, crds_installed, policy_spec
-
 from devcluster import ControlPlane, node_manifest
 from devcluster.process import Process, free_port
 from devcluster.prometheus import Prometheus, RenderedChart, ScrapeTarget, render_chart
+from tests.support.controller import Controller, Objects, await_, crds_installed, policy_spec
 
 # Short durations so that pending → firing takes seconds; the shipped defaults are minutes.
 TEST_VALUES: dict[str, Any] = {

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from conftest import Stack
-from controller_support import GROUP, VERSION, await_
 
 from devcluster.prometheus import PrometheusError
+from tests.prometheus.conftest import Stack
+from tests.support.controller import GROUP, VERSION, await_
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.envtest]
 

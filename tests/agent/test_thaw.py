@@ -1,0 +1,189 @@
+"""The node step `thaw` end to end at the agent, against a real kube-apiserver (the CRDs as
+shipped) and a real cgroup v1 freezer cgroup named like a container of the pod (issue #25):
+the agent's probe reports the frozen cgroup in the Remediation's status (the CRD keeps
+`frozenCgroups`), a thaw the policy does not permit is refused and nothing is thawed, and
+once the default policy lists `thaw` the agent thaws exactly that cgroup and reports it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.test_agent_end_to_end import (
+    HOLD,
+    POLICIES,
+    _deleted_at,
+    _free_port,
+    kube,
+    now,
+    wait_for,
+)
+from unstick.agent.loop import Agent, LoopSettings
+from unstick.agent.settings import AgentSettings
+from unstick.kube.client import Kube, remediation_path
+
+pytestmark = [pytest.mark.envtest, pytest.mark.mountns]
+__all__ = ["kube"]  # the fixture, used by name
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+def _procs(cgroup: Path) -> list[int]:
+    try:
+        return [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.fixture
+def frozen_for() -> Iterator[Any]:
+    """`frozen_for(uid)`: a real process in a frozen v1 freezer cgroup named like a
+    container of pod `uid`; thawed, killed and removed at the end."""
+    if not os.access(FREEZER, os.W_OK):
+        pytest.skip("needs a writable cgroup v1 freezer")
+    made: list[tuple[Path, Path, subprocess.Popen[bytes]]] = []
+
+    def make(uid: str) -> Path:
+        top = FREEZER / f"unstick-test-{uuid.uuid4().hex[:8]}"
+        cgroup = top / "kubepods" / f"pod{uid}" / "cri-containerd-c0ffee.scope"
+        cgroup.mkdir(parents=True)
+        proc = subprocess.Popen(["sleep", "600"])
+        made.append((top, cgroup, proc))
+        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+        (cgroup / "freezer.state").write_text("FROZEN")
+        wait_for("FROZEN", lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN")
+        return cgroup
+
+    try:
+        yield make
+    finally:
+        for top, cgroup, proc in made:
+            (cgroup / "freezer.state").write_text("THAWED")
+            proc.kill()
+            proc.wait()
+            wait_for("the test cgroup empty", lambda c=cgroup: not _procs(c))
+            for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
+                if path.is_dir():
+                    path.rmdir()
+            top.rmdir()
+
+
+def test_the_agent_thaws_only_when_the_policy_lists_thaw(
+    control_plane: Any, kube: Kube, tmp_path: Path, frozen_for: Any
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    ns = f"thaw-{uuid.uuid4().hex[:6]}"
+    kube.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"metadata": {"name": ns, "labels": {"unstick.dev/remediate": "true"}}},
+    )
+    pod_body = {
+        "metadata": {"name": "web-0", "finalizers": [HOLD]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
+    }
+    uid = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body)["metadata"]["uid"]
+    pod_path = f"/api/v1/namespaces/{ns}/pods/web-0"
+    cgroup = frozen_for(uid)
+    target = "/" + str(cgroup.relative_to(FREEZER))
+    (tmp_path / "kubelet" / "pods" / uid).mkdir(parents=True)
+    (tmp_path / "mountinfo").write_text("")
+    settings = AgentSettings(
+        node_name=node,
+        kubelet_root=str(tmp_path / "kubelet"),
+        host_proc="/proc",
+        mountinfo_path=str(tmp_path / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        state_dir=str(tmp_path / "state"),
+    )
+    agent = Agent(
+        settings,
+        LoopSettings(
+            kubeconfig=str(control_plane.kubeconfig),
+            metrics_port=_free_port(),
+            metrics_host="127.0.0.1",
+            watch_timeout_s=5,
+            summary_interval_s=0.5,
+        ),
+    )
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    try:
+        kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
+        wait_for("the pod's deletionTimestamp", lambda: _deleted_at(kube, pod_path))
+        body = {
+            "apiVersion": "unstick.dev/v1alpha1",
+            "kind": "Remediation",
+            "metadata": {"name": "web-0", "labels": {"unstick.dev/node": node}},
+            "spec": {"podName": "web-0", "podUID": uid, "nodeName": node,
+                     "probeRequestedAt": now()},
+        }  # fmt: skip
+        kube.request("POST", remediation_path(ns), body=body)
+
+        def status() -> dict[str, Any]:
+            return (kube.get(remediation_path(ns, "web-0")) or {}).get("status") or {}
+
+        probe = wait_for("the probe", lambda: status().get("probe"))
+        assert probe["frozenCgroups"] == [
+            {
+                "path": target,
+                "state": "FROZEN",
+                "version": "v1",
+                "container": "c0ffee",
+                "selfFrozen": True,
+            }
+        ]
+
+        def request_thaw() -> dict[str, Any]:
+            requested = now()
+            step = {"action": "thaw", "target": target, "reason": "test"}
+            kube.request(
+                "PATCH",
+                remediation_path(ns, "web-0"),
+                body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
+                               "dryRun": False}},
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+            return wait_for(  # type: ignore[no-any-return]
+                "the node steps",
+                lambda: (status().get("nodeStepsDoneAt") or "") >= requested and status(),
+            )
+
+        policy = {
+            "apiVersion": "unstick.dev/v1alpha1",
+            "kind": "RemediationPolicy",
+            "metadata": {"name": "default"},
+            "spec": {"dryRun": False, "actions": ["unmount"]},
+        }
+        kube.request("POST", POLICIES, body=policy)
+        try:
+            (refused,) = request_thaw()["nodeActions"]
+            assert refused["result"] == "refused", refused
+            assert (cgroup / "freezer.state").read_text().strip() == "FROZEN"
+            kube.request(
+                "PATCH",
+                f"{POLICIES}/default",
+                body={"spec": {"actions": ["thaw"]}},
+                content_type="application/merge-patch+json",
+            )
+            done = request_thaw()
+        finally:
+            kube.request("DELETE", f"{POLICIES}/default")
+        (action,) = done["nodeActions"]
+        assert action["action"] == "thaw" and action["result"] == "succeeded", action
+        assert (cgroup / "freezer.state").read_text().strip() == "THAWED"
+        assert done["probe"]["frozenCgroups"] == []
+    finally:
+        agent.shutdown()
+        thread.join(timeout=60)
+        kube.request("PATCH", pod_path, body={"metadata": {"finalizers": None}},
+                     content_type="application/merge-patch+json")  # fmt: skip
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+    assert not thread.is_alive()

@@ -1,0 +1,352 @@
+"""The controller's half of the agent channel, against a real API server. The test plays
+the node agent: it writes `status.probe`, `status.nodeActions` and `status.nodeStepsDoneAt`
+on the Remediation exactly as the agent does (a JSON merge patch of its own keys); no
+kubelet or mounts are involved (that side is tested in tests/agent/)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from devcluster import ControlPlane
+from tests.support.controller import (
+    GROUP,
+    VERSION,
+    Controller,
+    Objects,
+    agent_probe,
+    await_,
+    node_ready,
+    running_controller,
+    utc_now,
+    write_as_agent,
+)
+from tests.support.controller import policy_spec as spec
+from unstick.controller.deciding.decision import KUBELET_FINISHING
+
+pytestmark = pytest.mark.envtest
+
+POLICY = "t-agent"
+
+
+@pytest.fixture(scope="module")
+def setup(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Controller, Objects]]:
+    policies = {POLICY: spec(probeMaxAgeSeconds=30)}
+    with running_controller(control_plane, tmp_path_factory.mktemp("agentch"), policies) as r:
+        yield r
+
+
+def test_probe_request_node_steps_then_force_delete(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    controller, objects = setup
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+
+    # Node state unknown: the controller asks the agent for a probe and waits.
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod))
+            and (r.get("spec") or {}).get("probeRequestedAt")
+            and (r.get("status") or {}).get("phase") == "WaitingForAgent"
+            and r
+        ),
+        60,
+        "a probe request",
+    )
+    assert rem["status"]["cause"] == "Unknown"
+    assert rem["metadata"]["labels"]["unstick.dev/node"] == node
+
+    # The agent's probe: an empty volume dir of the pod is left → rmdir-stale on the node.
+    stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
+    write_as_agent(
+        objects,
+        namespace,
+        rem,
+        {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
+    )
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+        30,
+        "node steps for the agent",
+    )
+    assert rem["status"]["cause"] == "StaleVolumeDirs"
+    assert [(s["action"], s["target"]) for s in rem["spec"]["nodeSteps"]] == [
+        ("rmdir-stale", stale)
+    ]
+    requested = rem["spec"]["nodeStepsRequestedAt"]
+
+    # The agent ran them and says so; the controller asks for a probe taken after them.
+    done = utc_now()
+    result = {
+        "action": "rmdir-stale",
+        "target": stale,
+        "result": "succeeded",
+        "message": "removed empty dir",
+        "time": done,
+    }
+    write_as_agent(objects, namespace, rem, {"nodeActions": [result], "nodeStepsDoneAt": done})
+    await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod))
+            and r["spec"]["probeRequestedAt"] > requested
+            and r
+        ),
+        30,
+        "a new probe request after the node steps",
+    )
+    assert objects.read_pod(namespace, pod["name"]) is not None
+
+    # A fresh probe shows nothing of the pod left: KubeletNotProgressing. The kubelet gets
+    # --kubelet-finish-seconds (3 s here) to finish the pod itself, then force-delete.
+    write_as_agent(objects, namespace, rem, {"probe": agent_probe(node, [], pod["uid"])})
+    await_(
+        lambda: objects.status(namespace, pod).get("waitingFor") == KUBELET_FINISHING,
+        30,
+        "waiting for the kubelet after the node steps",
+    )
+    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
+        30,
+        "Resolved",
+    )
+    recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
+    assert ("rmdir-stale", "succeeded", "agent") in recorded
+    assert ("force-delete", "succeeded", "controller") in recorded
+    assert status["cause"] == "KubeletNotProgressing"
+    assert (
+        controller.sample(
+            "unstick_remediations_total",
+            action="rmdir-stale",
+            cause="StaleVolumeDirs",
+            result="succeeded",
+        )
+        == 1
+    )
+
+
+# --- the trust boundary (design.md §3 invariant 7): forged and replayed records ---------------
+
+OTHER_UID = "0badf00d-0000-4000-8000-000000000000"
+
+
+def _running(objects: Objects, namespace: str, name: str) -> None:
+    """pod.status says its container runs (as a kubelet would report)."""
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "containerStatuses": [
+            {
+                "name": "app",
+                "ready": True,
+                "restartCount": 0,
+                "image": "registry.example/app:1",
+                "imageID": "",
+                "state": {"running": {"startedAt": started}},
+            }
+        ]
+    }
+    objects.core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+def _forge(
+    objects: Objects, namespace: str, name: str, spec: dict[str, Any], status: dict[str, Any]
+) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Remediation",
+        "metadata": {"name": name, "labels": {"unstick.dev/node": spec.get("nodeName", "")}},
+        "spec": spec,
+    }
+    objects.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
+    objects.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "remediations", name, {"status": status}
+    )
+
+
+def _get_rem(objects: Objects, namespace: str, name: str) -> dict[str, Any] | None:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return dict(
+            objects.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "remediations", name
+            )
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """Issue item 1: someone pre-creates the pod's Remediation name with another pod UID and
+    a probe of that UID that shows nothing left. Before, the controller read the record by
+    name, took the probe's empty container list over the API's running container →
+    KubeletNotProgressing → force-delete of a running pod (split-brain)."""
+    from unstick.core.remediation import alternate_name, remediation_name
+
+    controller, objects = setup
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    name = remediation_name(pod["name"], pod["uid"])
+    forged_probe = agent_probe(node, [], OTHER_UID)
+    _forge(
+        objects,
+        namespace,
+        name,
+        {"podName": pod["name"], "podUID": OTHER_UID, "nodeName": node},
+        {"probe": forged_probe, "phase": "Remediating", "cause": "NodeGone"},
+    )
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+
+    forged = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, name))
+            and (r.get("status") or {}).get("phase") == "Refused"
+            and r
+        ),
+        60,
+        "the forged record marked Refused",
+    )
+    (refusal,) = forged["status"]["refusals"]
+    assert refusal["reason"] == "forged" and "spec.podUID" in refusal["message"], refusal
+    genuine = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, alternate_name(pod["name"], pod["uid"])))
+            and (r.get("status") or {}).get("cause")
+            and r
+        ),
+        60,
+        "the pod's own record at the alternate name",
+    )
+    assert genuine["spec"]["podUID"] == pod["uid"]
+    assert genuine["status"]["cause"] == "ContainersStillRunning", genuine["status"]
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    assert controller.sample("unstick_refusals_total", reason="forged") >= 1
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """A record with the pod's identity, written ahead with a probe that says nothing is
+    left (a replayed or planted answer): the controller never asked for it, so it is not
+    used."""
+    from unstick.core.remediation import remediation_name
+
+    _controller, objects = setup
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    name = remediation_name(pod["name"], pod["uid"])
+    planted = agent_probe(node, [], pod["uid"])
+    _forge(
+        objects,
+        namespace,
+        name,
+        {"podName": pod["name"], "podUID": pod["uid"], "nodeName": node},
+        {"probe": planted},
+    )
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    rem = await_(
+        lambda: (
+            (r := _get_rem(objects, namespace, name)) and (r.get("status") or {}).get("cause") and r
+        ),
+        60,
+        "the controller's diagnosis",
+    )
+    # Had the planted probe been believed, its empty container list would have overridden
+    # the API's running container: KubeletNotProgressing → force-delete.
+    assert rem["status"]["cause"] == "ContainersStillRunning", rem["status"]
+    assert not [a for a in rem["status"].get("actions") or [] if a["action"] == "force-delete"]
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
+    setup: tuple[Controller, Objects], namespace: str
+) -> None:
+    """Issue item 7: a record for a pod that does not exist, dressed up as "NodeGone
+    Remediating", is marked Refused with the reason."""
+    _controller, objects = setup
+    _forge(
+        objects,
+        namespace,
+        "ghost-12345678",
+        {"podName": "ghost", "podUID": OTHER_UID, "nodeName": "nowhere"},
+        {"phase": "Remediating", "cause": "NodeGone"},
+    )
+    status = await_(
+        lambda: (
+            ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {})
+            if ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {}).get(
+                "phase"
+            )
+            == "Refused"
+            else None
+        ),
+        60,
+        "the forged record marked Refused",
+    )
+    assert "no pod 'ghost'" in status["refusals"][0]["message"], status
+
+
+def test_a_second_record_of_a_stuck_pod_is_refused(
+    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+) -> None:
+    """A record with a stuck pod's identity under another name, dressed up as "NodeGone
+    Remediating" with a probe showing nothing left: not the pod's record (the controller
+    keeps that one), marked Refused; its probe is never used."""
+    from unstick.core.remediation import remediation_name
+
+    controller, objects = setup
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
+    _running(objects, namespace, pod["name"])
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    own = remediation_name(pod["name"], pod["uid"])
+    await_(
+        lambda: ((_get_rem(objects, namespace, own) or {}).get("status") or {}).get("cause"),
+        60,
+        "the pod's own record",
+    )
+    _forge(
+        objects,
+        namespace,
+        "evil-copy",
+        {"podName": pod["name"], "podUID": pod["uid"], "nodeName": node},
+        {
+            "phase": "Remediating",
+            "cause": "NodeGone",
+            "probe": agent_probe(node, [], pod["uid"]),
+        },
+    )
+    status = await_(
+        lambda: (
+            (s := (_get_rem(objects, namespace, "evil-copy") or {}).get("status") or {})
+            and s.get("phase") == "Refused"
+            and s
+        ),
+        60,
+        "the second record marked Refused",
+    )
+    assert "a second record" in status["refusals"][0]["message"], status
+    mine = (_get_rem(objects, namespace, own) or {}).get("status") or {}
+    assert mine.get("cause") == "ContainersStillRunning", mine
+    assert objects.read_pod(namespace, pod["name"]) is not None, "a running pod was deleted"
+    assert controller.sample("unstick_refusals_total", reason="forged") >= 1
+    objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})

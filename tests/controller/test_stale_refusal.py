@@ -1,0 +1,296 @@
+"""A node-step request the agent refused as a whole, against a real API server (the test
+plays the agent as test_controller_agent_channel.py does): refused `stale` (it reached the
+agent too old), nothing ran, so the controller asks again after a backoff — never a failed
+action, never `Failed` — and the re-asked steps are carried out; refused for a safety
+reason (`forged`, `unsafe`) it is not asked again: the refusal stays on record and the pod
+ends `Failed` when a probe after the answer shows the steps still needed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster import ControlPlane
+from devcluster.process import free_port
+from tests.support.controller import (
+    Controller,
+    Objects,
+    agent_probe,
+    await_,
+    node_ready,
+    running_controller,
+    utc_now,
+    write_as_agent,
+)
+from tests.support.controller import policy_spec as spec
+from unstick.agent.loop import Agent, LoopSettings
+from unstick.agent.settings import AgentSettings
+
+pytestmark = pytest.mark.envtest
+
+POLICY = "t-stale"
+
+
+@pytest.fixture(scope="module")
+def channel(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Controller, Objects]]:
+    policies = {POLICY: spec(probeMaxAgeSeconds=60)}
+    with running_controller(control_plane, tmp_path_factory.mktemp("stale"), policies) as r:
+        yield r
+
+
+def _steps_requested(
+    objects: Objects, namespace: str, make_node: Any
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """A stuck pod whose probe shows an empty volume dir left: the controller hands
+    rmdir-stale to the agent. Returns (pod, its Remediation, the stale dir)."""
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt"),
+        60,
+        "a probe request",
+    )
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None
+    stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
+    probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+        30,
+        "node steps for the agent",
+    )
+    return pod, rem, stale
+
+
+def _refuse(
+    objects: Objects,
+    namespace: str,
+    rem: dict[str, Any],
+    stale: str,
+    reason: str,
+    message: str = "",
+) -> str:
+    """The agent's answer to a request refused as a whole (handler._run_steps)."""
+    done = str(utc_now())
+    refused = {
+        "action": "rmdir-stale",
+        "target": stale,
+        "result": "refused",
+        "message": message or f"refused: {reason}",
+        "time": done,
+    }
+    entry = {
+        "action": "node-steps",
+        "reason": reason,
+        "message": message or f"refused: {reason}",
+        "time": done,
+        "by": "agent",
+    }
+    status = {"nodeActions": [refused], "nodeStepsDoneAt": done, "nodeRefusals": [entry]}
+    write_as_agent(objects, namespace, rem, status)
+    return done
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "word"),
+    [
+        ("stale", "spec.nodeStepsRequestedAt: the request is 130s old", "stale"),
+        ("policy_forbids", "rate limit: this node's budget (10 per minute ...", "busy"),
+    ],
+)
+def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
+    channel: tuple[Controller, Objects],
+    namespace: str,
+    make_node: Any,
+    reason: str,
+    message: str,
+    word: str,
+) -> None:
+    controller, objects = channel
+    pod, rem, stale = _steps_requested(objects, namespace, make_node)
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    _refuse(objects, namespace, rem, stale, reason, message)
+
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod))
+            and r["spec"]["nodeStepsRequestedAt"] != first
+            and r
+        ),
+        60,
+        "the same steps asked again",
+    )
+    assert [s["action"] for s in rem["spec"]["nodeSteps"]] == ["rmdir-stale"]
+    assert rem["status"]["phase"] == "Remediating"
+    results = {(a["action"], a["result"]) for a in rem["status"]["actions"]}
+    assert ("rmdir-stale", "refused") in results and ("rmdir-stale", "failed") not in results
+
+    # The agent runs the re-asked steps; a probe after them shows nothing left.
+    done = utc_now()
+    ran = {"action": "rmdir-stale", "target": stale, "result": "succeeded", "message": "ok"}
+    write_as_agent(
+        objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
+    )
+    await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+        30,
+        "a probe request after the node steps",
+    )
+    write_as_agent(
+        objects, namespace, rem, {"probe": agent_probe(rem["spec"]["nodeName"], [], pod["uid"])}
+    )
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
+        60,
+        "Resolved",
+    )
+    recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
+    assert ("rmdir-stale", "succeeded", "agent") in recorded
+    assert not [a for a in recorded if a[1] == "failed"], recorded
+    asked_again = f"uid={pod['uid']} cause=StaleVolumeDirs action=rmdir-stale result=asked-again"
+    assert f"{asked_again}-after-{word}-refusal-1" in controller.log()
+    labels = {"action": "rmdir-stale", "cause": "StaleVolumeDirs"}
+    assert controller.sample("unstick_remediations_total", **labels, result="failed") == 0
+
+
+@pytest.mark.parametrize("reason", ["forged", "unsafe"])
+def test_a_request_refused_for_safety_is_not_asked_again(
+    channel: tuple[Controller, Objects], namespace: str, make_node: Any, reason: str
+) -> None:
+    _controller, objects = channel
+    pod, rem, stale = _steps_requested(objects, namespace, make_node)
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    done = _refuse(objects, namespace, rem, stale, reason)
+
+    # Judged, as any answer, by a probe taken after it: the dir is still there.
+    await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+        30,
+        "a probe request after the refusal",
+    )
+    probe = agent_probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
+    status = await_(
+        lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
+        30,
+        "Failed",
+    )
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None
+    assert rem["spec"]["nodeStepsRequestedAt"] == first, "a refusal for safety was re-asked"
+    (entry,) = status["nodeRefusals"]
+    assert entry["reason"] == reason
+    assert ("rmdir-stale", "refused") in {(a["action"], a["result"]) for a in status["actions"]}
+
+
+# --- with the real agent: a request that reached it too old (the agent was down) ---------
+
+
+@contextmanager
+def _agent(control_plane: ControlPlane, node: str, root: Path, tmp: Path) -> Iterator[Agent]:
+    """The real agent loop of `node` (kubelet root `root`, the mount table an empty file),
+    in a thread; shut down and joined at the end."""
+    (tmp / "mountinfo").write_text("")
+    settings = AgentSettings(
+        node_name=node,
+        kubelet_root=str(root),
+        host_proc="/proc",  # a complete cgroup scan: no process of the pod runs here
+        mountinfo_path=str(tmp / "mountinfo"),
+        kubelet_healthz="http://127.0.0.1:9/healthz",
+        state_dir=str(tmp / "state"),
+        max_request_age_s=AGE_S,
+    )
+    loop = LoopSettings(
+        kubeconfig=str(control_plane.kubeconfig),
+        metrics_port=free_port(),
+        metrics_host="127.0.0.1",
+        watch_timeout_s=5,
+    )
+    agent = Agent(settings, loop)
+    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        agent.shutdown()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+AGE_S = 2.0  # the agent's --max-request-age here
+
+
+def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again(
+    control_plane: ControlPlane,
+    channel: tuple[Controller, Objects],
+    namespace: str,
+    make_node: Any,
+    tmp_path: Path,
+) -> None:
+    controller, objects = channel
+    node = make_node(kubelet=False)
+    node_ready(objects, node)
+    pod = objects.pod(namespace, node, remediate=POLICY)
+    root = tmp_path / "kubelet"
+    stale = root / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    stale.mkdir(parents=True)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    # The agent is down: the probe it took before (as it writes it), then the steps.
+    rem = await_(
+        lambda: (
+            (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt") and r
+        ),
+        60,
+        "a probe request",
+    )
+    probe = {**agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
+    probe["kubeletRoot"] = str(root)
+    write_as_agent(objects, namespace, rem, {"probe": probe})
+    rem = await_(
+        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+        30,
+        "node steps for the agent",
+    )
+    first = rem["spec"]["nodeStepsRequestedAt"]
+    older = datetime.fromisoformat(first.replace("Z", "+00:00")) + timedelta(seconds=AGE_S)
+    await_(lambda: datetime.now(UTC) > older, 30, "the request older than --max-request-age")
+
+    with _agent(control_plane, node, root, tmp_path):
+        # its list brings the missed request: refused stale, nothing done on the node
+        status = await_(
+            lambda: (s := objects.status(namespace, pod)).get("nodeRefusals") and s,
+            30,
+            "the agent's refusal",
+        )
+        assert status["nodeRefusals"][-1]["action"] == "node-steps"
+        assert status["nodeRefusals"][-1]["reason"] == "stale"
+        assert status["nodeActions"][0]["result"] == "refused"
+        # the controller asks again; the agent gets it fresh and runs it
+        status = await_(
+            lambda: (
+                (s := objects.status(namespace, pod))
+                and any(a.get("result") == "succeeded" for a in s.get("nodeActions") or [])
+                and s
+            ),
+            60,
+            "the steps asked again and run",
+        )
+    assert not stale.exists()
+    rem = objects.remediation(namespace, pod)
+    assert rem is not None and rem["spec"]["nodeStepsRequestedAt"] != first
+    assert status.get("phase") != "Failed"
+    results = {(a["action"], a["result"]) for a in status.get("actions") or []}
+    assert ("rmdir-stale", "failed") not in results
+    asked_again = f"uid={pod['uid']} cause=StaleVolumeDirs action=rmdir-stale result=asked-again"
+    assert f"{asked_again}-after-stale-refusal-1" in controller.log()

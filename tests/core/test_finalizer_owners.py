@@ -1,0 +1,258 @@
+"""Issue #25, finalizer triage: a FinalizerBlocked pod's evidence says who removes each
+finalizer and whether that controller seems alive (its leader lease); removal stays the
+allowlist's."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.bundles import NOW, bundle, pod
+from unstick.core.model.snapshot import BundleError, parse_bundle
+from unstick.core.policy.planner import plan
+from unstick.core.policy.remediation_policy import parse_policy
+from unstick.core.rules.diagnosis import diagnose
+from unstick.core.vocabulary import Action, Cause
+
+JOB = "batch.kubernetes.io/job-tracking"
+
+
+def kcm_lease(renewed: str, holder: str = "cp-1_8f2c") -> dict:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"namespace": "kube-system", "name": "kube-controller-manager"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": renewed},
+    }
+
+
+def _diagnosed(finalizers: list[str], leases: list[dict], policy: dict | None = None) -> tuple:
+    b = bundle(the_pod=pod(node=None, grace=0, finalizers=finalizers))  # captured 10:00:00Z
+    b["leases"] = leases
+    d = diagnose(parse_bundle(b))
+    p = plan(d, parse_policy(policy) if policy else None)
+    return d, p, [e.message for e in d.evidence if e.kind == "finalizer"]
+
+
+def test_job_tracking_with_a_live_job_controller_says_wait() -> None:
+    d, p, words = _diagnosed([JOB], [kcm_lease("2026-11-20T09:59:55.000000Z")])
+    assert d.cause is Cause.FinalizerBlocked
+    assert (
+        f"finalizer {JOB} is removed by the Job controller of kube-controller-manager; its "
+        "leader lease kube-system/kube-controller-manager was renewed 5s ago by cp-1_8f2c: "
+        "it is alive — wait for it" in words[-1]
+    )
+    assert p.actions == (Action.OBSERVE,)  # no allowlist, no removal
+
+
+def test_a_lease_not_renewed_for_long_says_the_controller_seems_gone() -> None:
+    _, _, words = _diagnosed([JOB], [kcm_lease("2026-11-20T07:00:00Z")])
+    assert "was last renewed 3h0m0s ago by cp-1_8f2c: the Job controller" in words[-1]
+    assert "seems gone — nothing removes the finalizer until it is back" in words[-1]
+
+
+def test_no_lease_in_the_bundle_is_unknown_and_custom_finalizers_name_their_domain() -> None:
+    _, _, words = _diagnosed([JOB, "example.com/protect"], [])
+    assert (
+        "kube-system/kube-controller-manager was not read: whether it runs is not known"
+        in words[-2]
+    )
+    assert (
+        "finalizer example.com/protect is not a built-in one: the controller that added it "
+        "(example.com) removes it" in words[-1]
+    )
+
+
+def test_removal_stays_the_allowlists_even_with_the_owner_gone() -> None:
+    stale = [kcm_lease("2026-11-20T07:00:00Z")]
+    _, p, _ = _diagnosed([JOB], stale, {"actions": ["observe", "remove-finalizer"]})
+    assert p.actions == (Action.OBSERVE,)
+    allowed = {"actions": ["observe", "remove-finalizer"], "finalizerAllowlist": [JOB]}
+    _, p, _ = _diagnosed([JOB], stale, allowed)
+    assert [(s.action, s.target) for s in p.steps] == [(Action.REMOVE_FINALIZER, JOB)]
+
+
+def test_a_malformed_lease_is_a_clear_error_naming_the_field() -> None:
+    b = bundle(the_pod=pod(node=None, grace=0, finalizers=[JOB]))
+    b["leases"] = [kcm_lease("soon")]
+    with pytest.raises(BundleError, match=r"leases\[0\]\.spec\.renewTime"):
+        parse_bundle(b)
+
+
+# --- issue #25, the policy's finalizer owners and "gone for longer than" --------------------
+
+OWNED = "example.com/protect"
+OPS = {"namespace": "ops", "name": "example-operator"}
+
+
+def deployment(available: int, replicas: int = 1, unavailable_since: str | None = None) -> dict:
+    status: dict = {"replicas": replicas, "availableReplicas": available}
+    if unavailable_since:
+        status["conditions"] = [
+            {
+                "type": "Available",
+                "status": "False",
+                "reason": "MinimumReplicasUnavailable",
+                "lastTransitionTime": unavailable_since,
+            }
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": "ops", "name": "example-operator"},
+        "spec": {"replicas": replicas},
+        "status": status,
+    }
+
+
+def owned_policy(gone_s: float | None = 3600, allow: bool = True, **owner: object) -> dict:
+    spec: dict = {
+        "actions": ["observe", "remove-finalizer"],
+        "finalizerAllowlist": [OWNED] if allow else [],
+        "finalizerOwners": [{"prefix": "example.com/", **(owner or {"deployment": OPS})}],
+    }
+    if gone_s is not None:
+        spec["finalizerOwnerGoneSeconds"] = gone_s
+    return spec
+
+
+def _triaged(extra: dict, policy: dict, finalizers: list[str] | None = None) -> tuple:
+    b = bundle(the_pod=pod(node=None, grace=0, finalizers=finalizers or [OWNED]))  # 10:00:00Z
+    b.update(extra)
+    parsed = parse_policy(policy)
+    d = diagnose(parse_bundle(b), parsed.settings)
+    p = plan(d, parsed)
+    return d, p, [e.message for e in d.evidence if e.kind == "finalizer"]
+
+
+def test_a_mapped_deployment_gone_longer_than_the_threshold_makes_the_allowlisted_removable() -> (
+    None
+):
+    gone = {"deployments": [deployment(0, unavailable_since="2026-11-20T07:00:00Z")]}
+    d, p, words = _triaged(gone, owned_policy())
+    assert (
+        f"finalizer {OWNED} is served by the Deployment ops/example-operator "
+        "(spec.finalizerOwners): 0 of 1 replicas available since 2026-11-20T07:00:00Z "
+        "(3h0m0s): it seems gone" in words[-1]
+    )
+    assert [(s.action, s.target) for s in p.steps] == [(Action.REMOVE_FINALIZER, OWNED)]
+    assert d.finalizer_owners[0].state == "gone"
+
+
+def test_an_alive_owner_means_wait_and_a_recent_outage_is_not_long_enough() -> None:
+    _, p, words = _triaged({"deployments": [deployment(1)]}, owned_policy())
+    assert "1 of 1 replicas available: it is alive — wait for it" in words[-1]
+    assert p.actions == (Action.OBSERVE,)
+    assert [r.reason for r in p.refused if r.action is Action.REMOVE_FINALIZER] == [
+        f"Deployment ops/example-operator serving finalizer {OWNED} is alive: waiting for it"
+    ]
+    recent = {"deployments": [deployment(0, unavailable_since="2026-11-20T09:30:00Z")]}
+    _, p, _ = _triaged(recent, owned_policy())
+    assert p.actions == (Action.OBSERVE,)
+    assert any("gone for 30m0s, not yet longer than 1h0m0s" in r.reason for r in p.refused)
+
+
+def test_never_broader_than_the_allowlist_and_without_a_threshold_the_allowlist_alone() -> None:
+    gone = {"deployments": [deployment(0, unavailable_since="2026-11-20T07:00:00Z")]}
+    _, p, _ = _triaged(gone, owned_policy(allow=False))
+    assert p.actions == (Action.OBSERVE,)
+    _, p, _ = _triaged({"deployments": [deployment(1)]}, owned_policy(gone_s=None))
+    assert p.actions == (Action.REMOVE_FINALIZER,)  # as before the threshold existed
+
+
+def test_a_missing_owner_counts_from_when_it_was_first_seen_missing() -> None:
+    seen = {
+        "ownersGoneSince": [
+            {"kind": "Deployment", **OPS, "since": "2026-11-20T08:00:00Z"},
+        ]
+    }
+    _, p, words = _triaged(seen, owned_policy())
+    assert (
+        "it does not exist (seen missing since 2026-11-20T08:00:00Z (2h0m0s)): nothing removes"
+        in words[-1]
+    )
+    assert p.actions == (Action.REMOVE_FINALIZER,)
+    _, p, words = _triaged({}, owned_policy())  # not read at all: not known
+    assert "it was not read: whether it runs is not known here" in words[-1]
+    assert p.actions == (Action.OBSERVE,)
+    assert any("was not read: whether it is gone is not known" in r.reason for r in p.refused)
+
+
+def test_with_the_threshold_an_unmapped_finalizer_is_not_removed() -> None:
+    other = "other.example.org/keep"
+    policy = owned_policy() | {"finalizerAllowlist": [other]}
+    _, p, words = _triaged({}, policy, finalizers=[other])
+    assert "is not a built-in one: the controller that added it (other.example.org)" in words[-1]
+    assert p.actions == (Action.OBSERVE,)
+    assert any(f"the owner of finalizer {other} is not known" in r.reason for r in p.refused)
+
+
+def test_a_mapped_lease_and_the_built_in_lease_under_the_threshold() -> None:
+    lease = kcm_lease("2026-11-20T07:00:00Z") | {
+        "metadata": {"namespace": "ops", "name": "example-leader"}
+    }
+    policy = owned_policy(lease={"namespace": "ops", "name": "example-leader"})
+    _, p, words = _triaged({"leases": [lease]}, policy)
+    assert (
+        "served by the Lease ops/example-leader (spec.finalizerOwners): lease "
+        "ops/example-leader was last renewed 3h0m0s ago by cp-1_8f2c" in words[-1]
+    )
+    assert p.actions == (Action.REMOVE_FINALIZER,)
+    job = {"actions": ["observe", "remove-finalizer"], "finalizerAllowlist": [JOB]}
+    stale = {"leases": [kcm_lease("2026-11-20T07:00:00Z")]}
+    _, p, _ = _triaged(stale, job | {"finalizerOwnerGoneSeconds": 3600}, finalizers=[JOB])
+    assert p.actions == (Action.REMOVE_FINALIZER,)  # last renewed 3h ago > 1h
+    _, p, _ = _triaged(stale, job | {"finalizerOwnerGoneSeconds": 4 * 3600}, finalizers=[JOB])
+    assert p.actions == (Action.OBSERVE,)
+
+
+def test_the_longest_prefix_wins_and_a_policy_entry_over_a_built_in_one() -> None:
+    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef, owner_of
+
+    a = FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, "ops", "a"))
+    b = FinalizerOwner("example.com/protect", OwnerRef(DEPLOYMENT, "ops", "b"))
+    assert owner_of(OWNED, (a, b)) == b.owner
+    assert owner_of("example.com/other", (a, b)) == a.owner
+    assert owner_of(JOB, (a,)) == OwnerRef("Lease", "kube-system", "kube-controller-manager")
+    mine = FinalizerOwner("batch.kubernetes.io/", OwnerRef("Lease", "kube-system", "kcm-2"))
+    assert owner_of(JOB, (mine,)) == mine.owner
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("deployments", [{"metadata": {"namespace": "ops"}}], r"deployments\[0\]\.metadata\.name"),
+        (
+            "deployments",
+            [deployment(0) | {"status": {"availableReplicas": "none"}}],
+            r"deployments\[0\]\.status\.availableReplicas",
+        ),
+        ("ownersGoneSince", [{"kind": "Pod", **OPS, "since": NOW}], r"ownersGoneSince\[0\]\.kind"),
+        ("ownersGoneSince", [{"kind": "Lease", **OPS}], r"ownersGoneSince\[0\]\.since"),
+        ("ownersGoneSince", {"kind": "Lease"}, r"ownersGoneSince"),
+    ],
+)
+def test_malformed_owner_keys_are_a_clear_error_naming_the_field(
+    key: str, value: object, field: str
+) -> None:
+    b = bundle(the_pod=pod(node=None, grace=0, finalizers=[OWNED]))
+    b[key] = value
+    with pytest.raises(BundleError, match=field):
+        parse_bundle(b)
+
+
+def test_an_old_bundle_without_the_new_keys_reads_as_before() -> None:
+    b = bundle(the_pod=pod(node=None, grace=0, finalizers=[OWNED]))
+    facts = parse_bundle(b)
+    assert facts.deployments == {} and facts.owners_gone_since == {}
+
+
+def test_waiting_for_names_the_owner_an_allowlisted_finalizer_waits_for() -> None:
+    from unstick.core.rules.finalizer_owners import waiting_for
+
+    d, _, _ = _triaged({"deployments": [deployment(1)]}, owned_policy())
+    assert waiting_for(d.finalizers, d.finalizer_owners, (OWNED,), 3600, d.now) == (
+        "the finalizer's owner: Deployment ops/example-operator serving finalizer "
+        f"{OWNED} is alive: waiting for it"
+    )
+    assert waiting_for(d.finalizers, d.finalizer_owners, (), 3600, d.now) is None
+    assert waiting_for(d.finalizers, d.finalizer_owners, (OWNED,), None, d.now) is None
