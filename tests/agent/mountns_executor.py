@@ -16,12 +16,13 @@ from typing import Any
 
 from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, sh
 from unstick.agent.probe.mount_file import MountTable
+from unstick.agent.steps.checks import Checks
 from unstick.agent.steps.executor import Executor
 
 ODD_SOURCE = "nfs\x1cserver\u2028:/export"
 
 
-class _Swapping(Executor):
+class _Swapping(Checks):
     """Plans from the real table; on the re-read right before acting, the planned mount has
     been replaced (for real) and the table shows ids as the kernel could reuse them."""
 
@@ -30,12 +31,12 @@ class _Swapping(Executor):
         self.reads = 0
         self.vol, self.other, self.same_path = vol, other, same_path
 
-    def _pod_table(self, uid: str) -> MountTable:
+    def pod_table(self, uid: str) -> MountTable:
         self.reads += 1
         if self.reads == 2:
             sh("umount", self.vol)
             sh("mount", "-t", "tmpfs", "-o", "size=1m", "new", self.vol)
-        table = super()._pod_table(uid)
+        table = super().pod_table(uid)
         if self.reads < 2:
             self.planned = next(m for m in table.mounts if m.mount_point == self.vol)
             return table
@@ -50,7 +51,8 @@ class _Swapping(Executor):
 def _id_reuse(node: Node, same_path: bool) -> dict[str, Any]:
     vol = str(node.projected(UID_A, "planned"))
     other = str(node.projected(UID_A, "other"))
-    ex = _Swapping(node, vol, other, same_path)
+    ex = Executor(node.settings)
+    ex.checks = _Swapping(node, vol, other, same_path)
     result = ex.run_step(UID_A, "unmount", vol, dry_run=False, lazy_unmount=False).to_json()
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         sources = [line.split(" - ")[1].split()[1] for line in f if f" {vol} " in line]

@@ -137,7 +137,8 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
     daemon.send_signal(signal.SIGSTOP)
     stat = _blocked(node, "stat", str(vol))
     cat = _blocked(node, "cat", f"{vol}/missing.txt")
-    mount = next(m for m in node.executor().pod_table(UID_A).mounts if m.mount_point == str(vol))
+    table = node.executor().checks.pod_table(UID_A)
+    mount = next(m for m in table.mounts if m.mount_point == str(vol))
     waiters = [
         {"pid": w.pid, "comm": w.comm, "wchan": w.wchan, "path": w.path, "words": w.words()}
         for w in mount_waiters("/proc", [mount])
@@ -177,7 +178,8 @@ def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
     vol, daemon = _hung_volume(node)
     daemon.send_signal(signal.SIGSTOP)
     waiter = _blocked(node, "stat", f"{vol}/../{vol.name}")
-    mount = next(m for m in node.executor().pod_table(UID_A).mounts if m.mount_point == str(vol))
+    table = node.executor().checks.pod_table(UID_A)
+    mount = next(m for m in table.mounts if m.mount_point == str(vol))
     scan = scan_waiters("/proc", [mount])
     plain = step(node.executor(), UID_A, "unmount", str(vol))
     return {

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import unstick.agent.steps.executor as executor_module
+import unstick.agent.steps.unmount as unmount_module
 from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
 from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
@@ -61,17 +61,17 @@ def _hold_in_flight(node: Node, mount: Path) -> None:
 
 @contextmanager
 def _umount2_hooked(hook: Callable[[Callable[..., None], str, int], None]) -> Iterator[None]:
-    """The executor's umount2 replaced by `hook(real_umount2, path, flags)` meanwhile."""
-    real = executor_module.umount2
+    """The unmount step's umount2 replaced by `hook(real_umount2, path, flags)` meanwhile."""
+    real = unmount_module.umount2
 
     def hooked(path: str, flags: int = 0) -> None:
         hook(real, path, flags)
 
-    executor_module.umount2 = hooked  # type: ignore[assignment]
+    unmount_module.umount2 = hooked  # type: ignore[assignment]
     try:
         yield
     finally:
-        executor_module.umount2 = real
+        unmount_module.umount2 = real
 
 
 def _a_user_appears_first(node: Node, cwd: Path) -> Callable[[Callable[..., None], str, int], None]:

@@ -280,18 +280,18 @@ def acts(node: Node) -> dict[str, Any]:
     other = node.pod("dddddddd-4444-4444-8444-dddddddddddd") / "volumes" / "x~y" / "z"
     other.mkdir(parents=True)
     ex = node.executor()
-    ex.mounts = MountWatch(node.settings.mountinfo)  # a watch of its own: counts are its own
+    ex.checks.mounts = watch = MountWatch(node.settings.mountinfo)  # counts of its own
     messages = [ex.run_step(UID, "unmount", str(first), dry_run=False, lazy_unmount=False)]
     sh("mount", "-t", "tmpfs", "-o", "size=1m", "other", str(other))  # another pod's mount
-    reads = ex.mounts.stats.reads
+    reads = watch.stats.reads
     messages.append(ex.run_step(UID, "unmount", str(second), dry_run=False, lazy_unmount=False))
-    reread_after_other = ex.mounts.stats.reads > reads
+    reread_after_other = watch.stats.reads > reads
     messages.append(ex.run_step(UID, "rmdir-stale", "", dry_run=False, lazy_unmount=False))
     sh("umount", str(other))
     return {
         "results": [r.to_json() for r in messages],
         "reread_after_other": reread_after_other,
-        "stats": {"reads": ex.mounts.stats.reads, "unchanged": ex.mounts.stats.unchanged},
+        "stats": {"reads": watch.stats.reads, "unchanged": watch.stats.unchanged},
         "left": sorted(str(p) for p in node.pod(UID).rglob("*")),
     }
 

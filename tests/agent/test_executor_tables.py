@@ -3,7 +3,7 @@ the volume's staging mount, the volume's other pods): every such line, and no ot
 
 from __future__ import annotations
 
-from unstick.agent.steps.executor import lines_under
+from unstick.agent.probe.mount_table import lines_under
 from unstick.core.model.mountinfo import escape, parse_mountinfo
 
 ROOT = "/var/lib/kube let"  # a space: escaped in mountinfo as \040

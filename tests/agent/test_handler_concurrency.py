@@ -100,10 +100,10 @@ def test_csi_calls_are_one_at_a_time_per_volume() -> None:
     order: list[str] = []
 
     def other(handle: str) -> None:
-        with ex.volume_lock("drv", handle):
+        with ex.checks.volume_lock("drv", handle):
             order.append(handle)
 
-    with ex.volume_lock("drv", "vol-1"):
+    with ex.checks.volume_lock("drv", "vol-1"):
         same, different = (threading.Thread(target=other, args=(h,)) for h in ("vol-1", "vol-2"))
         same.start()
         different.start()
@@ -111,7 +111,7 @@ def test_csi_calls_are_one_at_a_time_per_volume() -> None:
         same.join(0.5)  # the same volume's waits (a short look)
         assert order == ["vol-2"]
     same.join(10)
-    assert order == ["vol-2", "vol-1"] and len(ex.volume_locks) == 0
+    assert order == ["vol-2", "vol-1"] and len(ex.checks.volume_locks) == 0
 
 
 def test_key_locks_are_per_key() -> None:

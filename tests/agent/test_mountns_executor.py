@@ -14,6 +14,7 @@ import pytest
 
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.settings import AgentSettings
+from unstick.agent.steps.checks import Checks
 from unstick.agent.steps.executor import Executor
 
 pytestmark = pytest.mark.mountns
@@ -59,20 +60,20 @@ def pod_cgroup() -> Iterator[Path]:
         top.rmdir()
 
 
-class _StartsAContainer(Executor):
+class _StartsAContainer(Checks):
     """Starts a process in the pod's cgroup on the table read right before an rmdir."""
 
     def __init__(self, settings: AgentSettings, cgroup: Path, procs: list) -> None:
         super().__init__(settings)
         self.cgroup, self.procs, self.reads = cgroup, procs, 0
 
-    def _pod_table(self, uid: str) -> MountTable:
+    def pod_table(self, uid: str) -> MountTable:
         self.reads += 1
         if self.reads == 2 and not self.procs:
             proc = subprocess.Popen(["sleep", "600"])
             self.procs.append(proc)
             (self.cgroup / "cgroup.procs").write_text(str(proc.pid))
-        return super()._pod_table(uid)
+        return super().pod_table(uid)
 
 
 def test_rmdir_stale_refuses_while_a_container_of_the_pod_runs(
@@ -92,7 +93,9 @@ def test_rmdir_stale_refuses_while_a_container_of_the_pod_runs(
 
     try:
         # a container started between the first check and the rmdir: the re-check sees it
-        result, message = rmdir(_StartsAContainer(settings, pod_cgroup, procs))
+        racing = Executor(settings)
+        racing.checks = _StartsAContainer(settings, pod_cgroup, procs)
+        result, message = rmdir(racing)
         assert (result, "still run" in message) == ("refused", True), message
         assert stale.is_dir()
         result, message = rmdir(Executor(settings))  # still running: refused up front

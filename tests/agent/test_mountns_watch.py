@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from unstick.agent.steps.executor import FRESH
+from unstick.agent.steps.checks import FRESH
 
 pytestmark = pytest.mark.mountns
 

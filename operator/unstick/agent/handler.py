@@ -125,8 +125,8 @@ class Handler:
         checks of other pods asked at the same time (one started after each asked)."""
         started = time.monotonic()
         try:
-            table = self.executor.pod_table(uid)
-            with shared_scans(self.executor.holder_scans):
+            table = self.executor.checks.pod_table(uid)
+            with shared_scans(self.executor.checks.holder_scans):
                 return probe_pod(self.settings, uid, now=self.clock(), table=table)
         finally:
             self.on_probe_duration(time.monotonic() - started)

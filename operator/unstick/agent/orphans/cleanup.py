@@ -313,9 +313,10 @@ class OrphanPass:
         if not csi:
             return False
         plugins = registered_plugins(self.settings.registry_dir, self.settings.grpc_timeout_s)
+        read_vol_data = self.executor.checks.read_vol_data
         for m in csi:
             try:
-                driver = self.executor.read_vol_data(os.path.dirname(m.mount_point))["driverName"]
+                driver = read_vol_data(os.path.dirname(m.mount_point))["driverName"]
             except Refused:
                 return False
             if driver not in plugins:

@@ -1,14 +1,16 @@
 """The checks the node steps share (design.md §3 safety invariants), re-run right before
-each act; the steps themselves are in agent/steps/executor.py and agent/steps/rmdir_stale.py.
+each act: `Checks`, the collaborator the executor holds and hands to each step (a module
+per node action beside this one; agent/steps/executor.py dispatches to them), and
+`Refused`, what a check raises when its precondition does not hold.
 
 Every path is derived by the agent from the pod UID and its own kubelet root; a step's
 `target` from the Remediation only *selects* among those derived paths (it must equal one
 of them, or be empty / the pod directory meaning "all of this pod's"). Right before each
-individual unmount, unpublish or rmdir the executor re-checks the mount table and checks:
+individual unmount, unpublish or rmdir the step re-checks the mount table and checks:
 the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
 component, a complete holder scan finds no holder of the mount (an incomplete scan
 refuses), no container of the pod runs, and — before an unmount or unpublish — no task is
-blocked in a path lookup through the mount (`_check_no_waiters`, issue #25).
+blocked in a path lookup through the mount (`Checks.check_no_waiters`).
 
 The mount table comes from `unstick.agent.probe.mount_table.MountWatch`: re-read when poll() on
 the open table says it changed since it was last read, else the text read then — which is
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -41,9 +42,6 @@ from unstick.agent.steps.safepath import PathGone, UnsafePath, check_path, paren
 from unstick.agent.steps.vol_data import VOL_DATA
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
 from unstick.core.model.mountinfo import Mount
-from unstick.core.remediation import rfc3339
-
-log = logging.getLogger("unstick.agent.steps.executor")  # the steps' log, as before the split
 
 
 class Refused(Exception):
@@ -55,28 +53,7 @@ def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
     return (m.mount_id, m.major, m.minor, m.root, m.fstype, m.source)
 
 
-SUCCEEDED, FAILED, REFUSED, DRY_RUN = "succeeded", "failed", "refused", "dry_run"
 FRESH = "each right after its own checks"  # in a step's message: see ActLog
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    """What one node step did: the `status.nodeActions` entry."""
-
-    action: str
-    target: str
-    result: str
-    message: str
-    time: str
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "action": self.action,
-            "target": self.target,
-            "result": self.result,
-            "message": self.message,
-            "time": self.time,
-        }
 
 
 @dataclass
@@ -112,10 +89,11 @@ class ActLog:
 
 
 @dataclass
-class StepChecks:
-    """What every node step shares: the node's settings, the mount table, this thread's
-    ActLog and the checks each act re-runs right before it (agent/steps/executor.py runs the
-    steps)."""
+class Checks:
+    """What every node step shares: the node's settings and clock, the mount table, this
+    thread's ActLog, the holder scans, the CSI volume locks, and the checks each act re-runs
+    right before it. The executor (agent/steps/executor.py) holds one and hands it to each
+    step."""
 
     settings: AgentSettings
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
@@ -129,8 +107,6 @@ class StepChecks:
     # a scan that started after its caller asked (agent/holders/scan_group.py)
     holder_scans: ScanGroup = field(default_factory=ScanGroup, repr=False)
 
-    # --- shared checks -------------------------------------------------------------
-
     @property
     def root(self) -> str:
         return normalise(self.settings.kubelet_root) or self.settings.kubelet_root
@@ -142,6 +118,10 @@ class StepChecks:
             self.mounts = watch_for(self.settings.mountinfo)
         return self.mounts
 
+    def start_step(self) -> None:
+        """A new ActLog for the step this thread starts."""
+        self._local.log = ActLog()
+
     @property
     def acts(self) -> ActLog:
         """This thread's log of checks and acts for the step it runs."""
@@ -150,25 +130,21 @@ class StepChecks:
             log_ = self._local.log = ActLog()
         return log_
 
-    def _table(self) -> MountTable:
+    def table(self) -> MountTable:
         """The host table's mounts under the kubelet root, as of now: a replay looks there
         for the pod's mount, the volume's staging mount and the volume's other pods."""
         table = self.watch.under(self.root)
         self.acts.table = "re-read" if self.watch.last_read_now() else "unchanged"
         return table
 
-    def _pod_table(self, uid: str) -> MountTable:
+    def pod_table(self, uid: str) -> MountTable:
         """The host table's mounts under this pod's directory, as of now: all a check of
         this pod's paths needs (no other line is parsed)."""
         table = self.watch.pod_table(self.root, uid)
         self.acts.table = "re-read" if self.watch.last_read_now() else "unchanged"
         return table
 
-    def pod_table(self, uid: str) -> MountTable:
-        """`_pod_table` for the probe (the same view, parsed once per table text)."""
-        return self._pod_table(uid)
-
-    def _select(
+    def select(
         self,
         uid: str,
         target: str,
@@ -212,25 +188,25 @@ class StepChecks:
         if not exists_ok:
             raise Refused(not_derived)
 
-    def _check_pod(self, uid: str) -> None:
+    def check_pod(self, uid: str) -> None:
         s = self.settings
         why = still_running(s.host_proc, uid, s.cri_socket, s.grpc_timeout_s)
         if why:
             raise Refused(why)
         self.acts.containers = True
 
-    def _check_mount(self, uid: str, mount: Mount) -> None:
-        self._check_path(uid, mount)
-        self._check_no_holders(mount)
+    def check_mount(self, uid: str, mount: Mount) -> None:
+        self.check_path(uid, mount)
+        self.check_no_holders(mount)
 
-    def _check_mounts(self, uid: str, mounts: list[Mount]) -> None:
-        """`_check_mount` for each, with one holder scan for all of them (a plan's check:
+    def check_mounts(self, uid: str, mounts: list[Mount]) -> None:
+        """`check_mount` for each, with one holder scan for all of them (a plan's check:
         each act re-checks its own mount right before it)."""
         for mount in mounts:
-            self._check_path(uid, mount)
-        self._check_no_holders(*mounts)
+            self.check_path(uid, mount)
+        self.check_no_holders(*mounts)
 
-    def _check_path(self, uid: str, mount: Mount) -> None:
+    def check_path(self, uid: str, mount: Mount) -> None:
         path = mount.mount_point
         if not is_pod_volume_path(path, self.root, uid):
             raise Refused(f"{path} is not under this pod's volumes/ or volume-subpaths/")
@@ -239,7 +215,7 @@ class StepChecks:
         except UnsafePath as exc:
             raise Refused(f"unsafe path: {exc}") from None
 
-    def _check_no_holders(self, *mounts: Mount, after: str = "") -> None:
+    def check_no_holders(self, *mounts: Mount, after: str = "") -> None:
         """Refused unless a complete holder scan, started now, finds nobody holding any of
         the mounts."""
         with shared_scans(self.holder_scans):  # a scan started after this call (scangroup)
@@ -257,7 +233,7 @@ class StepChecks:
             raise Refused(f"{after}cannot tell who holds {points}, not unmounting: {scan.unknown}")
         self.acts.holders = True
 
-    def _check_no_waiters(self, *mounts: Mount) -> None:
+    def check_no_waiters(self, *mounts: Mount) -> None:
         """Refused when a task is blocked looking up a path through one of the mounts (issue
         #25, agent/probe/waiters.py), or one that could be cannot be told: a plain umount
         (a CSI driver's unpublish too) would hang with it, and hold the worker for ever. A
@@ -277,18 +253,14 @@ class StepChecks:
                 f"unmounting: {'; '.join(scan.unknown[:3])}"
             )
 
-    def _result(self, action: str, target: str, result: str, message: str) -> StepResult:
-        log.info("%s %s: %s — %s", action, target or "(pod)", result, message)
-        return StepResult(action, target, result, message, rfc3339(self.clock()))
-
-    def _recheck(self, uid: str, planned: Mount) -> Mount | None:
+    def recheck(self, uid: str, planned: Mount) -> Mount | None:
         """The mount now on top at the planned mount point, re-read right before acting: None
         when nothing of this pod is mounted there any more; Refused unless it is the planned
         mount (same mount id, device, root, filesystem type and source: a mount id can be
         reused by a new mount, and a new mount can appear at the same path)."""
         here = [
             m
-            for m in self._pod_table(uid).pod_mounts(self.root, uid)
+            for m in self.pod_table(uid).pod_mounts(self.root, uid)
             if m.mount_point == planned.mount_point
         ]
         if not here:
@@ -307,7 +279,11 @@ class StepChecks:
         """Held around a volume's CSI calls (NodeUnpublishVolume, NodeUnstageVolume)."""
         return self.volume_locks.held(f"{driver}\0{handle}")
 
-    def _registered(self) -> dict[str, Plugin]:
+    def csi_drivers(self) -> dict[str, Plugin]:
+        """The CSI drivers registered on this node now (`plugins`, else the kubelet's
+        registry)."""
+        if self.plugins is not None:
+            return self.plugins()
         return registered_plugins(self.settings.registry_dir, self.settings.grpc_timeout_s)
 
     def read_vol_data(self, volume_dir: str) -> dict[str, str]:
@@ -327,6 +303,6 @@ class StepChecks:
                 raise Refused(f"{path}: {key} missing or not a string")
         return {k: v for k, v in data.items() if isinstance(v, str)}
 
-    def _driver_names(self) -> set[str]:
+    def driver_names(self) -> set[str]:
         """The CSI drivers registered on this node now (the kubelet's registry)."""
-        return set((self.plugins or self._registered)())
+        return set(self.csi_drivers())

@@ -11,25 +11,20 @@ no container of the pod runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from unstick.agent.steps.checks import Refused
+from unstick.agent.steps.checks import Checks, Refused
 from unstick.agent.steps.umount2 import MNT_DETACH, umount2
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise
 from unstick.core.rules.hung_mounts import family
 
-if TYPE_CHECKING:
-    from unstick.agent.steps.executor import Executor
 
-
-def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:
+def run(checks: Checks, uid: str, target: str, dry_run: bool) -> str:
     """The node step `lazy-unmount` for one mount point of the pod (see the module doc)."""
     wanted = normalise(target) if target else None
     if wanted is None:
         raise Refused(f"target {target!r} is not a normalised absolute mount point")
-    if not is_pod_volume_path(wanted, ex.root, uid):
+    if not is_pod_volume_path(wanted, checks.root, uid):
         raise Refused(f"{wanted} is not under this pod's volumes/ or volume-subpaths/")
-    mounts = ex._pod_table(uid).pod_mounts(ex.root, uid)
+    mounts = checks.pod_table(uid).pod_mounts(checks.root, uid)
     here = [m for m in mounts if m.mount_point == wanted]
     if not here:
         return f"{wanted} is not mounted (nothing to do)"
@@ -42,11 +37,11 @@ def lazy_unmount(ex: Executor, uid: str, target: str, dry_run: bool) -> str:
     # MNT_DETACH takes the whole subtree: every mount below the point goes with it, so
     # their holders count too (an NFSv4 submount, a mount stacked in the volume)
     below = [m for m in mounts if m.mount_point.startswith(wanted.rstrip("/") + "/")]
-    ex._check_pod(uid)
-    ex._check_path(uid, mount)
-    ex._check_no_holders(mount, *below)
+    checks.check_pod(uid)
+    checks.check_path(uid, mount)
+    checks.check_no_holders(mount, *below)
     if dry_run:
         return f"would lazily unmount {wanted} ({mount.fstype} from {mount.source})"
-    ex.acts.act(needs_holders=True)
+    checks.acts.act(needs_holders=True)
     umount2(wanted, MNT_DETACH)
     return f"lazily unmounted {wanted} ({mount.fstype} from {mount.source})"

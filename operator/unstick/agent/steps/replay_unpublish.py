@@ -8,39 +8,59 @@
 3. NodeUnstageVolume when the driver stages volumes, the staging mount exists and no other
    pod's mount uses it (same device and root).
 
-Right before step 1 the executor (agent/steps/executor.py) re-checks the mount as for a plain
-unmount, no blocked waiter included (issue #25): the driver's unpublish is a plain umount,
-and on a hung mount it would hang in the driver, the agent's call with it.
+Right before step 1 the step re-checks the mount as for a plain unmount, no task blocked
+in a path lookup through it included: the driver's unpublish is a plain umount, and on a
+hung mount it would hang in the driver, the agent's call with it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
 import grpc
 
-from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.probe.plugins import Plugin
-from unstick.agent.settings import AgentSettings
 from unstick.agent.steps import csi_client
-from unstick.agent.steps.checks import Refused
+from unstick.agent.steps.checks import Checks, Refused
 from unstick.agent.steps.vol_data import VOL_DATA
 from unstick.core.model.kubelet_paths import classify
 from unstick.core.model.mountinfo import Mount
 
 
-class ReplayHost(Protocol):
-    """What a replay needs of the executor (which imports this module, not the reverse)."""
-
-    settings: AgentSettings
-
-    @property
-    def root(self) -> str: ...
-
-    def _table(self) -> MountTable: ...
-
-    def read_vol_data(self, volume_dir: str) -> dict[str, str]: ...
+def run(checks: Checks, uid: str, target: str, dry_run: bool) -> str:
+    """NodeUnpublishVolume for the pod's mounted CSI volumes (then NodeUnstageVolume
+    where the staging mount is used by no other pod), as the kubelet would."""
+    table = checks.pod_table(uid)
+    csi = [
+        m
+        for m in table.pod_mounts(checks.root, uid)
+        if (c := classify(m.mount_point, checks.root, uid)) and c.csi_volume and c.rest == "mount"
+    ]
+    points = list(dict.fromkeys(m.mount_point for m in csi))
+    selected = checks.select(uid, target, points, "CSI target paths", table=table, exists_ok=True)
+    if not selected:
+        return "no CSI volume of this pod is mounted"
+    if dry_run or len(selected) > 1:  # else: the check right before its one call
+        checks.check_pod(uid)
+    plugins = checks.csi_drivers()
+    messages = []
+    for path in selected:
+        planned = next(m for m in csi if m.mount_point == path)
+        data = checks.read_vol_data(os.path.dirname(path))
+        # at most one CSI call in flight per volume (the CSI spec's rule): the lock is
+        # taken before the checks, so they stay right before the call
+        with checks.volume_lock(data["driverName"], data["volumeHandle"]):
+            mount = checks.recheck(uid, planned)  # each volume: the table as of now
+            if mount is None:
+                messages.append(f"{path}: not mounted any more (nothing to do)")
+                continue
+            checks.check_pod(uid)
+            checks.check_mount(uid, mount)
+            checks.check_no_waiters(mount)  # the driver's umount would hang on a hung mount
+            if not dry_run:
+                checks.acts.act(needs_holders=True)  # NodeUnpublishVolume, right after
+            messages.append(replay_volume(checks, uid, mount, plugins, dry_run))
+    return "; ".join(messages)
 
 
 def _rpc_error(exc: grpc.RpcError) -> str:
@@ -64,28 +84,28 @@ def _used_by_other_pods(mounts: list[Mount], root: str, uid: str, staging: Mount
 
 
 def replay_volume(
-    ex: ReplayHost, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
+    checks: Checks, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
 ) -> str:
     """Replay the teardown of one mounted CSI volume of the pod; returns a message.
     Raises Refused or RuntimeError on a failed call."""
-    info = classify(mount.mount_point, ex.root, uid)
+    info = classify(mount.mount_point, checks.root, uid)
     if info is None or info.csi_volume is None:
         raise Refused(f"{mount.mount_point} is not a CSI volume of pod {uid}")
     volume_dir = os.path.dirname(mount.mount_point)
-    data = ex.read_vol_data(volume_dir)
+    data = checks.read_vol_data(volume_dir)
     driver, handle = data["driverName"], data["volumeHandle"]
     plugin = plugins.get(driver)
     if plugin is None:
         raise Refused(f"CSI driver {driver} is not registered on this node: nothing to call")
     target = mount.mount_point
-    timeout = ex.settings.grpc_timeout_s
+    timeout = checks.settings.grpc_timeout_s
     if dry_run:
         return f"would call {driver} NodeUnpublishVolume({handle}, {target})"
     try:
         csi_client.node_unpublish(plugin.endpoint, handle, target, timeout)
     except grpc.RpcError as exc:
         raise RuntimeError(f"{driver} NodeUnpublishVolume failed: {_rpc_error(exc)}") from None
-    table = ex._table()
+    table = checks.table()
     if any(m.mount_id == mount.mount_id for m in table.mounts):
         return (
             f"{driver} NodeUnpublishVolume({handle}): driver answered OK but the mount is "
@@ -97,23 +117,25 @@ def replay_volume(
         # the kubelet still holds the volume, and its next retry (NodeUnpublishVolume is OK
         # again) removes vol_data.json and the dir itself — it needs the file for that.
         message += f" (the kubelet's {VOL_DATA} left for it)"
-    return message + _unstage(ex, uid, plugin, handle=handle, pv=info.volume, mounts=table.mounts)
+    return message + _unstage(
+        checks, uid, plugin, handle=handle, pv=info.volume, mounts=table.mounts
+    )
 
 
 def _unstage(
-    ex: ReplayHost, uid: str, plugin: Plugin, *, handle: str, pv: str, mounts: tuple[Mount, ...]
+    checks: Checks, uid: str, plugin: Plugin, *, handle: str, pv: str, mounts: tuple[Mount, ...]
 ) -> str:
-    timeout = ex.settings.grpc_timeout_s
+    timeout = checks.settings.grpc_timeout_s
     by_point = {m.mount_point: m for m in mounts}
     staged = [
         by_point[p]
-        for p in csi_client.staging_paths(ex.root, plugin.name, handle, pv)
+        for p in csi_client.staging_paths(checks.root, plugin.name, handle, pv)
         if p in by_point
     ]
     if not staged:
         return "; no staging mount"
     staging = staged[0]
-    if _used_by_other_pods(list(mounts), ex.root, uid, staging):
+    if _used_by_other_pods(list(mounts), checks.root, uid, staging):
         return f"; staging {staging.mount_point} is used by another pod: not unstaged"
     try:
         if not csi_client.supports_staging(plugin.endpoint, timeout):

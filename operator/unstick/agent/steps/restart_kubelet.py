@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from unstick.agent.settings import DEFAULT_RESTART_KUBELET, HOST_NAMESPACES, AgentSettings
-from unstick.agent.steps.checks import Refused
+from unstick.agent.steps.checks import Checks, Refused
 
 _STATE_FILE = "last-kubelet-restart"
 _last_in_memory: dict[str, datetime] = {}
@@ -180,6 +180,15 @@ def check_systemd_unit(settings: AgentSettings) -> None:
 
 
 # --- the action ------------------------------------------------------------------------
+
+
+def run(checks: Checks, uid: str, target: str, dry_run: bool) -> str:
+    """Restart the kubelet with the configured host command, at most once an hour.
+    The target is empty or this node's name."""
+    settings = checks.settings
+    if target not in ("", settings.node_name):
+        raise Refused(f"target {target!r} is not this node ({settings.node_name})")
+    return restart_kubelet(settings, checks.clock(), dry_run)
 
 
 def restart_kubelet(settings: AgentSettings, now: datetime, dry_run: bool) -> str:

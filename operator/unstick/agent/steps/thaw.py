@@ -16,37 +16,39 @@ from unstick.agent.probe.pod_tasks import (
     cgroup_mounts,
     frozen_cgroups,
 )
+from unstick.agent.steps.checks import Checks, Refused
 from unstick.core.rules.pod_tasks import is_pod_cgroup
 
 
-class ThawRefused(Exception):
-    """The thaw's own check, right before acting, does not hold."""
+def run(checks: Checks, uid: str, target: str, dry_run: bool) -> str:
+    """Thaw one frozen cgroup of the pod, re-found by a fresh scan from the pod UID."""
+    return thaw_cgroup(checks.settings.host_proc, uid, target, dry_run)
 
 
 def pod_frozen_now(host_proc: str, uid: str) -> list[FrozenCgroup]:
-    """The pod's frozen cgroups as a fresh scan finds them (ThawRefused if it is blind)."""
+    """The pod's frozen cgroups as a fresh scan finds them (Refused if it is blind)."""
     scan = scan_cgroups(host_proc, uid)
     if scan.gap:
-        raise ThawRefused(f"cgroup scan incomplete: {scan.gap}")
+        raise Refused(f"cgroup scan incomplete: {scan.gap}")
     frozen, blind = frozen_cgroups(scan.members, pod_component(uid), cgroup_mounts(host_proc))
     if blind and not frozen:
-        raise ThawRefused("; ".join(blind[:2]))
+        raise Refused("; ".join(blind[:2]))
     return frozen
 
 
 def thaw_cgroup(host_proc: str, uid: str, target: str, dry_run: bool) -> str:
     """Thaw `target` if it is, right now, a frozen cgroup of pod `uid` (frozen itself: one
-    frozen only through its parent thaws with the parent). Raises ThawRefused otherwise."""
+    frozen only through its parent thaws with the parent). Raises Refused otherwise."""
     if not is_pod_cgroup(target, uid):  # the planner's check, again at the act
-        raise ThawRefused(f"{target!r} is not a plain cgroup path of pod {uid}")
+        raise Refused(f"{target!r} is not a plain cgroup path of pod {uid}")
     found = next((c for c in pod_frozen_now(host_proc, uid) if c.path == target), None)
     if found is None:
-        raise ThawRefused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
+        raise Refused(f"{target!r} is not a frozen cgroup of pod {uid} (fresh scan)")
     if found.self_frozen is False:
-        raise ThawRefused(f"{target} is frozen only through its parent: thaw the parent")
+        raise Refused(f"{target} is frozen only through its parent: thaw the parent")
     directory = cgroup_dir(found.path, found.version, cgroup_mounts(host_proc))
     if directory is None:
-        raise ThawRefused(f"{target}: not under a cgroup mount the agent sees")
+        raise Refused(f"{target}: not under a cgroup mount the agent sees")
     file, value = ("freezer.state", "THAWED") if found.version == V1 else ("cgroup.freeze", "0")
     if dry_run:
         return f"would write {value} to {file} of {target} ({found.state})"
