@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from unstick.controller.agent_channel import trust
-from unstick.core.policy.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
+from unstick.core.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
 from unstick.core.vocabulary import Refusal
 from unstick.kube.podwatch import TerminatingPod
 
