@@ -32,15 +32,32 @@ import contextlib
 import contextvars
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
-if TYPE_CHECKING:  # holders imports this module
-    from unstick.agent.holders.scan import HolderScan
+if TYPE_CHECKING:
     from unstick.core.model.mountinfo import Mount
 
-ScanFn = Callable[[str, list["Mount"], str | None], "HolderScan"]
+
+class _Hold(Protocol):
+    """What a shared scan needs of one hold it found (agent/holders/scan.py's Holder)."""
+
+    @property
+    def mount_point(self) -> str: ...
+
+
+class _Found(Protocol):
+    """What a shared scan needs of a scan's answer (agent/holders/scan.py's HolderScan, which
+    calls this module: it is not imported here): a dataclass with the holds it found."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def holders(self) -> Sequence[_Hold]: ...
+
+
+S = TypeVar("S", bound=_Found)
 _Key = tuple[str, str | None]
 R = TypeVar("R")
 K = TypeVar("K")
@@ -110,7 +127,7 @@ class _Shared(Generic[K, R]):
 
 
 @dataclass
-class ScanGroup(_Shared[_Key, "HolderScan"]):
+class ScanGroup(_Shared[_Key, _Found]):
     """Holder scans shared by callers that ask at the same time (module docstring).
 
     The first caller of a batch waits for the running scan (if any) to end, closes the
@@ -123,13 +140,18 @@ class ScanGroup(_Shared[_Key, "HolderScan"]):
         return self.runs
 
     def scan(
-        self, host_proc: str, mounts: list[Mount], kubelet_root: str | None, scan_fn: ScanFn
-    ) -> HolderScan:
-        def run(batch: _Pass[HolderScan]) -> HolderScan:
+        self,
+        host_proc: str,
+        mounts: list[Mount],
+        kubelet_root: str | None,
+        scan_fn: Callable[[str, list[Mount], str | None], S],
+    ) -> S:
+        def run(batch: _Pass[_Found]) -> _Found:
             targets = list({(m.mount_id, m.mount_point): m for m in batch.mounts}.values())
             return scan_fn(host_proc, targets, kubelet_root)
 
-        result = self._share((host_proc, kubelet_root), run, mounts)
+        # one scan_fn per group (scan_holders'), so the batch's answer is an S
+        result = cast(S, self._share((host_proc, kubelet_root), run, mounts))
         mine = {m.mount_point for m in mounts}
         holders = [h for h in result.holders if h.mount_point in mine]
         return dataclasses.replace(result, holders=holders)
