@@ -58,7 +58,7 @@ from unstick.controller.records.status import Stale, StatusWriter
 from unstick.controller.records.writes import EventQueue
 from unstick.core.model.snapshot import BundleError
 from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
-from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, parse_time, rfc3339
+from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, Phase, parse_time, rfc3339
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause, Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
@@ -316,21 +316,21 @@ class Reconciler:
             # finish the pod itself, whatever is planned after it (force-delete, observe).
             finish_by = self._kubelet_finish_by(p)
             if finish_by > now:
-                phase = "Remediating" if changing else "Observing"
+                phase = Phase.Remediating if changing else Phase.Observing
                 self.status.write(p, phase, waitingFor=KUBELET_FINISHING)
                 return finish_by
         if not changing:
             self.status.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
             # the kubelet's window (above) is over: its waitingFor goes (a finalizer
             # owner's, in the summary, stays)
-            self.status.write(p, "Observing", waitingFor=p.summary.get("waitingFor"))
+            self.status.write(p, Phase.Observing, waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         if dec.policy.dry_run:
             for step in changing:
                 self.status.count_once(
                     p, step.action, step.target, "dry_run", "dry run: nothing changed"
                 )
-            self.status.write(p, "DryRun", waitingFor=p.summary.get("waitingFor"))
+            self.status.write(p, Phase.DryRun, waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         step = next((s for s in changing if not _succeeded(p.done, s.action, s.target)), None)
         if step is not None and step.action in NODE_ACTIONS:
@@ -339,13 +339,13 @@ class Reconciler:
             # The agent reported these steps done: judge them by a probe taken after them.
             return self.node_side.steps(p)
         if step is None:
-            self.status.write(p, "Remediating")
+            self.status.write(p, Phase.Remediating)
             return now + self.settings.recheck_s
         # Only a look at the budget (no slot taken: that happens right before acting), so
         # pods waiting for it do not re-read pod and Node every time a slot frees.
         wait = self.grants.wait(dec.policy, record.node, now)
         if wait > 0:
-            self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
+            self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
             return now + wait
         return self.pod_actions.act(p, step)
 

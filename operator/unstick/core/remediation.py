@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from hashlib import sha256
 from typing import Any
 
@@ -82,6 +83,74 @@ RETRY_AFTER = "retryAfterSeconds"
 DELETING = "deleting"  # a force-delete: the DELETE may have been sent, its answer not yet
 REMOVING = "removing"  # a finalizer removal, likewise
 INTENTS = (DELETING, REMOVING)
+
+
+# --- the lifecycle: `status.phase` ----------------------------------------------------------
+
+
+class Phase(StrEnum):
+    """`status.phase` of a Remediation: where its pod (or a node incident's pods) stands.
+
+    The words are the CRD's enum (operator/unstick/crds/remediations.yaml) and what
+    `kubectl get remediations` shows: never rename them. The controller writes every phase
+    (the agent writes none); which may follow which is `TRANSITIONS`."""
+
+    #: In the schema for a record with no verdict yet. Written by no controller: a new
+    #: record has no phase at all until its first pass writes one.
+    Diagnosing = "Diagnosing"
+    #: Only observed: not opted in, only `observe` planned, or no fresh probe in time.
+    Observing = "Observing"
+    #: The policy is in dry run: the plan is on record, nothing was changed.
+    DryRun = "DryRun"
+    #: A probe of the pod's node was asked for; the diagnosis waits for it.
+    WaitingForAgent = "WaitingForAgent"
+    #: Acting: a step requested of the agent, carried out, or waiting (the action budget,
+    #: the agent's answer, the kubelet's own finish). A node incident until its pods are gone.
+    Remediating = "Remediating"
+    #: The plan did not help (the same node steps again after they ran) or the API server
+    #: rejected the act as it is: not tried again in a loop.
+    Failed = "Failed"
+    #: The pod is gone (a node incident: every pod it lists): kept as the audit trail.
+    Resolved = "Resolved"
+    #: Not a stuck pod's own record (forged, replayed, left from an earlier pod, a second
+    #: record of a pod): marked so, with the reason in `status.refusals`, and not used.
+    Refused = "Refused"
+
+
+#: The phases a pass writes while its pod is stuck. Each pass decides again from the pod,
+#: its node and the record as they are now (a policy turned to dry run, the probe
+#: answered, the budget free again), so any of them may follow any other.
+PASS_PHASES: frozenset[Phase] = frozenset(
+    {Phase.WaitingForAgent, Phase.Observing, Phase.DryRun, Phase.Remediating, Phase.Failed}
+)
+#: The phases that close a record: its pod(s) gone, or not a stuck pod's record. A closed
+#: record is not checked for a stuck pod behind it, not resolved again at start-up, and
+#: `unstick status` counts it as done.
+FINAL_PHASES: frozenset[Phase] = frozenset({Phase.Resolved, Phase.Refused})
+
+#: Which phases the controller may write over which (None: a record with no phase yet, as
+#: every record is right after its creation). A closed record is reopened only as written
+#: here: a node incident whose pods were all gone takes a pod of the same node again
+#: (`Remediating`, within its join window: docs/incidents.md); a record refused while its
+#: pod was not stuck yet names that pod exactly (its identity is immutable), so it is the
+#: pod's record once the pod is stuck, and its pass writes on it (its refusals stay on
+#: record); and a record found at a pod's name that is not the pod's is `Refused`,
+#: whatever it said.
+TRANSITIONS: Mapping[Phase | None, frozenset[Phase]] = {
+    None: PASS_PHASES | FINAL_PHASES,
+    Phase.Diagnosing: PASS_PHASES | FINAL_PHASES,
+    **{phase: PASS_PHASES | FINAL_PHASES for phase in PASS_PHASES},
+    Phase.Resolved: frozenset({Phase.Remediating, Phase.Refused}),
+    Phase.Refused: PASS_PHASES | {Phase.Resolved},
+}
+
+
+def may_follow(before: object, after: Phase) -> bool:
+    """Whether the controller may write phase `after` over `before`, a record's
+    `status.phase` as read (None, or a word that is no phase, counts as no phase yet). The
+    same phase written again (a new refusal, a pod of an incident gone) is no transition."""
+    current = next((phase for phase in Phase if phase == before), None)
+    return after == current or after in TRANSITIONS[current]
 
 
 class RemediationError(ValueError):

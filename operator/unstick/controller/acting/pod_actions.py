@@ -28,7 +28,7 @@ from unstick.controller.deciding.policies import Policy
 from unstick.controller.incidents.path import RECHECK_AFTER_CONFLICT_S, Decide
 from unstick.controller.records.status import StatusWriter
 from unstick.core import safety
-from unstick.core.remediation import INTENTS, rfc3339
+from unstick.core.remediation import INTENTS, Phase, rfc3339
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions
 from unstick.kube.client import Kube
@@ -88,7 +88,7 @@ class PodActions:
             return None
         version = str(meta.get("resourceVersion") or "")
         if step.action == Action.REMOVE_FINALIZER and self.rejected.get(record.uid) == version:
-            self.status.write(p, "Failed", waitingFor=None)  # rejected as it is: no loop
+            self.status.write(p, Phase.Failed, waitingFor=None)  # rejected as it is: no loop
             return self.clock() + self.settings.recheck_s
         fresh = self.decide(pod, p.probe, self.clock(), self.fresh)
         fd = fresh.diagnosis
@@ -119,7 +119,7 @@ class PodActions:
             # re-check above or refused here costs nothing.
             wait = self.take_budget(fresh.policy, record.node, slot)
             if wait > 0:
-                self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
+                self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
                 return self.clock() + wait
         if not verdict:  # a safety invariant does not hold right before acting
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
@@ -153,12 +153,12 @@ class PodActions:
         # version now (guarded=False), so it is not lost to an agent's write meanwhile.
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
-            self.status.write(p, "Remediating", guarded=False, waitingFor=None)
+            self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
             return self.clock() + RECHECK_AFTER_CONFLICT_S
         if outcome.result == "rejected":  # recorded once as failed, in the server's words
             self.rejected[record.uid] = version
             self.status.count_once(p, step.action, step.target, "failed", outcome.message)
-            self.status.write(p, "Failed", guarded=False, waitingFor=None)
+            self.status.write(p, Phase.Failed, guarded=False, waitingFor=None)
             return self.clock() + self.settings.recheck_s
         self.status.count_once(
             p,
@@ -168,7 +168,7 @@ class PodActions:
             outcome.message,
             force=outcome.result == "failed",
         )
-        self.status.write(p, "Remediating", guarded=False, waitingFor=None)
+        self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
 
     def _intend(self, p: Pass, step: Any, slot: float) -> bool:
@@ -190,7 +190,7 @@ class PodActions:
             }
         )
         try:
-            self.status.write(p, "Remediating", waitingFor=None)
+            self.status.write(p, Phase.Remediating, waitingFor=None)
         except ApiException as exc:
             log.warning(
                 "pod=%s uid=%s action=%s result=postponed: its intent could not be recorded (%s)",

@@ -32,6 +32,7 @@ from unstick.core.remediation import (
     RETRY_AFTER,
     NodeStep,
     NodeStepsRequest,
+    Phase,
     parse_time,
     rfc3339,
     steps_answered,
@@ -232,7 +233,7 @@ class NodeSide:
             # An unanswered request is not replaced by other steps while the agent may
             # still run it: the next request's answer would take the place of its answer in
             # status.nodeActions before a pass recorded it (every node act on record).
-            self.status.write(p, "Remediating")
+            self.status.write(p, Phase.Remediating)
             # Never a time already past: that would re-run this pass back to back (a long
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
@@ -246,11 +247,11 @@ class NodeSide:
                 asked = self.requests.last(p.record.uid)
                 if asked is None or asked < parse_time(done_at):
                     self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
-                self.status.write(p, "Remediating", waitingFor=AFTER_NODE_STEPS)
+                self.status.write(p, Phase.Remediating, waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
             if spec.get("nodeSteps") == steps:
                 # The same steps again after they ran: they did not help. Do not loop.
-                self.status.write(p, "Failed", waitingFor=None)
+                self.status.write(p, Phase.Failed, waitingFor=None)
                 log.info(
                     "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
                     "agent ran them",
@@ -265,7 +266,7 @@ class NodeSide:
         # nodePerMinute (a CSI volume plus the projected token volume makes 8) never ran.
         wait = self.take_budget(p.dec.policy, p.record.node, p.now)
         if wait > 0:
-            self.status.write(p, "Remediating", waitingFor=RATE_LIMITED)
+            self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
             return p.now + wait
         try:
             return self._request_steps(p, planned, "requested-from-agent")
@@ -284,7 +285,7 @@ class NodeSide:
         if p.done != ((p.rem.get("status") or {}).get("actions") or []):
             # The agent's answer to the last request, recorded in this pass, goes on record
             # before the next request: the agent answers that one at once, in place of it.
-            self.status.write(p, "Remediating", waitingFor=None)
+            self.status.write(p, Phase.Remediating, waitingFor=None)
         self._ask(p, request.to_spec())
         failpoints.reached("node-steps-requested")
         log.info(
@@ -298,7 +299,7 @@ class NodeSide:
         # The request's own write was guarded (the decision was made from the record as
         # it is); this one records that decision in our own keys only, whatever the agent
         # wrote since (it reacts to the request at once): not bound to a version.
-        self.status.write(p, "Remediating", guarded=False, waitingFor=None)
+        self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
         return p.now + p.dec.policy.probe_max_age_s * 2
 
     def _ask_again(self, p: Pass, steps: tuple[NodeStep, ...], reason: str, times: int) -> float:
@@ -310,7 +311,7 @@ class NodeSide:
         at = done_at + retry_backoff_s(times, self.settings.recheck_s)
         if p.now < at:
             why = f"the agent refused the node steps ({reason}); asking again at {rfc3339(at)}"
-            self.status.write(p, "Remediating", waitingFor=why)
+            self.status.write(p, Phase.Remediating, waitingFor=why)
             return at
         return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
@@ -342,11 +343,11 @@ class NodeSide:
         if p.now < deadline:
             # Asked in this pass (its write guarded, or the record's create): this records
             # that decision whatever the agent answered since, as after a steps request.
-            self.status.write(p, "WaitingForAgent", guarded=asked != p.now)
+            self.status.write(p, Phase.WaitingForAgent, guarded=asked != p.now)
             return deadline
         # No fresh probe in time: node state is unknown — observe only (design.md §2).
         self.status.count_once(
             p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
         )
-        self.status.write(p, "Observing")
+        self.status.write(p, Phase.Observing)
         return asked + self.settings.reprobe_s

@@ -28,7 +28,6 @@ from unstick.kube.client import JSON
 from unstick.kube.podwatch import TerminatingPod
 
 MAX_REFUSALS = 20  # status.refusals keeps the newest entries
-FINAL_PHASES = frozenset({"Resolved", "Refused"})
 
 
 def identity_mismatch(rem: JSON, record: TerminatingPod) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unstick.controller.deciding.policies import Policy
-from unstick.core.remediation import rfc3339
+from unstick.core.remediation import Phase, rfc3339
 from unstick.core.rules.diagnosis import Diagnosis
 from unstick.core.rules.finalizer_owners import waiting_for
 from unstick.core.vocabulary import Action, Cause
@@ -24,7 +24,7 @@ from unstick.kube.podwatch import TerminatingPod
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 #: `status.waitingFor` while the kubelet gets --kubelet-finish-seconds after node steps.
 KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
-WAITING, OBSERVING = "WaitingForAgent", "Observing"  # status.phase
+WAITING, OBSERVING = Phase.WaitingForAgent, Phase.Observing  # status.phase
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.incidents.record import Incident, IncidentPod
 from unstick.controller.records import writes as records
-from unstick.core.remediation import INCIDENT, NODE_NAME, parse_time, rfc3339
+from unstick.core.remediation import INCIDENT, NODE_NAME, Phase, parse_time, rfc3339
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger("unstick.decisions")
@@ -47,7 +47,7 @@ def unresolved(items: list[JSON]) -> tuple[list[Incident], list[JSON]]:
     empty: list[JSON] = []
     for rem in items:
         spec, status = rem.get("spec") or {}, rem.get("status") or {}
-        if not spec.get(INCIDENT) or status.get("phase") == "Resolved":
+        if not spec.get(INCIDENT) or status.get("phase") == Phase.Resolved:
             continue
         inc = _incident(rem)
         if inc is None:
@@ -107,7 +107,7 @@ def resolve_empty(kube: Kube, rem: JSON, now: float) -> None:
     """A record created by a controller killed before it wrote a pod into it: no DELETE
     was sent for a pod not on record, so it is closed with 0 pods."""
     meta = rem.get("metadata") or {}
-    status = {"phase": "Resolved", "podCount": 0, "podsGone": 0, "resolvedAt": rfc3339(now)}
+    status = {"phase": Phase.Resolved, "podCount": 0, "podsGone": 0, "resolvedAt": rfc3339(now)}
     try:
         records.patch_status(kube, rem, status)
     except ApiException as exc:

@@ -14,7 +14,14 @@ from kubernetes.client.exceptions import ApiException
 from unstick.controller.deciding.decision import Decision, status_summary
 from unstick.controller.records import writes as records
 from unstick.controller.records.writes import POD_LABEL_PREFIX, EventQueue
-from unstick.core.remediation import DRY_RUN, INCIDENT, INCIDENT_LABEL, NODE_NAME, rfc3339
+from unstick.core.remediation import (
+    DRY_RUN,
+    INCIDENT,
+    INCIDENT_LABEL,
+    NODE_NAME,
+    Phase,
+    rfc3339,
+)
 from unstick.core.vocabulary import Action, Cause
 from unstick.kube.client import JSON, Kube, remediation_path
 from unstick.kube.podwatch import TerminatingPod
@@ -106,7 +113,7 @@ class Incident:
         return {
             **self.summary,
             "stuckSince": rfc3339(min(p.stuck_since for p in pods)),
-            "phase": "Resolved" if resolved else "Remediating",
+            "phase": Phase.Resolved if resolved else Phase.Remediating,
             "resolvedAt": rfc3339(max(gone)) if resolved and gone else None,
             "waitingFor": None if resolved else next(iter(self.waiting.values()), None),
             "podCount": len(pods),
@@ -178,7 +185,7 @@ def announce_resolved(
     events: EventQueue, inc: Incident, status: dict[str, Any], now: float
 ) -> None:
     """The IncidentResolved Event, once per pod count, when the record says Resolved."""
-    if status["phase"] != "Resolved" or inc.announced_resolved == status["podCount"]:
+    if status["phase"] != Phase.Resolved or inc.announced_resolved == status["podCount"]:
         return
     inc.announced_resolved = status["podCount"]
     results = [p.get("result") for p in status["pods"] if p.get("action") == "force-delete"]

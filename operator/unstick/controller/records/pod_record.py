@@ -27,7 +27,15 @@ from unstick.controller.agent_channel.node_steps import (
 )
 from unstick.controller.records import writes as records
 from unstick.controller.records.status import Stale, StatusWriter
-from unstick.core.remediation import INCIDENT, POD_NAME, POD_UID, PROBE_REQUESTED_AT, rfc3339
+from unstick.core.remediation import (
+    FINAL_PHASES,
+    INCIDENT,
+    POD_NAME,
+    POD_UID,
+    PROBE_REQUESTED_AT,
+    Phase,
+    rfc3339,
+)
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube, pod_path
 from unstick.kube.podwatch import TerminatingPod
@@ -54,7 +62,11 @@ def log_resolved(record: TerminatingPod, now: float) -> None:
 def resolved_status(rem: JSON, now: float) -> tuple[dict[str, Any], LateActions | None]:
     """The status keys that mark `rem` Resolved at `now`, with the agent's results no pass
     recorded yet (counted by the caller once the write succeeded: LateActions.count)."""
-    final: dict[str, Any] = {"phase": "Resolved", "resolvedAt": rfc3339(now), "waitingFor": None}
+    final: dict[str, Any] = {
+        "phase": Phase.Resolved,
+        "resolvedAt": rfc3339(now),
+        "waitingFor": None,
+    }
     late = late_agent_actions(rem, now)
     if late is not None:
         final["actions"] = late.actions
@@ -69,7 +81,7 @@ def left_behind(found: list[JSON], listed: Callable[[str], bool]) -> list[JSON]:
     for rem in found:
         spec, status = rem.get("spec") or {}, rem.get("status") or {}
         uid, name = spec.get(POD_UID), spec.get(POD_NAME)
-        if spec.get(INCIDENT) or status.get("phase") in trust.FINAL_PHASES:
+        if spec.get(INCIDENT) or status.get("phase") in FINAL_PHASES:
             continue
         if isinstance(uid, str) and uid and isinstance(name, str) and name and not listed(uid):
             left.append(rem)
@@ -129,7 +141,7 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
             if exc.status != 409 or attempt == RESOLVE_ATTEMPTS:
                 raise
             fresh = records.get_remediation(kube, namespace, name)  # changed: decide again
-            if fresh is None or (fresh.get("status") or {}).get("phase") in trust.FINAL_PHASES:
+            if fresh is None or (fresh.get("status") or {}).get("phase") in FINAL_PHASES:
                 return False
             rem = fresh
             continue
@@ -238,7 +250,7 @@ class PodRecords:
         refusals = trust.add_refusal(
             list(status.get("refusals") or []), "(record)", Refusal.FORGED, why, rfc3339(now)
         )
-        if refusals is None and status.get("phase") == "Refused":
+        if refusals is None and status.get("phase") == Phase.Refused:
             return
         meta = rem.get("metadata") or {}
         log.warning(
@@ -247,7 +259,7 @@ class PodRecords:
             meta.get("name"),
             why,
         )
-        patch: dict[str, Any] = {"phase": "Refused", "waitingFor": None}
+        patch: dict[str, Any] = {"phase": Phase.Refused, "waitingFor": None}
         if refusals is not None:
             patch["refusals"] = refusals
         try:
@@ -319,7 +331,7 @@ class PodRecords:
             phase = (rem.get("status") or {}).get("phase") or ""
         else:
             return True  # never seen stuck: no Remediation
-        if phase == "Resolved" or rem is None:
+        if phase == Phase.Resolved or rem is None:
             return True
         for attempt in range(1, RESOLVE_ATTEMPTS + 1):
             try:

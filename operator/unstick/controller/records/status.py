@@ -20,7 +20,7 @@ from unstick.controller import metrics
 from unstick.controller.deciding.decision import Pass
 from unstick.controller.records import writes as records
 from unstick.controller.records.copies import RemediationCopies, version
-from unstick.core.remediation import rfc3339
+from unstick.core.remediation import Phase, rfc3339
 from unstick.kube.client import JSON, Kube
 
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
@@ -66,7 +66,7 @@ class StatusWriter:
         cause = cause or str(p.dec.diagnosis.cause)
         metrics.REMEDIATIONS.labels(str(action), cause, result).inc()
 
-    def write(self, p: Pass, phase: str, *, guarded: bool = True, **extra: Any) -> None:
+    def write(self, p: Pass, phase: Phase, *, guarded: bool = True, **extra: Any) -> None:
         """The pass's status: its summary, `phase`, status.actions and `extra` keys.
         `guarded=False` only for the answer of an act already carried out (podactions.py:
         it records what happened, it decides nothing)."""

@@ -17,10 +17,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from unstick.controller.agent_channel.trust import FINAL_PHASES, check_record
+from unstick.controller.agent_channel.trust import check_record
 from unstick.controller.deciding.inputs import fetch_pod
 from unstick.controller.records import writes as records
-from unstick.core.remediation import POD_NAME, POD_UID
+from unstick.core.remediation import FINAL_PHASES, POD_NAME, POD_UID
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger(__name__)
