@@ -28,6 +28,7 @@ from unstick.agent.steps import (
 from unstick.agent.steps.checks import Checks, Refused
 from unstick.core.model.kubelet_paths import pod_dir
 from unstick.core.remediation import rfc3339
+from unstick.core.vocabulary import Action
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +62,14 @@ class Step(Protocol):
     def __call__(self, checks: Checks, uid: str, target: str, dry_run: bool, /) -> str: ...
 
 
-#: action name -> its step (a module each)
+#: a node action's name (core/vocabulary.py) -> its step (a module each)
 STEPS: dict[str, Step] = {
-    "replay-unpublish": replay_unpublish.run,
-    "unmount": unmount.run,
-    "rmdir-stale": rmdir_stale.run,
-    "restart-kubelet": restart_kubelet.run,
-    "thaw": thaw.run,
-    "lazy-unmount": lazy_unmount.run,
+    Action.REPLAY_UNPUBLISH: replay_unpublish.run,
+    Action.UNMOUNT: unmount.run,
+    Action.RMDIR_STALE: rmdir_stale.run,
+    Action.RESTART_KUBELET: restart_kubelet.run,
+    Action.THAW: thaw.run,
+    Action.LAZY_UNMOUNT: lazy_unmount.run,
 }
 
 
@@ -94,7 +95,7 @@ class Executor:
         step = STEPS.get(action)
         if step is None:
             return self._result(action, target, REFUSED, f"{action!r} is not a node action")
-        if action == "unmount":
+        if action == Action.UNMOUNT:
             step = functools.partial(unmount.run, lazy=lazy_unmount)
         checks = self.checks
         try:
