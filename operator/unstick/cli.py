@@ -3,8 +3,9 @@
 Each command module defines `add_parser(subparsers)` and `run(args) -> int`, and keeps
 its heavy imports inside `run`, so `unstick diagnose` never loads Kopf or a client.
 
-The same commands are a kubectl plugin: the `kubectl-unstick` entry point (kubectl finds
-it on PATH) makes `kubectl unstick status|why|snapshot|...` work.
+The user's commands are also a kubectl plugin: the `kubectl-unstick` entry point (kubectl
+finds it on PATH) makes `kubectl unstick status|why|snapshot|diagnose` work; the server
+and harness commands (controller, agent, demo) are `unstick` only.
 """
 
 from __future__ import annotations
@@ -13,9 +14,21 @@ import argparse
 import importlib
 import importlib.util
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-COMMANDS = ("status", "why", "diagnose", "snapshot", "controller", "agent", "demo")
+#: What a kubectl user runs: `kubectl unstick` lists (and accepts) only these.
+USER_COMMANDS = ("status", "why", "diagnose", "snapshot")
+COMMANDS = (*USER_COMMANDS, "controller", "agent", "demo")
+KUBECTL_PROG = "kubectl unstick"
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error in one line (`unstick diagnose: argument --no-policy: not allowed with
+    argument --policy; see unstick diagnose --help`), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}; see {self.prog} --help\n")
 
 
 def _not_yet(sub: Any, name: str) -> None:
@@ -27,7 +40,7 @@ def _not_yet(sub: Any, name: str) -> None:
 def build_parser(prog: str = "unstick") -> argparse.ArgumentParser:
     from unstick import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description=(
             "Find pods stuck in Terminating, work out why, and fix the cause where that is "
@@ -36,7 +49,7 @@ def build_parser(prog: str = "unstick") -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"unstick {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in USER_COMMANDS if prog == KUBECTL_PROG else COMMANDS:
         if importlib.util.find_spec(f"unstick.commands.{name}") is None:
             _not_yet(sub, name)
             continue
@@ -61,7 +74,7 @@ def main(argv: list[str] | None = None, prog: str = "unstick") -> int:
 def kubectl_main() -> int:
     """`kubectl unstick ...`: kubectl runs the `kubectl-unstick` executable it finds on PATH
     with the remaining arguments."""
-    return main(sys.argv[1:], prog="kubectl unstick")
+    return main(sys.argv[1:], prog=KUBECTL_PROG)
 
 
 if __name__ == "__main__":

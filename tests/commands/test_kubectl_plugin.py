@@ -95,5 +95,5 @@ def test_kubectl_unstick_why_of_a_missing_pod_is_one_line(
     out = _kubectl(control_plane, "unstick", "why", f"{namespace}/nope")
     assert out.returncode == 1
     assert out.stderr.strip() == f"unstick why: pod {namespace}/nope not found"
-    bad = _kubectl(control_plane, "unstick", "why", "no-slash")
+    bad = _kubectl(control_plane, "unstick", "why", "a/b/c")  # a bare POD is kubectl's: valid
     assert bad.returncode == 2 and "is not NAMESPACE/POD" in bad.stderr

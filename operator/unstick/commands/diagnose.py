@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from unstick.commands import options
+
 EXIT_UNREADABLE = 2
 
 DESCRIPTION = """\
@@ -21,6 +23,8 @@ or the policy's name) is treated as not opted in (namespace labels are not in a 
 so they count as absent). With no policy (or --no-policy) the plan is computed with the
 built-in thresholds (60 s slack) as if every action were permitted (the safety refusals
 still apply) and opt-in is not considered: it shows what could safely be done.
+
+--policy and --no-policy exclude each other.
 
 Exit status: 0 with a diagnosis, 2 when the bundle or the policy cannot be read."""
 
@@ -38,21 +42,21 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="snapshot bundle (JSON) from `unstick snapshot`; '-' reads standard input",
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--policy",
         metavar="FILE",
         help="a RemediationPolicy (YAML or JSON), the whole object or just its spec",
     )
-    p.add_argument(
+    which.add_argument(
         "--no-policy",
         action="store_true",
         help="ignore the policy recorded in the snapshot: built-in thresholds, every action",
     )
-    p.add_argument(
-        "--output",
-        choices=("json", "text"),
-        default="text",
-        help="json: the docs/design.md §6 report; text: for people (default)",
+    options.add_output_flag(
+        p,
+        text="json or yaml: the docs/design.md §6 report; text: for people (default); "
+        "wide: the same as text (a diagnosis has no columns to widen)",
     )
     p.set_defaults(command="diagnose")
 
@@ -148,11 +152,11 @@ def render(facts: Any, policy: Any, output: str, aftermath: Any = None) -> str:
         result = plan(diagnosis, policy, opted_in=bool(consent))
     from unstick.core.rules.aftermath import aftermath_lines
 
-    if output == "json":
+    if output in ("json", "yaml"):
         report = to_report(diagnosis, result)
         if aftermath and any(aftermath.values()):
             report["aftermath"] = aftermath  # docs/aftermath.md: only when there is one
-        return json.dumps(report, indent=2)
+        return options.dump(report, output)
     under = f"policy {policy.name}" if policy else "no policy (built-in thresholds)"
     extra = "".join(f"\naftermath: {line}" for line in aftermath_lines(aftermath or {}))
     return f"{to_text(diagnosis, result)}{extra}\n(diagnosed under {under})"

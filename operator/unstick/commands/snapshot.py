@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from unstick.commands import options
 from unstick.core.remediation import PROBE, PROBED_AT, REMEDIATE, UID_LABEL
 
 if TYPE_CHECKING:
     from unstick.kube.client import JSON, Kube
 
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 DESCRIPTION = """\
 Capture everything unstick looks at for one pod into a snapshot bundle (JSON on
@@ -27,7 +27,11 @@ RemediationPolicy in force for the pod (null if none applies). Objects are kept 
 as the API server returns them.
 
 Diagnose it offline with `unstick diagnose --snapshot FILE` (under the recorded policy),
-or attach it to a bug report. Example:  unstick snapshot shop/web-0 > web-0.json"""
+or attach it to a bug report. Example:  unstick snapshot shop/web-0 > web-0.json
+(or: unstick snapshot -n shop web-0 -o yaml). A bundle is data, so -o is json or yaml.
+
+Exit status: 0 with a bundle, 1 when the cluster could not be read, 2 on bad arguments
+or an unusable kubeconfig."""
 
 
 def add_parser(sub: Any) -> None:
@@ -37,40 +41,14 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("pod", metavar="NAMESPACE/POD", help="the pod to capture, e.g. shop/web-0")
-    p.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)",
-    )
+    options.add_pod_args(p, "shop/web-0")
+    options.add_cluster_flags(p)
+    options.add_output_flag(p, ("json", "yaml"), "json", "bundle format: json (default) or yaml")
     p.set_defaults(command="snapshot")
 
 
 class SnapshotError(Exception):
-    """A failure to report in one line (pod not found, no kubeconfig, API error)."""
-
-
-def _connect(kubeconfig: str | None) -> Kube:
-    """The project's raw-JSON client (unstick.kube.client.Kube); one-line errors."""
-    import kubernetes.config
-
-    from unstick import __version__
-    from unstick.kube.client import ClientSettings, Kube
-
-    try:
-        return Kube(
-            ClientSettings(
-                kubeconfig=kubeconfig,
-                user_agent=f"unstick-snapshot/{__version__}",
-                retry_attempts=3,
-                retry_max_wait_s=5.0,
-            )
-        )
-    except (kubernetes.config.ConfigException, OSError) as err:
-        where = kubeconfig or "$KUBECONFIG / ~/.kube/config / in-cluster"
-        raise SnapshotError(
-            f"no usable kubeconfig ({where}): {err}; pass --kubeconfig PATH"
-        ) from None
+    """A failure to report in one line (pod not found, API error)."""
 
 
 def _latest_probe(api: Kube, namespace: str, uid: str) -> JSON | None:
@@ -214,17 +192,11 @@ def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:
     bundle["aftermath"] = after
 
 
-def split_pod(text: str) -> tuple[str, str] | None:
-    """NAMESPACE/POD → (namespace, name); None when it is not of that form."""
-    namespace, sep, name = text.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        return None
-    return namespace, name
+def capture_live(args: argparse.Namespace, namespace: str, name: str) -> dict[str, Any]:
+    """The bundle of one pod, captured now from the cluster the flags name."""
+    from unstick import __version__
 
-
-def capture_live(kubeconfig: str | None, namespace: str, name: str) -> dict[str, Any]:
-    """The bundle of one pod, captured now from the cluster of `kubeconfig`."""
-    api = _connect(kubeconfig)
+    api = options.connect(args, f"unstick-{args.command}/{__version__}")
     try:
         return capture(api, namespace, name, datetime.now(UTC))
     finally:
@@ -246,20 +218,18 @@ def live_failure(err: Exception) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    pod = split_pod(str(args.pod))
-    if pod is None:
-        print(
-            f"unstick snapshot: {args.pod!r} is not NAMESPACE/POD (e.g. shop/web-0)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    from unstick.kube.client import KubeconfigError
+
     try:
-        bundle = capture_live(args.kubeconfig, *pod)
+        bundle = capture_live(args, *options.pod_of(args))
+    except (options.UsageError, KubeconfigError) as err:
+        print(f"unstick snapshot: {err}", file=sys.stderr)
+        return options.EXIT_USAGE
     except Exception as err:
         why = live_failure(err)
         if why is None:
             raise
         print(f"unstick snapshot: {why}", file=sys.stderr)
         return EXIT_FAILED
-    print(json.dumps(bundle, indent=2))
+    print(options.dump(bundle, args.output))
     return 0

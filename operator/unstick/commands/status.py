@@ -5,7 +5,10 @@ Terminating (LIST of pods, paged) joined with their Remediations (cause, phase, 
 done or refused), blocked replacements (the waiters the controller lists on the holders'
 Remediations), blocked namespaces (Terminating namespaces with stuck pods) and orphaned pod
 dirs per node (the agents' latest `OrphanedPodDirs` Event on each Node, with the report in
-its annotation). `--output json` prints the same as one JSON object.
+its annotation). `-n NAMESPACE` looks at one namespace only (the pods, their Remediations,
+the namespace), which needs read access to that namespace alone. `-o json|yaml` prints the
+same as one object; `-o wide` adds the pod's UID and Remediation to each line and lists
+every orphaned pod dir.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import argparse
 import json
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
+from unstick.commands import options
 from unstick.core.remediation import (
     ALL_REMEDIATIONS,
     INCIDENT,
@@ -40,8 +45,9 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: current)")
-    p.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    options.add_cluster_flags(p)
+    options.add_namespace_flag(p, "only this namespace (default: all namespaces)")
+    options.add_output_flag(p)
     p.set_defaults(command="status")
 
 
@@ -92,12 +98,14 @@ def _did(status: JSON) -> str:
     return "; ".join(parts) or "-"
 
 
-def gather(api: Kube, now: float) -> JSON:
-    """Everything the status shows, as JSON."""
+def gather(api: Kube, now: float, namespace: str | None = None) -> JSON:
+    """Everything the status shows, as JSON: cluster-wide, or of one namespace."""
+    from unstick.kube.client import pod_path, remediation_path
+
     notes: list[str] = []
-    pods, why = _list(api, "/api/v1/pods")
+    pods, why = _list(api, pod_path(namespace) if namespace else "/api/v1/pods")
     notes += [why] if why else []
-    rems, why = _list(api, REMEDIATIONS)
+    rems, why = _list(api, remediation_path(namespace) if namespace else REMEDIATIONS)
     notes += [why] if why else []
     by_uid = {
         str((r.get("spec") or {}).get(POD_UID)): r
@@ -110,16 +118,31 @@ def gather(api: Kube, now: float) -> JSON:
         _stuck(p, by_uid.get(str(p["metadata"].get("uid"))), now) for p in pods if _terminating(p)
     ]
     stuck.sort(key=lambda s: (s["cause"], s["pod"]))
-    namespaces, why = _list(api, "/api/v1/namespaces")
+    if namespace:
+        namespaces, why = _one(api, f"/api/v1/namespaces/{quote(namespace, safe='')}")
+    else:
+        namespaces, why = _list(api, "/api/v1/namespaces")
     notes += [why] if why else []
     return {
         "capturedAt": rfc3339(now),
         "stuckPods": stuck,
         "blockedReplacements": _waiters(rems, now),
         "blockedNamespaces": _namespaces(namespaces, stuck),
-        "orphanedPodDirs": _orphans(api, notes),
+        # a node's orphaned pod dirs belong to no namespace: shown cluster-wide only
+        "orphanedPodDirs": [] if namespace else _orphans(api, notes),
         "notes": notes,
     }
+
+
+def _one(api: Kube, path: str) -> tuple[list[JSON], str]:
+    """([the object]) or ([], why it could not be read)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        obj = api.get(path)
+    except ApiException as err:
+        return [], f"cannot get {path}: {err.status} {err.reason}"
+    return ([obj] if obj else []), ""
 
 
 def _incident_pods(rems: list[JSON]) -> list[tuple[str, JSON]]:
@@ -226,14 +249,15 @@ def _orphans(api: Kube, notes: list[str]) -> list[JSON]:
     return [o for o in out if o["count"]]
 
 
-def render(data: JSON) -> str:
+def render(data: JSON, wide: bool = False) -> str:
     lines = [f"unstick status at {data['capturedAt']}", ""]
     stuck = data["stuckPods"]
     lines.append(f"STUCK PODS ({len(stuck)})")
     for s in stuck:
+        extra = f"  uid={s['uid']} remediation={s['remediation'] or '-'}" if wide else ""
         lines.append(
             f"  {s['cause']:<24} {s['pod']:<40} node={s['node'] or '-':<16} "
-            f"overdue {_age(s['overdueSeconds']):>4}  {s['phase'] or '-':<15} {s['did']}"
+            f"overdue {_age(s['overdueSeconds']):>4}  {s['phase'] or '-':<15} {s['did']}{extra}"
         )
     lines += ["", f"BLOCKED REPLACEMENTS ({len(data['blockedReplacements'])})"]
     for w in data["blockedReplacements"]:
@@ -250,7 +274,7 @@ def render(data: JSON) -> str:
         lines.append(
             f"  {o['node']}: {o['count']} (orphanedPodDirs: {o['mode']}, {o['reportedAt']})"
         )
-        for d in o["dirs"][:5]:
+        for d in o["dirs"] if wide else o["dirs"][:5]:
             extra = (
                 f", {d['fileCount']} file(s), {d['bytes']} bytes kept" if d.get("fileCount") else ""
             )
@@ -263,29 +287,26 @@ def render(data: JSON) -> str:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    import kubernetes.config
-
     from unstick import __version__
-    from unstick.kube.client import ClientSettings, Kube
+    from unstick.kube.client import KubeconfigError
 
     try:
-        api = Kube(
-            ClientSettings(
-                kubeconfig=args.kubeconfig,
-                user_agent=f"unstick-status/{__version__}",
-                retry_attempts=3,
-                retry_max_wait_s=5.0,
-            )
-        )
-    except (kubernetes.config.ConfigException, OSError) as err:
-        print(f"unstick status: no usable kubeconfig: {err}", file=sys.stderr)
-        return EXIT_FAILED
+        api = options.connect(args, f"unstick-status/{__version__}")
+    except KubeconfigError as err:
+        print(f"unstick status: {err}", file=sys.stderr)
+        return options.EXIT_USAGE
     try:
-        data = gather(api, time.time())
+        data = gather(api, time.time(), args.namespace)
     except Exception as err:
-        print(f"unstick status: {type(err).__name__}: {err}", file=sys.stderr)
+        from unstick.commands.snapshot import live_failure
+
+        why = live_failure(err) or f"{type(err).__name__}: {err}"
+        print(f"unstick status: {why}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         api.close()
-    print(json.dumps(data, indent=2) if args.output == "json" else render(data))
+    if args.output in ("json", "yaml"):
+        print(options.dump(data, args.output))
+    else:
+        print(render(data, wide=args.output == "wide"))
     return 0

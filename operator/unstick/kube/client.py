@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +24,7 @@ import kubernetes.client
 import kubernetes.config
 import tenacity
 import urllib3
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from unstick import __version__
@@ -41,6 +45,7 @@ JSON = dict[str, Any]
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
     kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG / ~/.kube/config
+    context: str | None = None  # None: the kubeconfig's current-context
     user_agent: str = USER_AGENT
     timeout_s: float = 30.0
     retry_attempts: int = 6
@@ -48,17 +53,230 @@ class ClientSettings:
     pool_size: int = POOL_SIZE
 
 
-def load_configuration(kubeconfig: str | None) -> kubernetes.client.Configuration:
-    """Configuration from a kubeconfig file, or in-cluster (service account) when None."""
-    config = kubernetes.client.Configuration()
-    if kubeconfig:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)  # type: ignore[no-untyped-call]
-        return config
+class KubeconfigError(kubernetes.config.ConfigException):
+    """A kubeconfig that cannot be used. Its text is one line: the file, what is wrong with
+    it and what to do (for a person at a terminal; never a traceback)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KubeconfigView:
+    """What a kubeconfig selects, read before the client loads it."""
+
+    files: tuple[str, ...]  # the files read, in order (several with $KUBECONFIG=a:b)
+    context: str
+    namespace: str  # the context's namespace, "default" when it names none
+
+
+def kubeconfig_files(explicit: str | None) -> tuple[tuple[str, ...], str]:
+    """The files kubectl would read and what chose them: --kubeconfig, $KUBECONFIG (a list),
+    or ~/.kube/config."""
+    if explicit:
+        return (explicit,), "--kubeconfig"
+    listed = tuple(p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p)
+    if listed:
+        return listed, "$KUBECONFIG"
+    return (str(Path("~/.kube/config").expanduser()),), "the default kubeconfig"
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+_WHAT_TO_DO = "pass --kubeconfig PATH or set KUBECONFIG"
+
+
+def _read_kubeconfig(path: str) -> dict[str, Any] | None:
+    """One file parsed; None when it does not exist; KubeconfigError when unusable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise KubeconfigError(f"kubeconfig {path}: not UTF-8 text; {_WHAT_TO_DO}") from None
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise KubeconfigError(f"kubeconfig {path}: cannot read it ({why}); {_WHAT_TO_DO}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "cannot parse"
+        raise KubeconfigError(
+            f"kubeconfig {path}: not valid YAML{where} ({_one_line(problem)}); fix the file or "
+            f"{_WHAT_TO_DO}"
+        ) from None
+    if doc is None:
+        raise KubeconfigError(f"kubeconfig {path}: the file is empty; {_WHAT_TO_DO}")
+    if not isinstance(doc, dict):
+        raise KubeconfigError(
+            f"kubeconfig {path}: not a kubeconfig (a YAML mapping with clusters, users and "
+            f"contexts); {_WHAT_TO_DO}"
+        )
+    return doc
+
+
+def _named(doc: dict[str, Any], key: str, path: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """The `key` list (clusters, users, contexts) of one file by name: (entry, file)."""
+    items = doc.get(key) or []
+    if not isinstance(items, list):
+        raise KubeconfigError(f"kubeconfig {path}: {key} is not a list; fix the file")
+    out = {}
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            out[item["name"]] = (item, path)
+    return out
+
+
+def check_kubeconfig(files: tuple[str, ...], chosen_by: str, context: str | None) -> KubeconfigView:
+    """Read the kubeconfig the way kubectl merges it (the first file naming a context, user or
+    cluster wins; files of a $KUBECONFIG list that do not exist are skipped) and check what
+    the client would trip over: the file, its YAML, the context, its cluster and user, and
+    that a user's exec plugin is installed. KubeconfigError: one line naming the file."""
+    contexts: dict[str, tuple[dict[str, Any], str]] = {}
+    users: dict[str, tuple[dict[str, Any], str]] = {}
+    clusters: dict[str, tuple[dict[str, Any], str]] = {}
+    current, found = "", []
+    for path in files:
+        doc = _read_kubeconfig(path)
+        if doc is None:
+            continue
+        found.append(path)
+        for key, into in (("contexts", contexts), ("users", users), ("clusters", clusters)):
+            for named, found_in in _named(doc, key, path).items():
+                into.setdefault(named, found_in)
+        current = current or str(doc.get("current-context") or "")
+    where = " / ".join(files)
+    if not found:
+        if chosen_by == "the default kubeconfig":
+            raise KubeconfigError(
+                f"kubeconfig {where}: no such file, and not running in a pod; {_WHAT_TO_DO}"
+            )
+        if chosen_by == "--kubeconfig":
+            todo = "check the path, or leave --kubeconfig out to use $KUBECONFIG or ~/.kube/config"
+        else:
+            todo = "fix KUBECONFIG or pass --kubeconfig PATH"
+        raise KubeconfigError(f"kubeconfig {where} ({chosen_by}): no such file; {todo}")
+    name = context or current
+    if not name:
+        raise KubeconfigError(
+            f"kubeconfig {found[0]}: no current context; pass --context NAME or run "
+            "kubectl config use-context NAME"
+        )
+    if name not in contexts:
+        known = ", ".join(sorted(contexts)) or "none"
+        how = "--context" if context else "current-context"
+        raise KubeconfigError(
+            f"kubeconfig {where}: no context {name!r} ({how}; the file has: {known}); pass "
+            "--context with one of them or run kubectl config use-context NAME"
+        )
+    entry, path = contexts[name]
+    spec = entry.get("context")
+    if not isinstance(spec, dict):
+        raise KubeconfigError(
+            f"kubeconfig {path}: context {name!r} has no cluster or user; fix the file"
+        )
+    cluster = spec.get("cluster")
+    if not cluster or cluster not in clusters:
+        raise KubeconfigError(
+            f"kubeconfig {path}: context {name!r} names cluster {cluster!r}, which the file "
+            "does not define; fix the context or pass --context with another one"
+        )
+    user = spec.get("user")
+    if user and user not in users:
+        raise KubeconfigError(
+            f"kubeconfig {path}: context {name!r} names user {user!r}, which the file does "
+            "not define; fix the context or pass --context with another one"
+        )
+    if user:
+        _check_exec(users[user], name)
+    namespace = spec.get("namespace")
+    return KubeconfigView(
+        tuple(found), name, namespace if isinstance(namespace, str) and namespace else "default"
+    )
+
+
+def _check_exec(user: tuple[dict[str, Any], str], context: str) -> None:
+    """A user whose credentials come from an exec plugin (aws, gke-gcloud-auth-plugin,
+    kubelogin ...): the plugin must be installed, or the client would go on without them."""
+    entry, path = user
+    exec_ = (entry.get("user") or {}).get("exec") if isinstance(entry.get("user"), dict) else None
+    if not isinstance(exec_, dict):
+        return
+    command = str(exec_.get("command") or "")
+    if not command:
+        raise KubeconfigError(
+            f"kubeconfig {path}: user {entry['name']!r} has an exec section without a command; "
+            "fix the file"
+        )
+    relative = str(Path(path).parent / command)  # client-go: relative to the kubeconfig
+    if shutil.which(command) is None and ("/" not in command or shutil.which(relative) is None):
+        hint = _one_line(exec_.get("installHint") or "")
+        todo = f"install it ({hint})" if hint else "install it or put it on PATH"
+        raise KubeconfigError(
+            f"kubeconfig {path}: context {context!r} gets its credentials from the exec plugin "
+            f"{command!r}, which is not found on PATH; {todo}, or pass --context with another "
+            "context"
+        )
+
+
+def _in_cluster(config: kubernetes.client.Configuration) -> bool:
     try:
         kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(client_configuration=config)  # type: ignore[no-untyped-call]
+        return False
+    return True
+
+
+def load_configuration(
+    kubeconfig: str | None, context: str | None = None
+) -> kubernetes.client.Configuration:
+    """Configuration as kubectl finds it: `kubeconfig` (or $KUBECONFIG) when given, else the
+    in-cluster service account in a pod, else ~/.kube/config; `context` overrides the
+    current one. KubeconfigError (one line, naming the file) when it cannot be used.
+
+    urllib3 makes no retries of its own: the caller's retries (tenacity, `Kube`) are the
+    only ones, so a failing request is tried as often as they say and not 4 times that."""
+    config = kubernetes.client.Configuration()
+    files, chosen_by = kubeconfig_files(kubeconfig)
+    if not (context or kubeconfig or chosen_by == "$KUBECONFIG") and _in_cluster(config):
+        _no_urllib3_retries(config)
+        return config
+    check_kubeconfig(files, chosen_by, context)
+    try:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.pathsep.join(files), context=context, client_configuration=config
+        )
+    except (kubernetes.config.ConfigException, yaml.YAMLError, OSError, LookupError,
+            TypeError, ValueError, AttributeError) as err:  # fmt: skip
+        raise KubeconfigError(
+            f"kubeconfig {' / '.join(files)}: {_one_line(err)}; fix the file or pass "
+            "--kubeconfig PATH / --context NAME"
+        ) from None
+    _no_urllib3_retries(config)
     return config
+
+
+def _no_urllib3_retries(config: kubernetes.client.Configuration) -> None:
+    config.retries = False  # urllib3: no retry, the error itself (not MaxRetryError)
+    config.client_go_retries = False  # nor the client's own Retry-After loop for GETs
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace a bare POD name means, as for kubectl: the context's namespace, in a pod
+    its own namespace, else "default". KubeconfigError when the kubeconfig is unusable."""
+    files, chosen_by = kubeconfig_files(kubeconfig)
+    if not (context or kubeconfig or chosen_by == "$KUBECONFIG"):
+        try:
+            with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as fh:
+                return fh.read().strip() or "default"
+        except OSError:
+            pass
+    return check_kubeconfig(files, chosen_by, context).namespace
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -104,7 +322,7 @@ class Kube:
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
-        self.configuration = load_configuration(settings.kubeconfig)
+        self.configuration = load_configuration(settings.kubeconfig, settings.context)
         self.configuration.connection_pool_maxsize = settings.pool_size
         self.api = kubernetes.client.ApiClient(self.configuration)
         self.api.user_agent = settings.user_agent
