@@ -417,7 +417,8 @@ def test_the_controller_remembers_since_when_an_owner_is_gone_and_forgets_once_a
     that found it missing (not from the later ones), alive once it has a replica, and gone
     again from the read that found it without one."""
     from unstick.controller.deciding.owner_leases import OwnerLeases, bundle_keys
-    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+    from unstick.core.model.facts import DEPLOYMENT
+    from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef
 
     kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
     mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]
@@ -456,7 +457,8 @@ def test_an_owner_gone_again_after_a_gap_in_reading_counts_from_the_new_sighting
     meanwhile, unseen), is gone from the read that finds it gone after the gap — not from
     the day-old sighting, which would make its finalizer removable at once."""
     from unstick.controller.deciding.owner_leases import OwnerLeases, bundle_keys
-    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef
+    from unstick.core.model.facts import DEPLOYMENT
+    from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef
 
     kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
     mapping = [FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, namespace, "example-operator"))]

@@ -206,7 +206,8 @@ def test_a_mapped_lease_and_the_built_in_lease_under_the_threshold() -> None:
 
 
 def test_the_longest_prefix_wins_and_a_policy_entry_over_a_built_in_one() -> None:
-    from unstick.core.rules.finalizer_owners import DEPLOYMENT, FinalizerOwner, OwnerRef, owner_of
+    from unstick.core.model.facts import DEPLOYMENT
+    from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef, owner_of
 
     a = FinalizerOwner("example.com/", OwnerRef(DEPLOYMENT, "ops", "a"))
     b = FinalizerOwner("example.com/protect", OwnerRef(DEPLOYMENT, "ops", "b"))

@@ -1,19 +1,19 @@
-"""core/rules/hung_mounts.py: the probe's `hungMounts` with a waiter outside the pod (issue #25,
-a blocked system call's path: `via: path`), its words, and what makes a mount hung."""
+"""core/model/probe.py and core/rules/hung_mounts.py: the probe's `hungMounts` with a waiter
+outside the pod (issue #25, a blocked system call's path: `via: path`), its words, and what
+makes a mount hung."""
 
 from __future__ import annotations
 
 import pytest
 
 from unstick.core import fields as f
-from unstick.core.model.facts import BlockedTask, HungMount
-from unstick.core.rules.hung_mounts import (
-    hung_words,
-    is_hung,
-    lazy_unmount_safe,
+from unstick.core.model.probe import (
+    BlockedTask,
+    HungMount,
     parse_hung_mounts,
     parse_waiters_unknown,
 )
+from unstick.core.rules.hung_mounts import hung_words, is_hung, lazy_unmount_safe
 
 ROOT = "/var/lib/kubelet"
 UID = "6f1d2c3b-4a5e-4f60-8a7b-9c0d1e2f3a4b"

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from unstick.core.model.facts import DEPLOYMENT, LEASE
 from unstick.core.policy.remediation_policy import PolicyError, parse_policy
-from unstick.core.rules.finalizer_owners import DEPLOYMENT, LEASE, FinalizerOwner, OwnerRef
+from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef
 
 OPS = {"namespace": "ops", "name": "example-operator"}
 

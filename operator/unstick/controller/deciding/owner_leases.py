@@ -27,8 +27,9 @@ from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
 
+from unstick.core.model.facts import LEASE
 from unstick.core.remediation import rfc3339
-from unstick.core.rules.finalizer_owners import LEASE, FinalizerOwner, OwnerRef, owner_of
+from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef, owner_of
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger(__name__)

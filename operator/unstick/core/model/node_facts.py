@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unstick.core.model.facts import Facts, Holder, Probe, VolumeDir
+from unstick.core.model.facts import Facts
 from unstick.core.model.kubelet_paths import (
     PodVolumePath,
     classify,
@@ -14,6 +14,7 @@ from unstick.core.model.kubelet_paths import (
     normalise,
     pod_mounts,
 )
+from unstick.core.model.probe import Holder, Probe, VolumeDir
 
 RUNNING = "running"
 

@@ -8,34 +8,23 @@ force-delete.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from datetime import datetime
 
 from unstick.core import fields as f
 from unstick.core.model.facts import (
-    HOLDER_SCAN_COMPLETE,
-    HOLDER_SCAN_INCOMPLETE,
-    RUNTIME_ANSWERED,
-    RUNTIME_UNANSWERED,
-    Container,
+    DEPLOYMENT,
+    LEASE,
     ContainerStatus,
+    DeploymentFacts,
     Facts,
-    Holder,
+    LeaseFacts,
     NodeFacts,
+    PodEvent,
     PodFacts,
     PodVolume,
-    Probe,
     ReadyCondition,
-    VolumeDir,
 )
-from unstick.core.model.mountinfo import MountinfoError, parse_mountinfo
-from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
-from unstick.core.rules.cni import parse_events
-from unstick.core.rules.finalizer_owners import parse_deployments, parse_gone_since, parse_leases
-from unstick.core.rules.hung_mounts import parse_hung_mounts, parse_waiters_unknown
-from unstick.core.rules.pod_tasks import parse_d_tasks, parse_frozen_cgroups
-
-CONTAINER_STATES = ("running", "exited", "created", "unknown")
-HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
+from unstick.core.model.probe import Probe, probe_from_json
 
 
 class BundleError(f.FieldError):
@@ -170,123 +159,106 @@ def _pv_drivers(bundle: Mapping[str, object]) -> dict[str, str | None]:
     return drivers
 
 
-def _volume_dirs(p: Mapping[str, object]) -> tuple[VolumeDir, ...]:
-    dirs = []
-    for i, raw in enumerate(f.opt_list(p, "volumeDirs", "probe")):
-        where = f"probe.volumeDirs[{i}]"
-        d = f.as_object(raw, where)
-        empty = f.opt_bool(d, "empty", where)
-        if empty is None:
-            raise f.FieldError(f"{where}.empty", "missing")
-        dirs.append(VolumeDir(path=f.string(d, "path", where), empty=empty))
-    return tuple(dirs)
-
-
-def _holders(p: Mapping[str, object]) -> tuple[Holder, ...]:
-    holders = []
-    for i, raw in enumerate(f.opt_list(p, "holders", "probe")):
-        where = f"probe.holders[{i}]"
-        h = f.as_object(raw, where)
-        pid = f.opt_int(h, "pid", where)
-        if pid is None:
-            raise f.FieldError(f"{where}.pid", "missing")
-        via = f.string(h, "via", where)
-        if via not in HOLDER_VIA:
-            raise f.FieldError(f"{where}.via", f"{via!r} is not one of {', '.join(HOLDER_VIA)}")
-        holders.append(
-            Holder(
-                mount_point=f.string(h, "mountPoint", where),
-                pid=pid,
-                comm=f.string(h, "comm", where, nonempty=False),
-                via=via,
+def parse_events(bundle: Mapping[str, object], uid: str) -> tuple[PodEvent, ...]:
+    """The bundle's `events` about pod `uid` (others are ignored): reason, message, count,
+    last time."""
+    out = []
+    for i, raw in enumerate(f.opt_list(bundle, "events", "")):
+        where = f"events[{i}]"
+        ev = f.as_object(raw, where)
+        involved = ev.get("involvedObject") or ev.get("regarding") or {}
+        about = f.as_object(involved, f"{where}.involvedObject")
+        if f.opt_string(about, "uid", f"{where}.involvedObject") not in (uid, None):
+            continue
+        series = f.as_object(ev.get("series") or {}, f"{where}.series")
+        last = (
+            f.opt_time(series, "lastObservedTime", f"{where}.series")
+            or f.opt_time(ev, "lastTimestamp", where)
+            or f.opt_time(ev, "eventTime", where)
+        )
+        count = f.opt_int(series, "count", f"{where}.series") or f.opt_int(ev, "count", where)
+        out.append(
+            PodEvent(
+                reason=f.opt_string(ev, "reason", where) or "",
+                message=f.opt_string(ev, "message", where) or f.opt_string(ev, "note", where) or "",
+                count=count if count and count > 0 else 1,
+                last=last,
             )
         )
-    return tuple(holders)
+    return tuple(out)
 
 
-def _containers(p: Mapping[str, object]) -> tuple[Container, ...] | None:
-    if p.get("containers") is None:
-        return None
-    containers = []
-    for i, raw in enumerate(f.opt_list(p, "containers", "probe")):
-        where = f"probe.containers[{i}]"
-        c = f.as_object(raw, where)
-        state = f.string(c, "state", where)
-        if state not in CONTAINER_STATES:
-            raise f.FieldError(
-                f"{where}.state", f"{state!r} is not one of {', '.join(CONTAINER_STATES)}"
-            )
-        containers.append(
-            Container(
-                pod_uid=f.string(c, "podUID", where),
-                name=f.string(c, "name", where),
-                id=f.string(c, "id", where, nonempty=False),
-                state=state,
-                created_at=f.opt_time(c, "createdAt", where),
-                runtime_state=f.opt_string(c, "runtimeState", where) or "",
-            )
+DEFAULT_LEASE_S = 15.0
+
+
+def parse_leases(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], LeaseFacts]:
+    """The bundle's optional `leases`, by (namespace, name)."""
+    out: dict[tuple[str, str], LeaseFacts] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "leases", "")):
+        where = f"leases[{i}]"
+        key, spec = _key_and_spec(raw, where)
+        out[key] = LeaseFacts(
+            holder=f.opt_string(spec, "holderIdentity", f"{where}.spec") or "",
+            renewed=f.opt_time(spec, "renewTime", f"{where}.spec"),
+            duration_s=float(
+                f.opt_int(spec, "leaseDurationSeconds", f"{where}.spec") or DEFAULT_LEASE_S
+            ),
         )
-    return tuple(containers)
+    return out
 
 
-def _one_of(p: Mapping[str, object], key: str, allowed: tuple[str, ...]) -> str | None:
-    value = p.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in allowed:
-        raise f.FieldError(f"probe.{key}", f"{value!r} is not one of {', '.join(allowed)}")
-    return value
+def parse_deployments(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], DeploymentFacts]:
+    """The bundle's optional `deployments` (apps/v1, as the API returns them)."""
+    out: dict[tuple[str, str], DeploymentFacts] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "deployments", "")):
+        where = f"deployments[{i}]"
+        key, spec = _key_and_spec(raw, where)
+        status = f.opt_object(f.as_object(raw, where), "status", where)
+        since = None
+        for j, cond in enumerate(f.opt_list(status, "conditions", f"{where}.status")):
+            at = f"{where}.status.conditions[{j}]"
+            c = f.as_object(cond, at)
+            if c.get("type") == "Available" and c.get("status") == "False":
+                since = f.opt_time(c, "lastTransitionTime", at)
+        replicas = f.opt_int(spec, "replicas", f"{where}.spec")
+        out[key] = DeploymentFacts(
+            replicas=1 if replicas is None else replicas,
+            available=f.opt_int(status, "availableReplicas", f"{where}.status") or 0,
+            unavailable_since=since,
+        )
+    return out
 
 
-def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
-    """`probe` plus the optional keys saying which pod was probed and what was seen."""
-    if p.get(POD_UID) is not None:
-        f.string(p, POD_UID, "probe")  # present: a non-empty string
-    seen = f.opt_int(p, "podDirsSeen", "probe")
-    if seen is not None and seen < 0:
-        raise f.FieldError("probe.podDirsSeen", f"{seen} must be >= 0")
-    return replace(
-        probe,
-        pod_uid=f.opt_string(p, POD_UID, "probe"),
-        pod_dir_exists=f.opt_bool(p, "podDirExists", "probe"),
-        pod_dirs_seen=seen,
-        runtime=_one_of(p, "runtime", (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
-        holder_scan=_one_of(p, "holderScan", (HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE)),
-        blind_spots=f.string_list(p, "blindSpots", "probe"),
-        d_tasks=parse_d_tasks(p),
-        frozen_cgroups=parse_frozen_cgroups(p),
-        hung_mounts=parse_hung_mounts(p),
-        waiters_unknown=parse_waiters_unknown(p),
+def parse_gone_since(bundle: Mapping[str, object]) -> Mapping[tuple[str, str, str], datetime]:
+    """The bundle's optional `ownersGoneSince`: [{kind, namespace, name, since}] — owners the
+    reader saw gone (missing, or no replica available) without a break since `since`."""
+    out: dict[tuple[str, str, str], datetime] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "ownersGoneSince", "")):
+        where = f"ownersGoneSince[{i}]"
+        obj = f.as_object(raw, where)
+        kind = f.string(obj, "kind", where)
+        if kind not in (LEASE, DEPLOYMENT):
+            raise f.FieldError(f"{where}.kind", f"must be {LEASE} or {DEPLOYMENT}, got {kind!r}")
+        key = (kind, f.string(obj, "namespace", where), f.string(obj, "name", where))
+        out[key] = f.parse_time(f.get(obj, "since", where), f"{where}.since")
+    return out
+
+
+def _key_and_spec(raw: object, where: str) -> tuple[tuple[str, str], Mapping[str, object]]:
+    obj = f.as_object(raw, where)
+    meta = f.as_object(obj.get("metadata") or {}, f"{where}.metadata")
+    spec = f.as_object(obj.get("spec") or {}, f"{where}.spec")
+    key = (
+        f.opt_string(meta, "namespace", f"{where}.metadata") or "",
+        f.string(meta, "name", f"{where}.metadata"),
     )
-
-
-def _probe(obj: object) -> Probe:
-    p = f.as_object(obj, "probe")
-    kubelet_root = f.string(p, "kubeletRoot", "probe")
-    if not kubelet_root.startswith("/"):
-        raise f.FieldError("probe.kubeletRoot", f"{kubelet_root!r} must be an absolute path")
-    try:
-        mounts = parse_mountinfo(f.string(p, "mountinfo", "probe", nonempty=False))
-    except MountinfoError as err:
-        raise f.FieldError("probe.mountinfo", str(err)) from None
-    probe = Probe(
-        node_name=f.string(p, NODE_NAME, "probe"),
-        probed_at=f.parse_time(f.get(p, PROBED_AT, "probe"), f"probe.{PROBED_AT}"),
-        kubelet_root=kubelet_root,
-        kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
-        registered_plugins=f.string_list(p, "registeredPlugins", "probe"),
-        mounts=tuple(mounts),
-        volume_dirs=_volume_dirs(p),
-        holders=_holders(p),
-        containers=_containers(p),
-    )
-    return _with_visibility(probe, p)
+    return key, spec
 
 
 def parse_probe(obj: object) -> Probe:
     """Read the `probe` object of design.md §6 (also what the agent writes to a Remediation)."""
     try:
-        return _probe(obj)
+        return probe_from_json(obj)
     except BundleError:
         raise
     except f.FieldError as err:
@@ -309,7 +281,7 @@ def parse_bundle(obj: object) -> Facts:
             csi_node_drivers=_csi_node_drivers(bundle.get("csiNode")),
             claims=_claims(bundle, pod.namespace),
             pv_drivers=_pv_drivers(bundle),
-            probe=None if probe_obj is None else _probe(probe_obj),
+            probe=None if probe_obj is None else probe_from_json(probe_obj),
             events=parse_events(bundle, pod.uid),
             leases=parse_leases(bundle),
             deployments=parse_deployments(bundle),

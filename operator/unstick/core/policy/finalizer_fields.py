@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping
 
 from unstick.core import fields as f
-from unstick.core.rules.finalizer_owners import DEPLOYMENT, LEASE, FinalizerOwner, OwnerRef
+from unstick.core.model.facts import DEPLOYMENT, LEASE
+from unstick.core.rules.finalizer_owners import FinalizerOwner, OwnerRef
 
 ENTRY_KEYS = ("prefix", "lease", "deployment")
 REF_KEYS = ("namespace", "name")

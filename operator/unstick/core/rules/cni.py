@@ -17,11 +17,9 @@ force-delete would leave the pod's network (its IP, its veth, the plugin's state
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from unstick.core import fields as f
 from unstick.core.model.facts import PodEvent, PodFacts
 
 KILL_POD_REASONS = ("FailedKillPod",)
@@ -40,35 +38,6 @@ class CNIFailure:
     sandbox: str  # the sandbox id ("" when not given)
     error: str  # what the plugin said
     count: int  # how many times the kubelet reported it (1 when not counted)
-
-
-def parse_events(bundle: Mapping[str, object], uid: str) -> tuple[PodEvent, ...]:
-    """The bundle's `events` about pod `uid` (others are ignored): reason, message, count,
-    last time."""
-    out = []
-    for i, raw in enumerate(f.opt_list(bundle, "events", "")):
-        where = f"events[{i}]"
-        ev = f.as_object(raw, where)
-        involved = ev.get("involvedObject") or ev.get("regarding") or {}
-        about = f.as_object(involved, f"{where}.involvedObject")
-        if f.opt_string(about, "uid", f"{where}.involvedObject") not in (uid, None):
-            continue
-        series = f.as_object(ev.get("series") or {}, f"{where}.series")
-        last = (
-            f.opt_time(series, "lastObservedTime", f"{where}.series")
-            or f.opt_time(ev, "lastTimestamp", where)
-            or f.opt_time(ev, "eventTime", where)
-        )
-        count = f.opt_int(series, "count", f"{where}.series") or f.opt_int(ev, "count", where)
-        out.append(
-            PodEvent(
-                reason=f.opt_string(ev, "reason", where) or "",
-                message=f.opt_string(ev, "message", where) or f.opt_string(ev, "note", where) or "",
-                count=count if count and count > 0 else 1,
-                last=last,
-            )
-        )
-    return tuple(out)
 
 
 def teardown_failure(pod: PodFacts, events: tuple[PodEvent, ...]) -> CNIFailure | None:

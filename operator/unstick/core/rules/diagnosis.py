@@ -17,8 +17,9 @@ from datetime import datetime, timedelta
 
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.model.facts import Facts, FrozenCgroup, HungMount, NodeFacts, VolumeDir
+from unstick.core.model.facts import Facts, NodeFacts
 from unstick.core.model.node_facts import PodMount
+from unstick.core.model.probe import FrozenCgroup, HungMount, VolumeDir
 from unstick.core.rules.finalizer_owners import OwnerView, finalizer_evidence, views
 from unstick.core.rules.node import NodeView, on_the_node
 from unstick.core.rules.settings import DiagnosisSettings

@@ -25,15 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from unstick.core import fields as f
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.model.facts import DeploymentFacts, Facts, LeaseFacts
+from unstick.core.model.facts import LEASE, Facts, LeaseFacts
 from unstick.core.verdict import SAFE, Verdict, refuse
 
 KCM_LEASE = ("kube-system", "kube-controller-manager")
 KCM = "kube-controller-manager"
-LEASE, DEPLOYMENT = "Lease", "Deployment"
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 
 #: finalizer → (the controller that removes it, the lease its leader renews)
@@ -44,7 +42,6 @@ BUILT_IN: Mapping[str, tuple[str, tuple[str, str]]] = {
     "kubernetes.io/pvc-protection": (f"the PVC protection controller of {KCM}", KCM_LEASE),
     "kubernetes.io/pv-protection": (f"the PV protection controller of {KCM}", KCM_LEASE),
 }
-DEFAULT_LEASE_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,70 +81,6 @@ def owner_of(finalizer: str, mapping: tuple[FinalizerOwner, ...]) -> OwnerRef | 
         return max(matches, key=lambda m: len(m.prefix)).owner
     known = BUILT_IN.get(finalizer)
     return OwnerRef(LEASE, *known[1]) if known else None
-
-
-def parse_leases(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], LeaseFacts]:
-    """The bundle's optional `leases`, by (namespace, name)."""
-    out: dict[tuple[str, str], LeaseFacts] = {}
-    for i, raw in enumerate(f.opt_list(bundle, "leases", "")):
-        where = f"leases[{i}]"
-        key, spec = _key_and_spec(raw, where)
-        out[key] = LeaseFacts(
-            holder=f.opt_string(spec, "holderIdentity", f"{where}.spec") or "",
-            renewed=f.opt_time(spec, "renewTime", f"{where}.spec"),
-            duration_s=float(
-                f.opt_int(spec, "leaseDurationSeconds", f"{where}.spec") or DEFAULT_LEASE_S
-            ),
-        )
-    return out
-
-
-def parse_deployments(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], DeploymentFacts]:
-    """The bundle's optional `deployments` (apps/v1, as the API returns them)."""
-    out: dict[tuple[str, str], DeploymentFacts] = {}
-    for i, raw in enumerate(f.opt_list(bundle, "deployments", "")):
-        where = f"deployments[{i}]"
-        key, spec = _key_and_spec(raw, where)
-        status = f.opt_object(f.as_object(raw, where), "status", where)
-        since = None
-        for j, cond in enumerate(f.opt_list(status, "conditions", f"{where}.status")):
-            at = f"{where}.status.conditions[{j}]"
-            c = f.as_object(cond, at)
-            if c.get("type") == "Available" and c.get("status") == "False":
-                since = f.opt_time(c, "lastTransitionTime", at)
-        replicas = f.opt_int(spec, "replicas", f"{where}.spec")
-        out[key] = DeploymentFacts(
-            replicas=1 if replicas is None else replicas,
-            available=f.opt_int(status, "availableReplicas", f"{where}.status") or 0,
-            unavailable_since=since,
-        )
-    return out
-
-
-def parse_gone_since(bundle: Mapping[str, object]) -> Mapping[tuple[str, str, str], datetime]:
-    """The bundle's optional `ownersGoneSince`: [{kind, namespace, name, since}] — owners the
-    reader saw gone (missing, or no replica available) without a break since `since`."""
-    out: dict[tuple[str, str, str], datetime] = {}
-    for i, raw in enumerate(f.opt_list(bundle, "ownersGoneSince", "")):
-        where = f"ownersGoneSince[{i}]"
-        obj = f.as_object(raw, where)
-        kind = f.string(obj, "kind", where)
-        if kind not in (LEASE, DEPLOYMENT):
-            raise f.FieldError(f"{where}.kind", f"must be {LEASE} or {DEPLOYMENT}, got {kind!r}")
-        key = (kind, f.string(obj, "namespace", where), f.string(obj, "name", where))
-        out[key] = f.parse_time(f.get(obj, "since", where), f"{where}.since")
-    return out
-
-
-def _key_and_spec(raw: object, where: str) -> tuple[tuple[str, str], Mapping[str, object]]:
-    obj = f.as_object(raw, where)
-    meta = f.as_object(obj.get("metadata") or {}, f"{where}.metadata")
-    spec = f.as_object(obj.get("spec") or {}, f"{where}.spec")
-    key = (
-        f.opt_string(meta, "namespace", f"{where}.metadata") or "",
-        f.string(meta, "name", f"{where}.metadata"),
-    )
-    return key, spec
 
 
 def view(finalizer: str, facts: Facts, mapping: tuple[FinalizerOwner, ...]) -> OwnerView:

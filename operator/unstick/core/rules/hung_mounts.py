@@ -23,10 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from unstick.core import fields as f
 from unstick.core import safety
-from unstick.core.model.facts import BlockedTask, HungMount, Probe
 from unstick.core.model.node_facts import PodMount
+from unstick.core.model.probe import HungMount, Probe
 from unstick.core.verdict import SAFE, Verdict, refuse
 
 #: fstype (or its prefix before the first dot, for `fuse.<name>`) → filesystem family.
@@ -41,7 +40,6 @@ FAMILIES: Mapping[str, str] = {
     "9p": "9p",
     "glusterfs": "fuse",
 }
-BLOCKED_STATES = ("D", "S")
 MAX_NAMED = 3
 
 
@@ -49,65 +47,6 @@ def family(fstype: str) -> str | None:
     """The filesystem family of a mount's fstype (`fuse.sshfs` → fuse), None when it is not
     a network or FUSE filesystem (such a mount cannot hang on a server)."""
     return FAMILIES.get(fstype) or FAMILIES.get(fstype.split(".", 1)[0])
-
-
-def parse_hung_mounts(p: Mapping[str, object]) -> tuple[HungMount, ...]:
-    """`probe.hungMounts` (optional)."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "hungMounts", "probe")):
-        where = f"probe.hungMounts[{i}]"
-        m = f.as_object(raw, where)
-        point = f.string(m, "mountPoint", where)
-        if not point.startswith("/"):
-            raise f.FieldError(f"{where}.mountPoint", f"{point!r} must be an absolute path")
-        waiting = f.opt_int(m, "waiting", where)
-        if waiting is not None and waiting < 0:
-            raise f.FieldError(f"{where}.waiting", "must not be negative")
-        out.append(
-            HungMount(
-                mount_point=point,
-                fstype=f.string(m, "fstype", where),
-                source=f.string(m, "source", where, nonempty=False),
-                waiting=waiting,
-                blocked=_blocked(m, where),
-            )
-        )
-    return tuple(out)
-
-
-def _blocked(m: Mapping[str, object], where: str) -> tuple[BlockedTask, ...]:
-    out = []
-    for j, raw in enumerate(f.opt_list(m, "blocked", where)):
-        at = f"{where}.blocked[{j}]"
-        t = f.as_object(raw, at)
-        pid = f.opt_int(t, "pid", at)
-        if pid is None or pid < 1:
-            raise f.FieldError(f"{at}.pid", "missing or not a positive integer")
-        state = f.string(t, "state", at)
-        if state not in BLOCKED_STATES:
-            raise f.FieldError(
-                f"{at}.state", f"{state!r} is not one of {', '.join(BLOCKED_STATES)}"
-            )
-        out.append(
-            BlockedTask(
-                pid=pid,
-                comm=f.string(t, "comm", at, nonempty=False),
-                state=state,
-                wchan=f.opt_string(t, "wchan", at) or "",
-                via=f.string(t, "via", at),
-                path=f.opt_string(t, "path", at) or "",
-            )
-        )
-    return tuple(out)
-
-
-def parse_waiters_unknown(p: Mapping[str, object]) -> tuple[str, ...]:
-    """`probe.waitersUnknown` (optional): absolute mount points."""
-    points = f.string_list(p, "waitersUnknown", "probe")
-    for i, point in enumerate(points):
-        if not point.startswith("/"):
-            raise f.FieldError(f"probe.waitersUnknown[{i}]", f"{point!r} must be an absolute path")
-    return points
 
 
 def waiters_told(target: str, mounts: tuple[PodMount, ...]) -> Verdict:

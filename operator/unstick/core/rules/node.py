@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from unstick.core import safety
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.model.facts import Facts, FrozenCgroup, HungMount, Probe, VolumeDir
+from unstick.core.model.facts import Facts
 from unstick.core.model.node_facts import (
     RUNNING,
     PodMount,
@@ -25,6 +25,7 @@ from unstick.core.model.node_facts import (
     mounts_of_pod,
     volume_dirs_of_pod,
 )
+from unstick.core.model.probe import FrozenCgroup, HungMount, Probe, VolumeDir
 from unstick.core.rules.cni import failure_words, teardown_failure
 from unstick.core.rules.hung_mounts import hung_of_pod, hung_words
 from unstick.core.rules.pod_tasks import frozen_words

@@ -9,66 +9,11 @@ with nothing reported.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
-from unstick.core import fields as f
-from unstick.core.model.facts import FREEZER_STATES, DTask, FrozenCgroup
+from unstick.core.model.probe import DTask, FrozenCgroup
 from unstick.core.verdict import SAFE, Verdict, refuse
 
-CGROUP_VERSIONS = ("v1", "v2")
 MAX_NAMED = 3
-
-
-def parse_d_tasks(p: Mapping[str, object]) -> tuple[DTask, ...]:
-    """`probe.dTasks`: [{pid, comm, container?, wchan?, stack?}]."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "dTasks", "probe")):
-        where = f"probe.dTasks[{i}]"
-        t = f.as_object(raw, where)
-        pid = f.opt_int(t, "pid", where)
-        if pid is None or pid < 1:
-            raise f.FieldError(f"{where}.pid", "missing or not a positive integer")
-        out.append(
-            DTask(
-                pid=pid,
-                comm=f.string(t, "comm", where, nonempty=False),
-                container=f.opt_string(t, "container", where) or "",
-                wchan=f.opt_string(t, "wchan", where) or "",
-                stack=f.string_list(t, "stack", where),
-            )
-        )
-    return tuple(out)
-
-
-def parse_frozen_cgroups(p: Mapping[str, object]) -> tuple[FrozenCgroup, ...]:
-    """`probe.frozenCgroups`: [{path, state, version, container?, selfFrozen?}]."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "frozenCgroups", "probe")):
-        where = f"probe.frozenCgroups[{i}]"
-        c = f.as_object(raw, where)
-        path = f.string(c, "path", where)
-        if not path.startswith("/"):
-            raise f.FieldError(f"{where}.path", f"{path!r} must be an absolute cgroup path")
-        state = f.string(c, "state", where)
-        if state not in FREEZER_STATES:
-            raise f.FieldError(
-                f"{where}.state", f"{state!r} is not one of {', '.join(FREEZER_STATES)}"
-            )
-        version = f.string(c, "version", where)
-        if version not in CGROUP_VERSIONS:
-            raise f.FieldError(
-                f"{where}.version", f"{version!r} is not one of {', '.join(CGROUP_VERSIONS)}"
-            )
-        out.append(
-            FrozenCgroup(
-                path=path,
-                state=state,
-                version=version,
-                container=f.opt_string(c, "container", where) or "",
-                self_frozen=f.opt_bool(c, "selfFrozen", where),
-            )
-        )
-    return tuple(out)
 
 
 def _container(cid: str) -> str:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from unstick.core.durations import human
 from unstick.core.evidence import Evidence
-from unstick.core.model.facts import Facts, Probe
+from unstick.core.model.facts import Facts
 from unstick.core.model.node_facts import RUNNING
+from unstick.core.model.probe import Probe
 from unstick.core.rules.pod_tasks import d_task_words, stack_words
 
 
