@@ -241,7 +241,8 @@ class Handler:
         wait = self.budget.try_take(self.clock().timestamp(), limit)
         if wait > 0:
             message = (
-                # with retryAfterSeconds on record: the controller asks again (nodeside.py)
+                # with retryAfterSeconds on record: the controller asks again
+                # (controller/agent_channel/node_steps.py)
                 f"rate limit: this node's budget ({min(limit, self.budget.cap)} per minute: "
                 f"RemediationPolicy {m.policy.name!r} allows {limit}, the agent's "
                 f"--max-node-actions-per-minute {self.budget.cap}, or a stricter policy's "

@@ -65,7 +65,7 @@ class LoopSettings:
     node_actions_per_minute: int = 10  # the agent's own cap on node-step batches
     # Remediations handled at once (one key's events always in order); 16, not 4: a job mostly
     # waits (API, CSI, scans), and with 4 a burst of 100 pods waited in the queue
-    # (docs/benchmark.md, issue 23 second round)
+    # (measured: docs/benchmark.md, the node side's second round of runs)
     workers: int = 16
     orphan_min_age_s: float = ORPHAN_MIN_AGE_S  # younger pod dirs are never orphans
 
@@ -171,7 +171,7 @@ class Agent:
 
     def _shared_get(self, path: str) -> JSON | None:
         """GET `path`, the one GET started after this call began that the callers asking
-        for the same path meanwhile share (`scangroup.NextPass`: never one already
+        for the same path meanwhile share (`scan_group.NextPass`: never one already
         running, never one that ended). The object is shared: read it, never change it."""
         return self._reads.run(path, lambda: self.kube.get(path))
 

@@ -1,4 +1,4 @@
-"""The agent's malloc settings (issue 23, fifth round: the agent's memory).
+"""The agent's malloc settings (measured: docs/benchmark.md, "agent memory").
 
 With 5,000 host mounts the agent's RSS grew from ~71 MiB after start to 113-131 MiB in a
 burst of 100 stuck pods (`bench.nodeside --preset mounts100`, docs/benchmark.md). glibc's

@@ -275,7 +275,7 @@ class _Scan:
         return found
 
     def namespace_holders(self, home: str | None, targets: Sequence[Target]) -> list[Holder]:
-        """One `mountns` holder per namespace with a copy of a target (holders_copies)."""
+        """One `mountns` holder per namespace with a copy of a target (agent/holders/copies.py)."""
         agent_user = readlink(os.path.join(self.proc, "self", "ns", "user"), Gaps())
         return [
             Holder(target.mount.mount_point, info.first.pid, info.first.comm, "mountns")
@@ -292,8 +292,8 @@ def scan_holders(
     whether the scan could see every process (see the module docstring). `kubelet_root`
     also searches the namespace the mounts were read from for copies outside it.
 
-    Inside `scangroup.shared_scans()` the scan may be one started for several callers at
-    once (`scangroup.ScanGroup`), never one that started before this call."""
+    Inside `scan_group.shared_scans()` the scan may be one started for several callers at
+    once (`scan_group.ScanGroup`), never one that started before this call."""
     targets = list(mounts)
     if not targets:
         return HolderScan([])

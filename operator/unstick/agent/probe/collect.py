@@ -26,10 +26,10 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
   null.
 - `dTasks`: the pod's processes in uninterruptible sleep (state D) — pid, comm, container,
   wchan, stack — and `frozenCgroups`: the pod's cgroups whose freezer state is FROZEN or
-  FREEZING (`unstick.agent.probe.pod_tasks`; issue #25). Evidence; an older probe has neither.
+  FREEZING (`unstick.agent.probe.pod_tasks`). Evidence; an older probe has neither.
 - `hungMounts`: the pod's network/FUSE mounts something waits on — FUSE requests the daemon
   has not read, processes holding the mount or of the pod waiting in its filesystem
-  (`unstick.agent.probe.hung_mounts`; issue #25), found without touching the mount.
+  (`unstick.agent.probe.hung_mounts`), found without touching the mount.
 - `waitersUnknown`: the pod's network/FUSE mount points a task blocked in a path lookup
   may wait on, its path unread (a blind spot says why): no plain unmount is planned there.
 """

@@ -18,7 +18,7 @@ Sources:
   The files are read by one pass over `<host-proc>` shared by every pod whose check asks
   at the same moment (the probes' and each act's container check on the worker threads):
   a caller joins the next pass to start, never one already running, so its answer was
-  read after it asked — as fresh as a scan of its own (`scangroup.NextPass`). Each pod's
+  read after it asked — as fresh as a scan of its own (`scan_group.NextPass`). Each pod's
   own pattern then picks its processes from the pass.
 
 The answer is the union: a container running per either source is running (a CRI entry
@@ -255,7 +255,7 @@ def _read_pass(host_proc: str) -> _Pass:
 
 # One pass over the host's processes for every pod whose check asks at the same moment
 # (the probes and each act's container check on the agent's worker threads): each caller
-# gets a pass that started after it asked (scangroup.NextPass), as fresh as its own.
+# gets a pass that started after it asked (scan_group.NextPass), as fresh as its own.
 _PASSES: NextPass[_Pass] = NextPass()
 
 

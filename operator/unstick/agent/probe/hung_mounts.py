@@ -1,4 +1,4 @@
-"""Hung network/FUSE mounts of a pod (issue #25), found without ever touching the mount.
+"""Hung network/FUSE mounts of a pod, found without ever touching the mount.
 
 A hard NFS mount whose server is gone, or a FUSE mount whose daemon stopped answering,
 hangs whatever touches it — a `stat()` of its mount point included, so the agent never

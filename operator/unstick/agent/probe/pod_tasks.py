@@ -1,5 +1,5 @@
 """What keeps a pod's processes from dying: tasks in uninterruptible sleep (state `D`) and
-frozen cgroups (issue #25). Evidence only — nothing here changes anything.
+frozen cgroups. Evidence only — nothing here changes anything.
 
 Both start from the pod's processes as the cgroup scan found them
 (`unstick.agent.probe.containers.scan_cgroups`: every process whose cgroup names the pod).

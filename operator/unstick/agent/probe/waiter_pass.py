@@ -11,7 +11,7 @@ except whether a FUSE mount is among them (then tasks sleeping in a FUSE client 
 read too: a pass of its own kind, `fuse=True`). Which of the blocked tasks wait on which
 mount is worked out per check, from the pass, by mount identity (`mount_waiters`).
 
-Shared by the rule of `scangroup.NextPass`: a check joins the next pass to start, never one
+Shared by the rule of `scan_group.NextPass`: a check joins the next pass to start, never one
 already running, so the pass it gets read every task after the check asked — as fresh as
 a scan of its own. A pass is never reused once it ended.
 """

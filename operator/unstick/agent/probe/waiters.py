@@ -1,4 +1,4 @@
-"""Who waits on a mount without holding it (issue #25): a task blocked in a system call on
+"""Who waits on a mount without holding it: a task blocked in a system call on
 a path through the mount — typically the kubelet's own `stat` or `umount` of a hung NFS
 mount point. It has no file open there and its working directory is elsewhere, so the
 holder scan (`unstick.agent.holders.scan`) does not see it, yet a plain umount of that mount

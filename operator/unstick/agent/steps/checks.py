@@ -113,7 +113,7 @@ class Checks:
 
     @property
     def watch(self) -> MountWatch:
-        """The mount table, re-read when the kernel says it changed (mounttable)."""
+        """The mount table, re-read when the kernel says it changed (probe/mount_table.py)."""
         if self.mounts is None:
             self.mounts = watch_for(self.settings.mountinfo)
         return self.mounts
@@ -218,7 +218,7 @@ class Checks:
     def check_no_holders(self, *mounts: Mount, after: str = "") -> None:
         """Refused unless a complete holder scan, started now, finds nobody holding any of
         the mounts."""
-        with shared_scans(self.holder_scans):  # a scan started after this call (scangroup)
+        with shared_scans(self.holder_scans):  # a scan started after this call (scan_group)
             scan = scan_holders(self.settings.host_proc, mounts, kubelet_root=self.root)
         if scan.holders:
             point = scan.holders[0].mount_point
@@ -234,8 +234,8 @@ class Checks:
         self.acts.holders = True
 
     def check_no_waiters(self, *mounts: Mount) -> None:
-        """Refused when a task is blocked looking up a path through one of the mounts (issue
-        #25, agent/probe/waiters.py), or one that could be cannot be told: a plain umount
+        """Refused when a task is blocked looking up a path through one of the mounts
+        (agent/probe/waiters.py), or one that could be cannot be told: a plain umount
         (a CSI driver's unpublish too) would hang with it, and hold the worker for ever. A
         hung mount is lazy-unmount's."""
         scan = scan_waiters(self.settings.host_proc, mounts)
