@@ -22,8 +22,8 @@ import unstick.agent.steps.unmount as unmount_module
 from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
 from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
-from unstick.agent.probe.collect import rfc3339
 from unstick.agent.steps.executor import Executor
+from unstick.core.remediation import rfc3339
 
 # Holds a file of the mount without any process having it open: the fd is in flight in a
 # unix socket's queue (SCM_RIGHTS). No cwd/root/fd/maps/mountns of any process shows it.

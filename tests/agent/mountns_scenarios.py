@@ -25,11 +25,12 @@ import grpc
 from devcluster.csi_hostpath import kubelet_capability
 from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
-from unstick.agent.probe.collect import probe_pod, rfc3339
+from unstick.agent.probe.collect import probe_pod
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import Executor
 from unstick.core.model.mountinfo import parse_mountinfo
+from unstick.core.remediation import rfc3339
 
 UID_A = "aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa"
 UID_B = "bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb"

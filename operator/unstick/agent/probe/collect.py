@@ -53,8 +53,7 @@ from unstick.agent.probe.pod_tasks import cgroup_mounts, d_tasks, frozen_cgroups
 from unstick.agent.probe.volume_dirs import volume_dirs
 from unstick.agent.settings import AgentSettings
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
-from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
-from unstick.core.remediation import rfc3339 as rfc3339  # noqa: PLC0414 (re-exported)
+from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT, rfc3339
 
 COMPLETE, INCOMPLETE = "complete", "incomplete"
 _MAX_BLIND_SPOTS = 6
