@@ -221,7 +221,7 @@ class MountWatch:
         )
 
     def pod_table(self, kubelet_root: str, uid: str) -> MountTable:
-        """Only the mounts under `<root>/pods/<uid>/` (as `mounts.read_pod_table`)."""
+        """Only the mounts under `<root>/pods/<uid>/` (as `mount_file.read_pod_table`)."""
         pods = pod_dir(kubelet_root, uid).rsplit("/", 1)[0] + "/"  # `<root>/pods/`
 
         def make(snap: Snapshot) -> MountTable:
