@@ -26,7 +26,7 @@ from unstick.controller.deciding.inputs import NodeInputs
 from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
 from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records.writes import EventQueue
+from unstick.controller.records.events import EventQueue
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.podwatch import terminating_record
 

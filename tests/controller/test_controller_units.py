@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from unstick.controller.deciding.policies import PolicyBook, opt_in
-from unstick.controller.records.writes import remediation_name
 from unstick.controller.scheduler import Scheduler
+from unstick.core.remediation import remediation_name
 from unstick.kube.podwatch import terminating_record
 
 

@@ -35,8 +35,8 @@ from unstick.controller.deciding.inputs import NodeInputs
 from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
 from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records import writes as records
-from unstick.controller.records.writes import EventQueue
+from unstick.controller.records import writer as records
+from unstick.controller.records.events import EventQueue
 from unstick.kube.client import JSON, ClientSettings, Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings, terminating_record
 

@@ -1,13 +1,13 @@
 """Issue #25, the controller's in-memory inputs: which pods need their finalizer owner's
 lease (controller/deciding/owner_leases.py), and the FailedKillPod Events kept per pod
-(controller/aftermath/kill_events.py; the watch itself is exercised by
+(controller/deciding/kill_events.py; the watch itself is exercised by
 tests/envtest/test_cni_teardown.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.aftermath.kill_events import PER_POD, KillPodEvents
+from unstick.controller.deciding.kill_events import PER_POD, KillPodEvents
 from unstick.controller.deciding.owner_leases import needed
 
 KCM = ("kube-system", "kube-controller-manager")

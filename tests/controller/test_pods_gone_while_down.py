@@ -32,7 +32,7 @@ from tests.support.controller import (
     write_as_agent,
 )
 from unstick.controller.records import pod_record as podrecord
-from unstick.controller.records import writes as records
+from unstick.controller.records import writer as records
 from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest

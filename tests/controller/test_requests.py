@@ -42,7 +42,7 @@ from unstick.controller.deciding.inputs import NodeInputs
 from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
 from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records.writes import EventQueue
+from unstick.controller.records.events import EventQueue
 from unstick.core.remediation import remediation_name
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.podwatch import TerminatingPod, terminating_record

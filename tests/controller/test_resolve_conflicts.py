@@ -23,9 +23,9 @@ from devcluster import ControlPlane
 from tests.support.controller import Objects, policies_in_place
 from unstick.controller import metrics
 from unstick.controller.agent_channel.trust import ProbeRequests
-from unstick.controller.records import writes as records
+from unstick.controller.records import writer as records
 from unstick.controller.records.pod_record import RESOLVE_ATTEMPTS, PodRecords
-from unstick.controller.records.status import StatusWriter
+from unstick.controller.records.writer import StatusWriter
 from unstick.core.remediation import rfc3339
 from unstick.kube.client import JSON, ClientSettings, Kube
 from unstick.kube.podwatch import TerminatingPod

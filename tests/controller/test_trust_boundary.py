@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from unstick.controller.agent_channel import trust
+from unstick.controller.records import identity
 from unstick.core.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
 from unstick.core.vocabulary import Refusal
 from unstick.kube.podwatch import TerminatingPod
@@ -152,10 +153,10 @@ def rem(uid: str = UID, node: str = "n1", name: str = "web-0") -> dict[str, obje
 
 
 def test_identity_mismatch() -> None:
-    assert trust.identity_mismatch(rem(), record()) is None
-    assert "spec.podUID" in (trust.identity_mismatch(rem(uid=OTHER), record()) or "")
-    assert "spec.nodeName" in (trust.identity_mismatch(rem(node="n2"), record()) or "")
-    assert "spec.podName" in (trust.identity_mismatch(rem(name="db-0"), record()) or "")
+    assert identity.identity_mismatch(rem(), record()) is None
+    assert "spec.podUID" in (identity.identity_mismatch(rem(uid=OTHER), record()) or "")
+    assert "spec.nodeName" in (identity.identity_mismatch(rem(node="n2"), record()) or "")
+    assert "spec.podName" in (identity.identity_mismatch(rem(name="db-0"), record()) or "")
 
 
 def pod(uid: str = UID, node: str = "n1", deleting: bool = True) -> dict[str, object]:
@@ -166,17 +167,17 @@ def pod(uid: str = UID, node: str = "n1", deleting: bool = True) -> dict[str, ob
 
 
 def test_check_record() -> None:
-    assert trust.check_record(rem(), pod()) is None
-    assert "no pod" in (trust.check_record(rem(), None) or "")
-    assert "UID" in (trust.check_record(rem(), pod(uid=OTHER)) or "")
-    assert "node" in (trust.check_record(rem(), pod(node="n2")) or "")
-    assert "not being deleted" in (trust.check_record(rem(), pod(deleting=False)) or "")
+    assert identity.check_record(rem(), pod()) is None
+    assert "no pod" in (identity.check_record(rem(), None) or "")
+    assert "UID" in (identity.check_record(rem(), pod(uid=OTHER)) or "")
+    assert "node" in (identity.check_record(rem(), pod(node="n2")) or "")
+    assert "not being deleted" in (identity.check_record(rem(), pod(deleting=False)) or "")
 
 
 def test_add_refusal_records_once() -> None:
-    first = trust.add_refusal([], "(probe)", Refusal.FORGED, "why", "t")
+    first = identity.add_refusal([], "(probe)", Refusal.FORGED, "why", "t")
     assert first is not None and first[0]["reason"] == "forged"
-    assert trust.add_refusal(first, "(probe)", Refusal.FORGED, "why", "t2") is None
+    assert identity.add_refusal(first, "(probe)", Refusal.FORGED, "why", "t2") is None
 
 
 def test_probe_requests_first_and_last() -> None:

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from devcluster import ControlPlane
 from devcluster.process import free_port, wait_until
 from tests.support.audit_log import WRITES, requests, status_code
-from unstick.controller.records.writes import pod_label, remediation_name
+from unstick.core.remediation import pod_label, remediation_name
 
 GROUP, VERSION = "unstick.dev", "v1alpha1"
 USER_AGENT_PREFIX = "unstick-controller/"

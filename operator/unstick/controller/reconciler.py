@@ -38,6 +38,7 @@ from unstick.controller.agent_channel.node_steps import (
 from unstick.controller.deciding.decision import (
     KUBELET_FINISHING,
     RATE_LIMITED,
+    RECHECK_AFTER_CONFLICT_S,
     Decision,
     Pass,
     announces,
@@ -46,16 +47,13 @@ from unstick.controller.deciding.decision import (
 )
 from unstick.controller.deciding.detector import Detector
 from unstick.controller.deciding.inputs import NodeInputs, claims_and_volumes
-from unstick.controller.incidents.path import (
-    RECHECK_AFTER_CONFLICT_S,
-    IncidentPath,
-    IncidentPathSettings,
-)
+from unstick.controller.incidents.path import IncidentPath, IncidentPathSettings
 from unstick.controller.incidents.record import takes_incident_path
 from unstick.controller.incidents.registry import Incidents
+from unstick.controller.records import identity
+from unstick.controller.records.events import EventQueue
 from unstick.controller.records.pod_record import PodRecords, log_resolved
-from unstick.controller.records.status import Stale, StatusWriter
-from unstick.controller.records.writes import EventQueue
+from unstick.controller.records.writer import Stale, StatusWriter
 from unstick.core.model.snapshot import BundleError
 from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, Phase, parse_time, rfc3339
@@ -298,7 +296,7 @@ class Reconciler:
             probe.probe,
         )
         if probe.refusal is Refusal.FORGED:  # on record; a stale one is only not used
-            refusals = trust.add_refusal(
+            refusals = identity.add_refusal(
                 list(status.get("refusals") or []),
                 "(probe)",
                 Refusal.FORGED,

@@ -29,13 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from unstick.controller.aftermath.blocked import Aftermath, Sources
+from unstick.controller.aftermath.watcher import Aftermath, Sources
 from unstick.controller.agent_channel.trust import usable_probe
 from unstick.controller.deciding.policies import PolicyBook, opt_in
 from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.reconciler import ReconcileSettings
-from unstick.controller.records import writes as records
-from unstick.controller.records.unbacked import RecordChecks
+from unstick.controller.records import writer as records
+from unstick.controller.records.stray_records import RecordChecks
 from unstick.controller.scheduler import Scheduler
 from unstick.controller.startup import before_first_pass
 from unstick.controller.wiring import wire

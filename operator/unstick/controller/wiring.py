@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unstick.controller.aftermath.kill_events import KillPodEvents
 from unstick.controller.deciding.caches import (
     BoundVolumes,
     FreshNodes,
@@ -18,11 +17,12 @@ from unstick.controller.deciding.caches import (
 )
 from unstick.controller.deciding.detector import Detector
 from unstick.controller.deciding.inputs import NodeInputs
+from unstick.controller.deciding.kill_events import KillPodEvents
 from unstick.controller.deciding.owner_leases import MAX_GAP_S, OwnerLeases
 from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
 from unstick.controller.incidents.registry import Incidents
 from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records.writes import EventQueue
+from unstick.controller.records.events import EventQueue
 from unstick.kube.client import Kube
 
 

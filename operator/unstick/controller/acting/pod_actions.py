@@ -22,11 +22,16 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import failpoints, metrics
 from unstick.controller.acting import budget_rebuild as budget
-from unstick.controller.deciding.decision import RATE_LIMITED, Decision, Pass
+from unstick.controller.deciding.decision import (
+    RATE_LIMITED,
+    RECHECK_AFTER_CONFLICT_S,
+    Decide,
+    Decision,
+    Pass,
+)
 from unstick.controller.deciding.inputs import NodeInputs, fetch_pod
 from unstick.controller.deciding.policies import Policy
-from unstick.controller.incidents.path import RECHECK_AFTER_CONFLICT_S, Decide
-from unstick.controller.records.status import StatusWriter
+from unstick.controller.records.writer import StatusWriter
 from unstick.core import safety
 from unstick.core.remediation import INTENTS, Phase, rfc3339
 from unstick.core.vocabulary import Action, Refusal

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from unstick.controller import failpoints, metrics
+from unstick.controller import failpoints
 from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.deciding.decision import RATE_LIMITED, Pass
 from unstick.controller.deciding.policies import Policy
-from unstick.controller.records.status import MAX_RECORDED_ACTIONS, Stale, StatusWriter
+from unstick.controller.records.agent_answers import agent_results, answered_results
+from unstick.controller.records.writer import Stale, StatusWriter
 from unstick.core.remediation import (
-    NODE_STEPS_DONE_AT,
-    NODE_STEPS_REQUESTED_AT,
     RETRY_AFTER,
     NodeStep,
     NodeStepsRequest,
@@ -41,8 +40,6 @@ from unstick.core.remediation import (
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
 
-_NODE_ACTION_NAMES = frozenset(str(a) for a in NODE_ACTIONS)
-_RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
 log = logging.getLogger("unstick.decisions")
 
 AFTER_NODE_STEPS = "a fresh probe from the agent after the node steps"
@@ -61,44 +58,6 @@ NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused a
 class NodeSideSettings:
     recheck_s: float = 300.0  # slow re-check; also the ceiling of the re-ask backoff
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
-
-
-def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
-    """(action, target, result, message) of the agent's node actions, once it has answered
-    the latest request. Text from the CR becomes metric labels: only the fixed vocabulary
-    gets through."""
-    spec = rem.get("spec") or {}
-    status = rem.get("status") or {}
-    if not steps_answered(spec, status):
-        return []
-    return _node_actions(status)
-
-
-def answered_results(rem: JSON) -> list[tuple[str, str, str, str]]:
-    """Like `agent_results`, of the agent's answer on record whichever request it answered
-    (`status.nodeStepsDoneAt` set): what a pass records in status.actions. An answer to an
-    earlier request stays in `status.nodeActions` only until the agent answers the next:
-    recorded from whichever version a pass or the resolve sees, never only when it is the
-    latest request's answer."""
-    status = rem.get("status") or {}
-    return _node_actions(status) if status.get(NODE_STEPS_DONE_AT) else []
-
-
-def _node_actions(status: JSON) -> list[tuple[str, str, str, str]]:
-    out = []
-    for item in status.get("nodeActions") or []:
-        if not isinstance(item, dict):
-            continue
-        action, result = item.get("action"), item.get("result")
-        out.append(
-            (
-                action if action in _NODE_ACTION_NAMES else "unknown",
-                str(item.get("target", "")),
-                result if result in _RESULTS else "failed",
-                str(item.get("message", "")),
-            )
-        )
-    return out
 
 
 def _word(entry: dict[str, Any]) -> str:
@@ -145,48 +104,6 @@ def refused_request(rem: JSON) -> tuple[str, int] | None:
 def retry_backoff_s(times: int, ceiling_s: float) -> float:
     """Seconds from a refusal to the re-ask: RETRY_FIRST_S, doubled each time in a row."""
     return min(RETRY_FIRST_S * 2.0 ** min(max(times - 1, 0), 20), ceiling_s)
-
-
-def steps_pending(rem: JSON) -> bool:
-    """Node steps were handed to the agent and it has not answered them yet."""
-    spec, status = rem.get("spec") or {}, rem.get("status") or {}
-    requested = spec.get(NODE_STEPS_REQUESTED_AT)
-    if not isinstance(requested, str) or not requested:
-        return False
-    return not steps_answered(spec, status)
-
-
-@dataclass(frozen=True, slots=True)
-class LateActions:
-    """status.actions with the agent's results that no pass recorded yet (`actions`), and
-    those results, counted in unstick_remediations_total by `count` — called once the
-    write that records them succeeded, so a write made again after a 409 counts once."""
-
-    actions: list[Any]
-    added: tuple[tuple[str, str], ...]  # (action, result) of each result added
-    cause: str
-
-    def count(self) -> None:
-        for action, result in self.added:
-            metrics.REMEDIATIONS.labels(action, self.cause, result).inc()
-
-
-def late_agent_actions(rem: JSON, now: float) -> LateActions | None:
-    """The agent's results that no pass recorded yet, as status.actions with them added;
-    None when there are none."""
-    status = rem.get("status") or {}
-    done = list(status.get("actions") or [])
-    added: list[tuple[str, str]] = []
-    for action, target, result, message in answered_results(rem):
-        entry = {"action": action, "target": target, "result": result}
-        if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
-            continue
-        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
-        added.append((action, result))
-    if not added:
-        return None
-    cause = str(status.get("cause") or "Unknown")
-    return LateActions(done[-MAX_RECORDED_ACTIONS:], tuple(added), cause)
 
 
 class NodeSide:

@@ -9,9 +9,11 @@ Remediation's status every write of a pass carries. The reconciler and its colla
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from unstick.controller.deciding.inputs import NodeInputs
 from unstick.controller.deciding.policies import Policy
 from unstick.core.remediation import Phase, rfc3339
 from unstick.core.rules.diagnosis import Diagnosis
@@ -25,6 +27,9 @@ RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when 
 #: `status.waitingFor` while the kubelet gets --kubelet-finish-seconds after node steps.
 KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
 WAITING, OBSERVING = Phase.WaitingForAgent, Phase.Observing  # status.phase
+#: A write that met a newer version of the record, or an act refused by a precondition:
+#: the pod is decided again this long after, from a fresh read.
+RECHECK_AFTER_CONFLICT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,10 @@ class Pass:
     done: list[Any]  # status.actions, appended to during the pass
     summary: dict[str, Any]  # the status keys every write carries
     probe: Any = None  # the Remediation's probe, when bound to this pod and our request
+
+
+#: The detector's decision: (pod, probe, now, Node/CSINode sources) → Decision.
+Decide = Callable[[JSON, Any, float, NodeInputs | None], Decision]
 
 
 #: Bounds of the Remediation's status schema (operator/unstick/crds/remediations.yaml): a

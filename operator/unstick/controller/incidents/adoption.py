@@ -24,8 +24,16 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.incidents.record import Incident, IncidentPod
-from unstick.controller.records import writes as records
-from unstick.core.remediation import INCIDENT, NODE_NAME, Phase, parse_time, rfc3339
+from unstick.controller.records import writer as records
+from unstick.core.remediation import (
+    API_VERSION,
+    INCIDENT,
+    NODE_NAME,
+    POD_LABEL_PREFIX,
+    Phase,
+    parse_time,
+    rfc3339,
+)
 from unstick.kube.client import JSON, Kube
 
 log = logging.getLogger("unstick.decisions")
@@ -92,13 +100,13 @@ def _incident(rem: JSON) -> Incident | None:
         last_join=created,
         pods=pods,
         ref={
-            "apiVersion": records.API_VERSION,
+            "apiVersion": API_VERSION,
             "kind": "Remediation",
             "namespace": namespace,
             "name": name,
             "uid": meta.get("uid"),
         },
-        labelled={k for k in meta.get("labels") or {} if k.startswith(records.POD_LABEL_PREFIX)},
+        labelled={k for k in meta.get("labels") or {} if k.startswith(POD_LABEL_PREFIX)},
         dirty=False,
     )
 

@@ -21,7 +21,12 @@ from typing import Any
 
 from unstick.controller import failpoints, metrics
 from unstick.controller.acting import budget_rebuild as budget
-from unstick.controller.deciding.decision import RATE_LIMITED, Decision
+from unstick.controller.deciding.decision import (
+    RATE_LIMITED,
+    RECHECK_AFTER_CONFLICT_S,
+    Decide,
+    Decision,
+)
 from unstick.controller.deciding.inputs import NodeInputs, fetch_pod
 from unstick.controller.deciding.policies import Policy
 from unstick.controller.incidents.record import takes_incident_path
@@ -29,12 +34,11 @@ from unstick.controller.incidents.registry import Incidents
 from unstick.core import safety
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions
-from unstick.kube.client import JSON, Kube
+from unstick.kube.client import Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json, terminating_record
 
 log = logging.getLogger("unstick.decisions")
 
-RECHECK_AFTER_CONFLICT_S = 1.0
 #: Threads that wait for an intent's record and then send its DELETE. A worker hands its
 #: pod over and goes on to the next, so every pod decided while a record is being written
 #: joins the next write of its incident: with the waits on the workers themselves a
@@ -43,9 +47,6 @@ RECHECK_AFTER_CONFLICT_S = 1.0
 #: 1.5). The senders mostly wait; their DELETEs share the client's connection pool.
 SENDERS = 32
 RETRY_FAILED_S = 30.0  # a DELETE that failed (not refused by a precondition): again then
-
-#: The detector's decision: (pod, probe, now, Node/CSINode sources) → Decision.
-Decide = Callable[[JSON, Any, float, NodeInputs | None], Decision]
 
 
 @dataclass(frozen=True, slots=True)

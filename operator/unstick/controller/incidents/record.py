@@ -12,13 +12,16 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.deciding.decision import Decision, status_summary
-from unstick.controller.records import writes as records
-from unstick.controller.records.writes import POD_LABEL_PREFIX, EventQueue
+from unstick.controller.records import writer as records
+from unstick.controller.records.events import EventQueue
 from unstick.core.remediation import (
+    API_VERSION,
     DRY_RUN,
     INCIDENT,
     INCIDENT_LABEL,
+    NODE_LABEL,
     NODE_NAME,
+    POD_LABEL_PREFIX,
     Phase,
     rfc3339,
 )
@@ -139,13 +142,13 @@ def create_record(
     is not this one's: another name, and RuntimeError to write it again) and post its
     Event."""
     body = {
-        "apiVersion": records.API_VERSION,
+        "apiVersion": API_VERSION,
         "kind": "Remediation",
         "metadata": {
             "name": inc.name,
             "namespace": inc.namespace,
             "labels": {
-                records.NODE_LABEL: inc.node or "none",
+                NODE_LABEL: inc.node or "none",
                 INCIDENT_LABEL: inc.cause.lower(),
                 **labels,
             },
@@ -163,7 +166,7 @@ def create_record(
             raise RuntimeError("the record's name was taken; trying another") from exc
     meta = created.get("metadata") or {}
     inc.ref = {
-        "apiVersion": records.API_VERSION,
+        "apiVersion": API_VERSION,
         "kind": "Remediation",
         "namespace": inc.namespace,
         "name": inc.name,

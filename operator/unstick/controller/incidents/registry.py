@@ -47,9 +47,9 @@ from unstick.controller.incidents.record import (
     patch_labels,
 )
 from unstick.controller.incidents.record import summary as incident_summary
-from unstick.controller.records import writes as records
-from unstick.controller.records.writes import EventQueue, pod_label
-from unstick.core.remediation import DELETING
+from unstick.controller.records import writer as records
+from unstick.controller.records.events import EventQueue
+from unstick.core.remediation import DELETING, pod_label
 from unstick.kube.client import Kube
 from unstick.kube.podwatch import TerminatingPod
 

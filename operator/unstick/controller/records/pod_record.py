@@ -20,13 +20,14 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics
 from unstick.controller.agent_channel import trust
-from unstick.controller.agent_channel.node_steps import (
+from unstick.controller.records import identity
+from unstick.controller.records import writer as records
+from unstick.controller.records.agent_answers import (
     LateActions,
     late_agent_actions,
     steps_pending,
 )
-from unstick.controller.records import writes as records
-from unstick.controller.records.status import Stale, StatusWriter
+from unstick.controller.records.writer import Stale, StatusWriter
 from unstick.core.remediation import (
     FINAL_PHASES,
     INCIDENT,
@@ -198,7 +199,7 @@ class PodRecords:
                 spec=asked,
             )
             self.status.copies.offer(rem)
-            why = trust.identity_mismatch(rem, record)
+            why = identity.identity_mismatch(rem, record)
             if why is None:
                 spec = rem.get("spec") or {}
                 if asked and spec.get(PROBE_REQUESTED_AT) == asked[PROBE_REQUESTED_AT]:
@@ -226,7 +227,7 @@ class PodRecords:
             rem = self.read(record.namespace, name)
             if rem is None:
                 return None, name
-            why = trust.identity_mismatch(rem, record)
+            why = identity.identity_mismatch(rem, record)
             if why is None:
                 return rem, name
             self.refuse(rem, why, now)
@@ -247,7 +248,7 @@ class PodRecords:
     def refuse(self, rem: JSON, why: str, now: float) -> None:
         """Mark a Remediation that is not the record of its pod `Refused`, saying why."""
         status = rem.get("status") or {}
-        refusals = trust.add_refusal(
+        refusals = identity.add_refusal(
             list(status.get("refusals") or []), "(record)", Refusal.FORGED, why, rfc3339(now)
         )
         if refusals is None and status.get("phase") == Phase.Refused:
@@ -313,7 +314,7 @@ class PodRecords:
             found = self.read(namespace, name)  # its copy: the write below is guarded
             rem: JSON | None = (
                 found
-                if found is not None and trust.identity_mismatch(found, record) is None
+                if found is not None and identity.identity_mismatch(found, record) is None
                 else {"metadata": {"namespace": namespace, "name": name}, "status": {}}
             )
         elif known is not None:  # written or read by this process: no need to read it again
@@ -323,7 +324,7 @@ class PodRecords:
             rem = None
             for name in records.remediation_names(record.name, record.uid):
                 found = records.get_remediation(self.kube, record.namespace, name)
-                if found is not None and trust.identity_mismatch(found, record) is None:
+                if found is not None and identity.identity_mismatch(found, record) is None:
                     rem = found
                     break
             if rem is None:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from unstick.controller.aftermath.blocked import event_time
+from unstick.core.remediation import parse_time
 from unstick.kube.client import JSON, Kube
 from unstick.kube.events import EventFeed
 
@@ -23,6 +23,17 @@ REASON = "FailedKillPod"
 MAX_AGE_S = 3600.0
 PER_POD = 3
 MAX_PODS = 10000
+
+
+def event_time(ev: JSON) -> float | None:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        value = ev.get(key) or ((ev.get("series") or {}).get("lastObservedTime"))
+        if isinstance(value, str) and value:
+            try:
+                return parse_time(value)
+            except ValueError:
+                continue
+    return None
 
 
 class KillPodEvents:

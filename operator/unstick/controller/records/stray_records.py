@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from unstick.controller.agent_channel.trust import check_record
 from unstick.controller.deciding.inputs import fetch_pod
-from unstick.controller.records import writes as records
+from unstick.controller.records import writer as records
+from unstick.controller.records.identity import check_record
 from unstick.core.remediation import FINAL_PHASES, POD_NAME, POD_UID
 from unstick.kube.client import JSON, Kube
 

@@ -1,4 +1,12 @@
-"""How a pass writes the pod's Remediation: its status keys (a merge patch of only the
+"""Writes of the controller's Remediations: the requests (a GET, the POST of a pod's record,
+merge patches of spec and of status) and how a pass writes the pod's record.
+
+One Remediation per stuck pod (docs/contracts.md), except the pods a node incident holds
+(controller/incidents/registry.py: one Remediation for the pods of one node). Status is written
+with a JSON merge patch on the status subresource touching only the controller's keys;
+the agent writes `probe`, `nodeActions` and `nodeStepsDoneAt` the same way.
+
+How a pass writes the pod's Remediation: its status keys (a merge patch of only the
 keys that changed) and its `status.actions` (each counted once in
 `unstick_remediations_total`). The reconciler and its collaborators (nodeside.py,
 podactions.py) write through one StatusWriter, which also remembers which Remediation
@@ -18,10 +26,84 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics
 from unstick.controller.deciding.decision import Pass
-from unstick.controller.records import writes as records
 from unstick.controller.records.copies import RemediationCopies, version
-from unstick.core.remediation import Phase, rfc3339
-from unstick.kube.client import JSON, Kube
+from unstick.core.remediation import (
+    Phase,
+    alternate_name,
+    new_remediation,
+    remediation_name,
+    rfc3339,
+)
+from unstick.kube.client import JSON, Kube, remediation_path
+
+
+def remediation_names(pod_name: str, uid: str) -> tuple[str, str]:
+    """The names the pod's Remediation may have, in the order they are tried."""
+    return remediation_name(pod_name, uid), alternate_name(pod_name, uid)
+
+
+def get_remediation(kube: Kube, namespace: str, name: str) -> JSON | None:
+    return kube.get(remediation_path(namespace, name))
+
+
+def create_remediation(
+    kube: Kube,
+    namespace: str,
+    pod_name: str,
+    uid: str,
+    *,
+    node: str,
+    dry_run: bool,
+    name: str | None = None,
+    spec: dict[str, Any] | None = None,
+) -> JSON:
+    """Create the pod's Remediation (or return the object already at that name, which the
+    caller must check is the pod's: it may not be). `spec`: more spec keys in the same
+    request (a probe request: one write less than a PATCH right after)."""
+    name = name or remediation_name(pod_name, uid)
+    body = new_remediation(namespace, name, pod_name, uid, node=node, dry_run=dry_run)
+    body["spec"] = {**(spec or {}), **body["spec"]}
+    try:
+        return kube.request("POST", remediation_path(namespace), body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    existing = get_remediation(kube, namespace, name)
+    if existing is None:  # created and deleted in between: try once more
+        return kube.request("POST", remediation_path(namespace), body=body)
+    return existing
+
+
+def _body(key: str, value: dict[str, Any], resource_version: str) -> JSON:
+    """A merge patch; with a resourceVersion the API server applies it only onto that
+    version of the object (409 Conflict otherwise: optimistic concurrency)."""
+    body: JSON = {key: value}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    return body
+
+
+def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any], *, resource_version: str = "") -> JSON:
+    meta = rem["metadata"]
+    return kube.request(
+        "PATCH",
+        remediation_path(meta["namespace"], meta["name"]),
+        body=_body("spec", spec, resource_version),
+        content_type="application/merge-patch+json",
+    )
+
+
+def patch_status(
+    kube: Kube, rem: JSON, status: dict[str, Any], *, resource_version: str = ""
+) -> JSON:
+    meta = rem["metadata"]
+    return kube.request(
+        "PATCH",
+        remediation_path(meta["namespace"], meta["name"]) + "/status",
+        body=_body("status", status, resource_version),
+        content_type="application/merge-patch+json",
+    )
+
 
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
 
@@ -85,7 +167,7 @@ class StatusWriter:
             return
         answer = self._send(
             rem,
-            lambda v: records.patch_status(self.kube, rem, changed, resource_version=v),
+            lambda v: patch_status(self.kube, rem, changed, resource_version=v),
             guarded=guarded,
         )
         rem["status"] = {**current, **changed}
@@ -95,7 +177,7 @@ class StatusWriter:
         """Spec merge patch (a request to the agent), guarded like `patch`."""
         answer = self._send(
             rem,
-            lambda v: records.patch_spec(self.kube, rem, spec, resource_version=v),
+            lambda v: patch_spec(self.kube, rem, spec, resource_version=v),
             guarded=True,
         )
         rem["spec"] = {**(rem.get("spec") or {}), **spec}

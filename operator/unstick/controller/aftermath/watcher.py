@@ -33,9 +33,10 @@ from urllib.parse import quote
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller.aftermath.held_namespaces import ApiBlockedNamespaces
+from unstick.controller.deciding.kill_events import event_time
 from unstick.controller.metrics import BLOCKED_NAMESPACES, BLOCKED_REPLACEMENTS, StuckPods
-from unstick.controller.records import writes as records
-from unstick.core.remediation import POD_UID, parse_time, rfc3339
+from unstick.controller.records import writer as records
+from unstick.core.remediation import POD_UID, rfc3339
 from unstick.core.rules.aftermath import (
     ATTACH_REASONS,
     FENCING_TAINT,
@@ -59,17 +60,6 @@ EVENT_MAX_AGE_S = 900.0  # older attach/mount failures are history, not a waitin
 MAX_WAITERS = 20
 PENDING_RECHECK_S = 2.0
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
-
-
-def event_time(ev: JSON) -> float | None:
-    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
-        value = ev.get(key) or ((ev.get("series") or {}).get("lastObservedTime"))
-        if isinstance(value, str) and value:
-            try:
-                return parse_time(value)
-            except ValueError:
-                continue
-    return None
 
 
 @dataclass

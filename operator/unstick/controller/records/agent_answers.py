@@ -1,0 +1,103 @@
+"""The agent's answers as a Remediation holds them: the results of its node actions
+(`status.nodeActions`, once `status.nodeStepsDoneAt` says it answered), whether it has
+answered the latest request, and the results no pass recorded yet (recorded when the pod's
+record is marked Resolved, or when a late answer lands)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from unstick.controller import metrics
+from unstick.controller.records.writer import MAX_RECORDED_ACTIONS
+from unstick.core.remediation import (
+    NODE_STEPS_DONE_AT,
+    NODE_STEPS_REQUESTED_AT,
+    rfc3339,
+    steps_answered,
+)
+from unstick.core.vocabulary import NODE_ACTIONS
+from unstick.kube.client import JSON
+
+_NODE_ACTION_NAMES = frozenset(str(a) for a in NODE_ACTIONS)
+_RESULTS = frozenset({"succeeded", "failed", "refused", "dry_run"})
+
+
+def agent_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """(action, target, result, message) of the agent's node actions, once it has answered
+    the latest request. Text from the CR becomes metric labels: only the fixed vocabulary
+    gets through."""
+    spec = rem.get("spec") or {}
+    status = rem.get("status") or {}
+    if not steps_answered(spec, status):
+        return []
+    return _node_actions(status)
+
+
+def answered_results(rem: JSON) -> list[tuple[str, str, str, str]]:
+    """Like `agent_results`, of the agent's answer on record whichever request it answered
+    (`status.nodeStepsDoneAt` set): what a pass records in status.actions. An answer to an
+    earlier request stays in `status.nodeActions` only until the agent answers the next:
+    recorded from whichever version a pass or the resolve sees, never only when it is the
+    latest request's answer."""
+    status = rem.get("status") or {}
+    return _node_actions(status) if status.get(NODE_STEPS_DONE_AT) else []
+
+
+def _node_actions(status: JSON) -> list[tuple[str, str, str, str]]:
+    out = []
+    for item in status.get("nodeActions") or []:
+        if not isinstance(item, dict):
+            continue
+        action, result = item.get("action"), item.get("result")
+        out.append(
+            (
+                action if action in _NODE_ACTION_NAMES else "unknown",
+                str(item.get("target", "")),
+                result if result in _RESULTS else "failed",
+                str(item.get("message", "")),
+            )
+        )
+    return out
+
+
+def steps_pending(rem: JSON) -> bool:
+    """Node steps were handed to the agent and it has not answered them yet."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    requested = spec.get(NODE_STEPS_REQUESTED_AT)
+    if not isinstance(requested, str) or not requested:
+        return False
+    return not steps_answered(spec, status)
+
+
+@dataclass(frozen=True, slots=True)
+class LateActions:
+    """status.actions with the agent's results that no pass recorded yet (`actions`), and
+    those results, counted in unstick_remediations_total by `count` — called once the
+    write that records them succeeded, so a write made again after a 409 counts once."""
+
+    actions: list[Any]
+    added: tuple[tuple[str, str], ...]  # (action, result) of each result added
+    cause: str
+
+    def count(self) -> None:
+        for action, result in self.added:
+            metrics.REMEDIATIONS.labels(action, self.cause, result).inc()
+
+
+def late_agent_actions(rem: JSON, now: float) -> LateActions | None:
+    """The agent's results that no pass recorded yet, as status.actions with them added;
+    None when there are none."""
+    status = rem.get("status") or {}
+    done = list(status.get("actions") or [])
+    added: list[tuple[str, str]] = []
+    for action, target, result, message in answered_results(rem):
+        entry = {"action": action, "target": target, "result": result}
+        if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
+            continue
+        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
+        added.append((action, result))
+    if not added:
+        return None
+    cause = str(status.get("cause") or "Unknown")
+    return LateActions(done[-MAX_RECORDED_ACTIONS:], tuple(added), cause)
