@@ -16,16 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.agent.mountns_scenarios import (
-    DRIVER,
-    UID_A,
-    Node,
-    main,
-    mount_points,
-    sh,
-    step,
-    wait_for,
-)
+from devcluster.process import wait_until
+from tests.agent.mountns_scenarios import DRIVER, UID_A, Node, main, mount_points, sh, step
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
 
 STUB = Path(__file__).parent / "fuse_stub.py"
@@ -64,8 +56,10 @@ def _hung_volume(
 def _blocked(node: Node, *cmd: str, cwd: str = "/") -> subprocess.Popen[str]:
     """A process that touches the stopped mount and waits for its answer."""
     proc = node.start(*cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(
-        f"{cmd[0]} to wait on the FUSE daemon", lambda: _wchan(proc.pid) == "request_wait_answer"
+    wait_until(
+        lambda: _wchan(proc.pid) == "request_wait_answer",
+        timeout=20,
+        what=f"{cmd[0]} to wait on the FUSE daemon",
     )
     return proc
 
@@ -80,19 +74,23 @@ def scenario_fuse_stopped(node: Node) -> dict[str, Any]:
     )
     # the daemon stops idle: a request it has read but not answered would leave the holder
     # unkillable (uninterruptible) until the daemon dies
-    wait_for("sh to wait on its stdin", lambda: "pipe" in _wchan(holder.pid))
+    wait_until(lambda: "pipe" in _wchan(holder.pid), timeout=20, what="sh to wait on its stdin")
     daemon.send_signal(signal.SIGSTOP)
     assert holder.stdin is not None
     holder.stdin.write("go\n")
     holder.stdin.flush()
-    wait_for("ls to wait on the daemon", lambda: _wchan(holder.pid) == "request_wait_answer")
+    wait_until(
+        lambda: _wchan(holder.pid) == "request_wait_answer",
+        timeout=20,
+        what="ls to wait on the daemon",
+    )
     held = node.probe(UID_A)
     ex = node.executor()
     refused_held = step(ex, UID_A, "lazy-unmount", str(vol))
     refused_tmpfs = step(ex, UID_A, "lazy-unmount", str(projected))
     refused_other = step(ex, UID_A, "lazy-unmount", "/etc")
     holder.send_signal(signal.SIGKILL)
-    wait_for("the holder to die", lambda: holder.poll() is not None)
+    wait_until(lambda: holder.poll() is not None, timeout=20, what="the holder to die")
     # nobody holds it now; the kubelet's own check of the mount point would hang as this does
     checker = _blocked(node, "stat", str(vol))
     unheld = node.probe(UID_A)
@@ -121,7 +119,7 @@ def scenario_fuse_answering(node: Node) -> dict[str, Any]:
     """The same volume while its daemon answers: not hung."""
     vol, _ = _hung_volume(node)
     holder = node.start("sleep", "600", cwd=str(vol))
-    wait_for("sleep to start", lambda: Path(f"/proc/{holder.pid}/cwd").exists())
+    wait_until(lambda: Path(f"/proc/{holder.pid}/cwd").exists(), timeout=20, what="sleep to start")
     return {"vol": str(vol), "probe": node.probe(UID_A)}
 
 
@@ -262,7 +260,9 @@ def scenario_fuse_held_submount(node: Node) -> dict[str, Any]:
     sub = vol / "sub"
     sh("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(sub))
     holder = node.start("sleep", "600", cwd=str(sub))
-    wait_for("sleep to start", lambda: Path(f"/proc/{holder.pid}/cwd").readlink() == sub)
+    wait_until(
+        lambda: Path(f"/proc/{holder.pid}/cwd").readlink() == sub, timeout=20, what="sleep to start"
+    )
     daemon.send_signal(signal.SIGSTOP)
     ex = node.executor()
     done = step(ex, UID_A, "lazy-unmount", str(vol))
@@ -304,8 +304,10 @@ def scenario_fuse_pod_process(node: Node) -> dict[str, Any]:
         node.stop(daemon)  # first: the connection goes, every waiter is released
         if waiter is not None:
             node.stop(waiter)
-        wait_for(
-            "the pod cgroup to empty", lambda: not (cgroup / "cgroup.procs").read_text().split()
+        wait_until(
+            lambda: not (cgroup / "cgroup.procs").read_text().split(),
+            timeout=20,
+            what="the pod cgroup to empty",
         )
         _remove_tree(top)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import unstick.agent.steps.unmount as unmount_module
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod, wait_for
+from devcluster.process import wait_until
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod
 from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.steps.executor import Executor
@@ -83,7 +84,7 @@ def _a_user_appears_first(node: Node, cwd: Path) -> Callable[[Callable[..., None
         if not users:
             proc = node.start("sleep", "600", cwd=cwd)
             users.append(proc.pid)
-            wait_for(f"a process in {cwd}", lambda: _cwd_in(proc.pid, cwd))
+            wait_until(lambda: _cwd_in(proc.pid, cwd), timeout=20, what=f"a process in {cwd}")
         real(path, flags)
 
     return hook
@@ -105,7 +106,7 @@ def scenario_lazy(node: Node) -> dict[str, Any]:
     blind_ex = Executor(replace(node.settings, host_proc=str(blind)))
     held = node.projected(UID_A, "held")
     sleeper = node.start("sleep", "600", cwd=held)
-    wait_for("the holder's cwd", lambda: _cwd_in(sleeper.pid, held))
+    wait_until(lambda: _cwd_in(sleeper.pid, held), timeout=20, what="the holder's cwd")
     out["blind_plain"] = unmount(blind_ex, held, False)
     out["blind_lazy"] = unmount(blind_ex, held, True)
     out["held_still_mounted"] = str(held) in mount_points()

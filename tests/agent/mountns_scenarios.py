@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import grpc
 
 from devcluster.csi_hostpath import kubelet_capability
+from devcluster.process import wait_until
 from tests.agent.policy_sources import opted_in
 from unstick.agent.handler import Handler
 from unstick.agent.probe.collect import probe_pod
@@ -40,14 +40,6 @@ HERE = Path(__file__).parent
 
 def sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def mount_points() -> list[str]:
@@ -197,11 +189,15 @@ def scenario_holders(node: Node) -> dict[str, Any]:
     try:
         by_cwd = node.start("sleep", "600", cwd=v1)
         by_fd = node.start("tail", "-f", str(v2 / "token"), stdout=subprocess.DEVNULL)
-        wait_for("tail to open the file", lambda: _has_fd(by_fd.pid, str(v2 / "token")))
+        wait_until(
+            lambda: _has_fd(by_fd.pid, str(v2 / "token")), timeout=20, what="tail to open the file"
+        )
         own_ns = _ns(os.getpid())
         by_ns = node.start("unshare", "-m", "--propagation", "private", "sleep", "600")
-        wait_for(
-            "the namespace holder", lambda: _comm(by_ns.pid) == "sleep" and _ns(by_ns.pid) != own_ns
+        wait_until(
+            lambda: _comm(by_ns.pid) == "sleep" and _ns(by_ns.pid) != own_ns,
+            timeout=20,
+            what="the namespace holder",
         )
         probe = node.probe(UID_A)
         ex = node.executor()

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from devcluster.process import wait_until
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import ClientSettings, Kube, remediation_path
@@ -30,17 +30,6 @@ pytestmark = pytest.mark.envtest
 CRDS = Path(__file__).parents[2] / "operator" / "unstick" / "crds"
 POLICIES = "/apis/unstick.dev/v1alpha1/remediationpolicies"
 ORPHAN = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
-
-
-def wait_for(what: str, get: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = get()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 HOLD = "unstick.dev/test-hold"  # keeps the test's pod Terminating (no kubelet here)
@@ -73,7 +62,7 @@ def kube(control_plane: Any) -> Iterator[Kube]:
             conditions = ((crd or {}).get("status") or {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-        wait_for(f"the {plural} CRD", established)
+        wait_until(established, timeout=60, what=f"the {plural} CRD")
     try:
         yield k
     finally:
@@ -157,7 +146,9 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
 
         # a probe of a pod that is not Terminating is refused (the same pod check as for
         # node steps): on record, and no probe is written
-        refusal = wait_for("the probe refusal", lambda: status("web-0").get("nodeRefusals"))
+        refusal = wait_until(
+            lambda: status("web-0").get("nodeRefusals"), timeout=60, what="the probe refusal"
+        )
         assert refusal[0]["action"] == "probe" and "is not terminating" in refusal[0]["message"]
         assert "probe" not in status("web-0")
 
@@ -172,11 +163,12 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
                                "dryRun": False}},
                 content_type="application/merge-patch+json",
             )  # fmt: skip
-            return wait_for(  # type: ignore[no-any-return]
-                "the node steps",
+            return wait_until(
                 lambda: (
                     (status("web-0").get("nodeStepsDoneAt") or "") >= requested and status("web-0")
                 ),
+                timeout=60,
+                what="the node steps",
             )
 
         # the pod is running (not terminating): the agent GETs it and refuses
@@ -185,14 +177,16 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         assert "is not terminating" in refused["message"], refused
         assert stale.is_dir()
         kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
-        wait_for("the pod's deletionTimestamp", lambda: _deleted_at(kube, pod_path))
+        wait_until(
+            lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
+        )
         kube.request(
             "PATCH",
             remediation_path(ns, "web-0"),
             body={"spec": {"probeRequestedAt": now()}},
             content_type="application/merge-patch+json",
         )
-        probe = wait_for("the probe", lambda: status("web-0").get("probe"))
+        probe = wait_until(lambda: status("web-0").get("probe"), timeout=60, what="the probe")
         assert probe["nodeName"] == node
         assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
         assert probe["mountinfo"] == ""
@@ -228,7 +222,7 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
             code, text = _get(f"http://127.0.0.1:{port}/metrics")
             return code == 200 and f'unstick_node_orphaned_mounts{{node="{node}"}} 1.0' in text
 
-        wait_for("the orphaned-mount gauge", orphan_gauge)
+        wait_until(orphan_gauge, timeout=60, what="the orphaned-mount gauge")
         _, text = _get(f"http://127.0.0.1:{port}/metrics")
         assert "unstick_node_probe_duration_seconds_count" in text
         assert 'unstick_refusals_total{reason="not_opted_in"} 1.0' in text

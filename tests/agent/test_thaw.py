@@ -16,15 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent.test_agent_end_to_end import (
-    HOLD,
-    POLICIES,
-    _deleted_at,
-    _free_port,
-    kube,
-    now,
-    wait_for,
-)
+from devcluster.process import wait_until
+from tests.agent.test_agent_end_to_end import HOLD, POLICIES, _deleted_at, _free_port, kube, now
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import Kube, remediation_path
@@ -58,7 +51,11 @@ def frozen_for() -> Iterator[Any]:
         made.append((top, cgroup, proc))
         (cgroup / "cgroup.procs").write_text(str(proc.pid))
         (cgroup / "freezer.state").write_text("FROZEN")
-        wait_for("FROZEN", lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN")
+        wait_until(
+            lambda: (cgroup / "freezer.state").read_text().strip() == "FROZEN",
+            timeout=60,
+            what="FROZEN",
+        )
         return cgroup
 
     try:
@@ -68,7 +65,7 @@ def frozen_for() -> Iterator[Any]:
             (cgroup / "freezer.state").write_text("THAWED")
             proc.kill()
             proc.wait()
-            wait_for("the test cgroup empty", lambda c=cgroup: not _procs(c))
+            wait_until(lambda c=cgroup: not _procs(c), timeout=60, what="the test cgroup empty")
             for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
                 if path.is_dir():
                     path.rmdir()
@@ -117,7 +114,9 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
     thread.start()
     try:
         kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
-        wait_for("the pod's deletionTimestamp", lambda: _deleted_at(kube, pod_path))
+        wait_until(
+            lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
+        )
         body = {
             "apiVersion": "unstick.dev/v1alpha1",
             "kind": "Remediation",
@@ -130,7 +129,7 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
         def status() -> dict[str, Any]:
             return (kube.get(remediation_path(ns, "web-0")) or {}).get("status") or {}
 
-        probe = wait_for("the probe", lambda: status().get("probe"))
+        probe = wait_until(lambda: status().get("probe"), timeout=60, what="the probe")
         assert probe["frozenCgroups"] == [
             {
                 "path": target,
@@ -151,9 +150,10 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
                                "dryRun": False}},
                 content_type="application/merge-patch+json",
             )  # fmt: skip
-            return wait_for(  # type: ignore[no-any-return]
-                "the node steps",
+            return wait_until(
                 lambda: (status().get("nodeStepsDoneAt") or "") >= requested and status(),
+                timeout=60,
+                what="the node steps",
             )
 
         policy = {

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from devcluster import ControlPlane
-from tests.support.controller import Objects, await_, crds_installed, policy_spec
+from devcluster.process import wait_until
+from tests.support.controller import Objects, crds_installed, policy_spec
 
 pytestmark = pytest.mark.envtest
 
@@ -73,7 +74,7 @@ def test_kubectl_unstick_why_and_snapshot_of_a_stuck_pod(
         report: dict[str, object] = json.loads(out.stdout)
         return report if report["stuck"] else None
 
-    report = await_(why, 30, "kubectl unstick why: stuck")
+    report = wait_until(why, timeout=30, what="kubectl unstick why: stuck")
     assert report["cause"] == "NodeGone" and report["pod"] == target
     assert [s["action"] for s in report["plan"]] == ["force-delete"]  # type: ignore[union-attr]
     text = _kubectl(control_plane, "unstick", "why", target)

@@ -17,11 +17,11 @@ import pytest
 from kubernetes import client
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.audit_log import WRITES, requests
 from tests.support.controller import (
     Controller,
     Objects,
-    await_,
     controller_started,
     policies_in_place,
     policy_spec,
@@ -130,10 +130,10 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
     try:
         holder = _pod(objects, namespace, "db-0", old_node, claim)
         objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
-        await_(
+        wait_until(
             lambda: objects.status(namespace, holder).get("cause") == "NodeUnreachable",
-            60,
-            "the holder diagnosed",
+            timeout=60,
+            what="the holder diagnosed",
         )
         va_before = storage.read_volume_attachment(va_name).metadata.resource_version
         waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
@@ -157,8 +157,10 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
                 "count": 1,
             },
         )
-        (event,) = await_(
-            lambda: _events(objects, namespace, "BlockedReplacement"), 60, "the waiter's Event"
+        (event,) = wait_until(
+            lambda: _events(objects, namespace, "BlockedReplacement"),
+            timeout=60,
+            what="the waiter's Event",
         )
         assert event.involved_object.name == "db-0-new"
         assert event.message == (
@@ -167,8 +169,10 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
             "(node.kubernetes.io/out-of-service) or by the attach/detach controller's "
             "force-detach after 6 min"
         )
-        waiters = await_(
-            lambda: objects.status(namespace, holder).get("waiters"), 30, "waiters on record"
+        waiters = wait_until(
+            lambda: objects.status(namespace, holder).get("waiters"),
+            timeout=30,
+            what="waiters on record",
         )
         assert [(w["pod"], w["uid"], w["claim"]) for w in waiters] == [
             (f"{namespace}/db-0-new", waiter["uid"], "data")
@@ -180,30 +184,30 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
         assert _controller_writes(cp, "volumeattachments") == []
         # The holder goes, the VolumeAttachment stays: still blocked, now by the attachment.
         objects.core.delete_namespaced_pod("db-0", namespace, grace_period_seconds=0)
-        ended = await_(
+        ended = wait_until(
             lambda: [
                 w for w in objects.status(namespace, holder).get("waiters") or [] if "until" in w
             ],
-            60,
-            "the wait on the holder ended on record",
+            timeout=60,
+            what="the wait on the holder ended on record",
         )
         assert ended[0]["uid"] == waiter["uid"]
-        await_(
+        wait_until(
             lambda: any(
                 "still attached" in e.message
                 for e in _events(objects, namespace, "BlockedReplacement")
             ),
-            60,
-            "the Event naming the attachment",
+            timeout=60,
+            what="the Event naming the attachment",
         )
         assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
         # The attach/detach controller (played by the test) detaches: nobody waits any more.
         storage.delete_volume_attachment(va_name)
         va_name = ""
-        await_(
+        wait_until(
             lambda: controller.sample("unstick_blocked_replacements", namespace=namespace) == 0,
-            60,
-            "the gauge back to 0",
+            timeout=60,
+            what="the gauge back to 0",
         )
         assert _controller_writes(cp, "volumeattachments") == []
     finally:
@@ -222,16 +226,18 @@ def test_a_namespace_deletion_blocked_by_a_stuck_pod_is_reported(
     objects.core.delete_node(node)
     objects.core.delete_namespaced_pod("web-0", name)
     try:
-        await_(lambda: objects.status(name, pod).get("cause") == "NodeGone", 60, "stuck")
+        wait_until(
+            lambda: objects.status(name, pod).get("cause") == "NodeGone", timeout=60, what="stuck"
+        )
         objects.core.delete_namespace(name)  # stays Terminating: no namespace controller here
-        events = await_(
+        events = wait_until(
             lambda: [
                 e
                 for e in _events(objects, "default", "NamespaceBlockedByStuckPods")
                 if e.involved_object.name == name
             ],
-            60,
-            "the namespace's Event",
+            timeout=60,
+            what="the namespace's Event",
         )
         assert events[0].involved_object.kind == "Namespace"
         assert "1 stuck pod(s): web-0 (NodeGone)" in events[0].message
@@ -251,10 +257,10 @@ def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
             namespace, None, remediate="t-aftermath-fin", finalizers=["example.com/keep"]
         )
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-        status = await_(
+        status = wait_until(
             lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
-            60,
-            "Remediation Failed",
+            timeout=60,
+            what="Remediation Failed",
         )
         (entry,) = [a for a in status["actions"] if a["action"] == "remove-finalizer"]
         assert entry["result"] == "failed"
@@ -273,18 +279,24 @@ def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
             controller.cp, by="unstick-controller", verbs={"get"}, resource="pods", name=pod["name"]
         )
         seen = len(gets())
-        await_(lambda: len(gets()) >= seen + 2, 60, "two more re-checks of the pod")
+        wait_until(
+            lambda: len(gets()) >= seen + 2, timeout=60, what="two more re-checks of the pod"
+        )
         assert len(patches()) == 1
         # Only a change of the pod makes it try again (once).
         objects.core.patch_namespaced_pod(
             pod["name"], namespace, {"metadata": {"labels": {"touched": "1"}}}
         )
-        await_(lambda: len(patches()) == 2, 60, "one retry after the pod changed")
+        wait_until(lambda: len(patches()) == 2, timeout=60, what="one retry after the pod changed")
         assert objects.read_pod(namespace, pod["name"]) is not None
     finally:
         admission.delete_validating_admission_policy_binding(VAP)
         admission.delete_validating_admission_policy(VAP)
-        await_(lambda: _strip_finalizers(objects, namespace), 30, "the admission policy gone")
+        wait_until(
+            lambda: _strip_finalizers(objects, namespace),
+            timeout=30,
+            what="the admission policy gone",
+        )
 
 
 def _strip_finalizers(objects: Objects, namespace: str) -> bool:
@@ -338,7 +350,7 @@ def _await_policy_in_force(objects: Objects, namespace: str) -> None:
         )
         return False
 
-    await_(rejected, 30, "the admission policy in force")
+    wait_until(rejected, timeout=30, what="the admission policy in force")
 
 
 def _now() -> str:
@@ -412,10 +424,16 @@ def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
     try:
         holder = _pod(objects, namespace, "db-0", old_node, claim)
         objects.core.delete_namespaced_pod("db-0", namespace)
-        await_(lambda: objects.status(namespace, holder).get("cause"), 60, "holder diagnosed")
+        wait_until(
+            lambda: objects.status(namespace, holder).get("cause"),
+            timeout=60,
+            what="holder diagnosed",
+        )
         waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
         _failed_attach_event(objects, namespace, waiter, pv)
-        await_(lambda: objects.status(namespace, holder).get("waiters"), 60, "waiters")
+        wait_until(
+            lambda: objects.status(namespace, holder).get("waiters"), timeout=60, what="waiters"
+        )
         uid = str(uuid.uuid4())
         orphan = OrphanDir(
             uid, f"/var/lib/kubelet/pods/{uid}", 900.0, data=(("f", 7),), data_bytes=7

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     GROUP,
     VERSION,
     Controller,
     Objects,
     agent_probe,
-    await_,
     node_ready,
     running_controller,
     utc_now,
@@ -51,15 +51,15 @@ def test_probe_request_node_steps_then_force_delete(
     objects.core.delete_namespaced_pod(pod["name"], namespace)
 
     # Node state unknown: the controller asks the agent for a probe and waits.
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and (r.get("spec") or {}).get("probeRequestedAt")
             and (r.get("status") or {}).get("phase") == "WaitingForAgent"
             and r
         ),
-        60,
-        "a probe request",
+        timeout=60,
+        what="a probe request",
     )
     assert rem["status"]["cause"] == "Unknown"
     assert rem["metadata"]["labels"]["unstick.dev/node"] == node
@@ -72,10 +72,10 @@ def test_probe_request_node_steps_then_force_delete(
         rem,
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
-    rem = await_(
+    rem = wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
-        30,
-        "node steps for the agent",
+        timeout=30,
+        what="node steps for the agent",
     )
     assert rem["status"]["cause"] == "StaleVolumeDirs"
     assert [(s["action"], s["target"]) for s in rem["spec"]["nodeSteps"]] == [
@@ -93,30 +93,32 @@ def test_probe_request_node_steps_then_force_delete(
         "time": done,
     }
     write_as_agent(objects, namespace, rem, {"nodeActions": [result], "nodeStepsDoneAt": done})
-    await_(
+    wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and r["spec"]["probeRequestedAt"] > requested
             and r
         ),
-        30,
-        "a new probe request after the node steps",
+        timeout=30,
+        what="a new probe request after the node steps",
     )
     assert objects.read_pod(namespace, pod["name"]) is not None
 
     # A fresh probe shows nothing of the pod left: KubeletNotProgressing. The kubelet gets
     # --kubelet-finish-seconds (3 s here) to finish the pod itself, then force-delete.
     write_as_agent(objects, namespace, rem, {"probe": agent_probe(node, [], pod["uid"])})
-    await_(
+    wait_until(
         lambda: objects.status(namespace, pod).get("waitingFor") == KUBELET_FINISHING,
-        30,
-        "waiting for the kubelet after the node steps",
+        timeout=30,
+        what="waiting for the kubelet after the node steps",
     )
-    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
-    status = await_(
+    wait_until(
+        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=60, what="force-delete"
+    )
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-        30,
-        "Resolved",
+        timeout=30,
+        what="Resolved",
     )
     recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
     assert ("rmdir-stale", "succeeded", "agent") in recorded
@@ -211,25 +213,25 @@ def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
     )
     objects.core.delete_namespaced_pod(pod["name"], namespace)
 
-    forged = await_(
+    forged = wait_until(
         lambda: (
             (r := _get_rem(objects, namespace, name))
             and (r.get("status") or {}).get("phase") == "Refused"
             and r
         ),
-        60,
-        "the forged record marked Refused",
+        timeout=60,
+        what="the forged record marked Refused",
     )
     (refusal,) = forged["status"]["refusals"]
     assert refusal["reason"] == "forged" and "spec.podUID" in refusal["message"], refusal
-    genuine = await_(
+    genuine = wait_until(
         lambda: (
             (r := _get_rem(objects, namespace, alternate_name(pod["name"], pod["uid"])))
             and (r.get("status") or {}).get("cause")
             and r
         ),
-        60,
-        "the pod's own record at the alternate name",
+        timeout=60,
+        what="the pod's own record at the alternate name",
     )
     assert genuine["spec"]["podUID"] == pod["uid"]
     assert genuine["status"]["cause"] == "ContainersStillRunning", genuine["status"]
@@ -261,12 +263,12 @@ def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
         {"probe": planted},
     )
     objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := _get_rem(objects, namespace, name)) and (r.get("status") or {}).get("cause") and r
         ),
-        60,
-        "the controller's diagnosis",
+        timeout=60,
+        what="the controller's diagnosis",
     )
     # Had the planted probe been believed, its empty container list would have overridden
     # the API's running container: KubeletNotProgressing → force-delete.
@@ -289,7 +291,7 @@ def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
         {"podName": "ghost", "podUID": OTHER_UID, "nodeName": "nowhere"},
         {"phase": "Remediating", "cause": "NodeGone"},
     )
-    status = await_(
+    status = wait_until(
         lambda: (
             ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {})
             if ((_get_rem(objects, namespace, "ghost-12345678") or {}).get("status") or {}).get(
@@ -298,8 +300,8 @@ def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
             == "Refused"
             else None
         ),
-        60,
-        "the forged record marked Refused",
+        timeout=60,
+        what="the forged record marked Refused",
     )
     assert "no pod 'ghost'" in status["refusals"][0]["message"], status
 
@@ -319,10 +321,10 @@ def test_a_second_record_of_a_stuck_pod_is_refused(
     _running(objects, namespace, pod["name"])
     objects.core.delete_namespaced_pod(pod["name"], namespace)
     own = remediation_name(pod["name"], pod["uid"])
-    await_(
+    wait_until(
         lambda: ((_get_rem(objects, namespace, own) or {}).get("status") or {}).get("cause"),
-        60,
-        "the pod's own record",
+        timeout=60,
+        what="the pod's own record",
     )
     _forge(
         objects,
@@ -335,14 +337,14 @@ def test_a_second_record_of_a_stuck_pod_is_refused(
             "probe": agent_probe(node, [], pod["uid"]),
         },
     )
-    status = await_(
+    status = wait_until(
         lambda: (
             (s := (_get_rem(objects, namespace, "evil-copy") or {}).get("status") or {})
             and s.get("phase") == "Refused"
             and s
         ),
-        60,
-        "the second record marked Refused",
+        timeout=60,
+        what="the second record marked Refused",
     )
     assert "a second record" in status["refusals"][0]["message"], status
     mine = (_get_rem(objects, namespace, own) or {}).get("status") or {}

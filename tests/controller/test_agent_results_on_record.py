@@ -25,13 +25,13 @@ import pytest
 from kubernetes import watch
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     GROUP,
     VERSION,
     Controller,
     Objects,
     agent_probe,
-    await_,
     controller_started,
     node_ready,
     policies_in_place,
@@ -173,10 +173,10 @@ def _resolved(objects: Objects, namespace: str, pod: dict[str, Any]) -> dict[str
     """The kubelet's final delete (played here), then the record Resolved."""
     objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)
     return dict(
-        await_(
+        wait_until(
             lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-            30,
-            "the record Resolved",
+            timeout=30,
+            what="the record Resolved",
         )
     )
 
@@ -189,10 +189,10 @@ def test_the_unmount_stays_on_record_when_the_next_answer_comes_at_once(
     rmdir = ("rmdir-stale", node.dirs[0], "failed")
     with QuickAgent(objects, namespace, node) as agent:
         # run 2's answer recorded: run 1's must be there too
-        status = await_(
+        status = wait_until(
             lambda: rmdir in _done(s := objects.status(namespace, pod)) and s,
-            60,
-            "the second run's answer recorded",
+            timeout=60,
+            what="the second run's answer recorded",
         )
         assert [r["nodeActions"][0]["action"] for r in agent.runs] == ["unmount", "rmdir-stale"]
         assert unmounted in _done(status), status
@@ -201,14 +201,14 @@ def test_the_unmount_stays_on_record_when_the_next_answer_comes_at_once(
 
 def _rem(objects: Objects, namespace: str, pod: dict[str, Any], key: str, after: str = "") -> Any:
     """The record once its spec holds `key` newer than `after`."""
-    return await_(
+    return wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and str((r.get("spec") or {}).get(key) or "") > after
             and r
         ),
-        60,
-        f"spec.{key} in the record",
+        timeout=60,
+        what=f"spec.{key} in the record",
     )
 
 
@@ -234,17 +234,19 @@ def test_a_controller_killed_right_after_the_next_request_lost_no_result(
         run1 = rem["spec"]["nodeStepsRequestedAt"]
         _patch(objects, namespace, rem["metadata"]["name"], node.run(rem["spec"]["nodeSteps"]))
         rem = _rem(objects, namespace, pod, "nodeStepsRequestedAt", after=run1)
-        await_(lambda: not first.alive(), 30, "the controller killed at its fail point")
+        wait_until(
+            lambda: not first.alive(), timeout=30, what="the controller killed at its fail point"
+        )
         assert "fail point node-steps-requested reached (2): SIGKILL" in first.log()
     assert [s["action"] for s in rem["spec"]["nodeSteps"]] == ["rmdir-stale", "rmdir-stale"]
     _patch(objects, namespace, rem["metadata"]["name"], node.run(rem["spec"]["nodeSteps"]))
 
     rmdir = ("rmdir-stale", node.dirs[0], "failed")
     with controller_started(control_plane, objects, tmp_path / "next.log", valid=[POLICY]):
-        status = await_(
+        status = wait_until(
             lambda: rmdir in _done(s := objects.status(namespace, pod)) and s,
-            60,
-            "the second run's answer recorded by the next controller",
+            timeout=60,
+            what="the second run's answer recorded by the next controller",
         )
         assert ("unmount", node.left, "succeeded") in _done(status), status
         assert ("unmount", node.left, "succeeded") in _done(_resolved(objects, namespace, pod))
@@ -263,19 +265,23 @@ def test_an_unanswered_request_is_not_replaced_by_other_steps(
     first, steps = rem["spec"]["nodeStepsRequestedAt"], rem["spec"]["nodeSteps"]
     node.mounted = False  # the agent is at it: a probe of the node meanwhile
     _patch(objects, namespace, name, {"probe": node.probe()})
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and (r.get("status") or {}).get("cause") == "StaleVolumeDirs"
             and r
         ),
-        30,
-        "the pass on the newer probe",
+        timeout=30,
+        what="the pass on the newer probe",
     )
     assert rem["spec"]["nodeStepsRequestedAt"] == first, "an unanswered request was replaced"
 
     node.mounted = True  # its answer to the first request: the unmount
     _patch(objects, namespace, name, node.run(steps))
     unmounted = ("unmount", node.left, "succeeded")
-    await_(lambda: unmounted in _done(objects.status(namespace, pod)), 30, "the unmount recorded")
+    wait_until(
+        lambda: unmounted in _done(objects.status(namespace, pod)),
+        timeout=30,
+        what="the unmount recorded",
+    )
     assert unmounted in _done(_resolved(objects, namespace, pod))

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from tests.support.controller import Controller, Objects, await_, policies_in_place, policy_spec
+from devcluster.process import wait_until
+from tests.support.controller import Controller, Objects, policies_in_place, policy_spec
 from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
 from unstick.controller.deciding.decision import RATE_LIMITED
 from unstick.controller.deciding.detector import Detector
@@ -75,10 +76,18 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
     second = Controller(control_plane, tmp_path / "second.log")
     try:
         first.start()
-        await_(lambda: objects.policy_valid("default") == "True", 30, "policy default valid")
+        wait_until(
+            lambda: objects.policy_valid("default") == "True",
+            timeout=30,
+            what="policy default valid",
+        )
         objects.core.delete_node(node)  # NodeGone: force-delete, one slot per pod
         earlier = _stuck_pods(objects, namespace, node, 2)
-        await_(lambda: len(_gone(objects, namespace, earlier)) == 2, 60, "two force-deletes")
+        wait_until(
+            lambda: len(_gone(objects, namespace, earlier)) == 2,
+            timeout=60,
+            what="two force-deletes",
+        )
         first.stop()
 
         later = _stuck_pods(objects, namespace, node, 3)
@@ -95,10 +104,10 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
             ]
 
         # 3 per node per minute, 2 used by the first process in this minute: 1 left.
-        await_(
+        wait_until(
             lambda: len(_gone(objects, namespace, later)) >= 1 and len(rate_limited()) >= 2,
-            60,
-            "one force-delete and two pods waiting for the budget",
+            timeout=60,
+            what="one force-delete and two pods waiting for the budget",
         )
         assert len(_gone(objects, namespace, later)) == 1
         # at least the first process's 2 (the control plane is shared with other modules,

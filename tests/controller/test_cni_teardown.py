@@ -67,7 +67,7 @@ def test_a_failing_cni_delete_is_diagnosed_from_the_kubelets_event(
 def test_the_running_controller_sees_the_kubelets_event_and_only_observes(
     control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    from tests.support.controller import await_, node_ready, policy_spec, running_controller
+    from tests.support.controller import node_ready, policy_spec, running_controller
 
     with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
         node = make_node(kubelet=False)
@@ -83,14 +83,14 @@ def test_the_running_controller_sees_the_kubelets_event_and_only_observes(
         objects.core.create_namespaced_event(namespace, event)
         objects.core.delete_namespaced_pod(pod["name"], namespace)
         try:
-            rem = await_(
+            rem = wait_until(
                 lambda: (
                     (r := objects.remediation(namespace, pod))
                     and (r.get("status") or {}).get("cause") == "CNITeardownFailed"
                     and r
                 ),
-                60,
-                "the Remediation to say CNITeardownFailed",
+                timeout=60,
+                what="the Remediation to say CNITeardownFailed",
             )
             words = " ".join(e["message"] for e in rem["status"].get("evidence") or [])
             assert "CNI plugin calico fails to delete its network (2 times)" in words, words

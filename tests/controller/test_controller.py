@@ -12,13 +12,13 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support import audit_log
 from tests.support.audit_log import Match, received_at
 from tests.support.controller import (
     USER_AGENT_PREFIX,
     Controller,
     Objects,
-    await_,
     controller_pod_writes,
     controller_started,
     policies_in_place,
@@ -76,16 +76,18 @@ def test_node_gone_opted_in_pod_is_force_deleted(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete")
+    wait_until(
+        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=60, what="force-delete"
+    )
     # Its node's incident tells its story (docs/incidents.md), found by the pod's name.
-    incident = await_(
+    incident = wait_until(
         lambda: (
             (i := objects.incident(namespace, pod))
             and (i.get("status") or {}).get("phase") == "Resolved"
             and i
         ),
-        30,
-        "the node incident Resolved",
+        timeout=30,
+        what="the node incident Resolved",
     )
     status = incident["status"]
     assert status["cause"] == "NodeGone" and incident["spec"]["incident"] == "NodeGone"
@@ -107,7 +109,7 @@ def test_node_gone_opted_in_pod_is_force_deleted(
         ).items
         return sorted(e.reason for e in events)
 
-    await_(lambda: len(reasons()) >= 2, 30, "the incident's two Events")
+    wait_until(lambda: len(reasons()) >= 2, timeout=30, what="the incident's two Events")
     assert reasons() == ["IncidentResolved", "StuckNodeGone"]
     assert (
         controller.sample(
@@ -129,10 +131,10 @@ def test_not_opted_in_pod_is_observed_only(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     pod = _stuck_on_deleted_node(objects, namespace, make_node, None)
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Observing" and s,
-        60,
-        "Remediation observing",
+        timeout=60,
+        what="Remediation observing",
     )
     assert status["cause"] == "NodeGone"
     assert status["optedIn"] is False
@@ -149,10 +151,10 @@ def test_dry_run_counts_and_changes_nothing(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-dryrun")
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "DryRun" and s,
-        60,
-        "Remediation DryRun",
+        timeout=60,
+        what="Remediation DryRun",
     )
     assert [a["result"] for a in _actions(status, "force-delete")] == ["dry_run"]
     assert objects.read_pod(namespace, pod["name"]) is not None
@@ -193,12 +195,16 @@ def test_unreachable_node_only_after_out_of_service_taint(
     _set_not_ready(objects, node)
     pod = objects.pod(namespace, node, remediate="t-remediate")
     objects.core.delete_namespaced_pod(pod["name"], namespace)
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("cause") == "NodeUnreachable" and s,
-        60,
-        "diagnosis NodeUnreachable",
+        timeout=60,
+        what="diagnosis NodeUnreachable",
     )
-    await_(lambda: objects.status(namespace, pod).get("phase") == "Observing", 30, "observing")
+    wait_until(
+        lambda: objects.status(namespace, pod).get("phase") == "Observing",
+        timeout=30,
+        what="observing",
+    )
     assert "force-delete" in [r["action"] for r in status.get("refused") or []]
     assert objects.read_pod(namespace, pod["name"]) is not None
     assert controller_pod_writes(controller.cp, namespace) == []
@@ -209,7 +215,11 @@ def test_unreachable_node_only_after_out_of_service_taint(
         "effect": "NoExecute",
     }
     objects.core.patch_node(node, {"spec": {"taints": [taint]}})
-    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "force-delete (fenced)")
+    wait_until(
+        lambda: objects.read_pod(namespace, pod["name"]) is None,
+        timeout=60,
+        what="force-delete (fenced)",
+    )
 
 
 def test_finalizer_removed_only_when_allowlisted(
@@ -222,11 +232,15 @@ def test_finalizer_removed_only_when_allowlisted(
     )
     for pod in (allowed, foreign):
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-    await_(lambda: objects.read_pod(namespace, allowed["name"]) is None, 60, "finalizer removal")
-    status = await_(
+    wait_until(
+        lambda: objects.read_pod(namespace, allowed["name"]) is None,
+        timeout=60,
+        what="finalizer removal",
+    )
+    status = wait_until(
         lambda: (s := objects.status(namespace, foreign)).get("phase") == "Observing" and s,
-        60,
-        "foreign finalizer observed",
+        timeout=60,
+        what="foreign finalizer observed",
     )
     assert status["cause"] == "FinalizerBlocked"
     left = objects.read_pod(namespace, foreign["name"])
@@ -241,20 +255,24 @@ def test_no_writes_for_healthy_pods_and_pods_within_grace(
     served = make_node(kubelet=True)
     lost = make_node(kubelet=False)
     running = [objects.pod(namespace, served, remediate="t-remediate") for _ in range(20)]
-    await_(
+    wait_until(
         lambda: all(
             (p := objects.read_pod(namespace, r["name"])) and p.status.phase == "Running"
             for r in running
         ),
-        90,
-        "kwok runs the healthy pods",
+        timeout=90,
+        what="kwok runs the healthy pods",
     )
     within = objects.pod(namespace, lost, remediate="t-remediate", grace=3600)
     objects.core.delete_namespaced_pod(within["name"], namespace)
     # A later stuck pod, seen through the same ordered watch, proves the controller saw
     # everything before it.
     marker = _stuck_on_deleted_node(objects, namespace, make_node, None)
-    await_(lambda: objects.status(namespace, marker).get("phase") == "Observing", 60, "marker")
+    wait_until(
+        lambda: objects.status(namespace, marker).get("phase") == "Observing",
+        timeout=60,
+        what="marker",
+    )
     assert objects.remediation(namespace, within) is None
     assert controller_pod_writes(controller.cp, namespace) == []
 
@@ -271,22 +289,22 @@ def test_restart_does_not_act_twice(
     pod = _stuck_on_deleted_node(
         objects, namespace, make_node, "t-remediate", finalizers=["example.com/other"]
     )
-    await_(
+    wait_until(
         lambda: objects.status(namespace, pod).get("cause") == "FinalizerBlocked",
-        60,
-        "FinalizerBlocked after the force-delete",
+        timeout=60,
+        what="FinalizerBlocked after the force-delete",
     )
     controller.stop()
     second = Controller(control_plane, tmp_path / "second.log")
     try:
         second.start()
-        await_(
+        wait_until(
             lambda: (
                 second.sample("unstick_stuck_pods", namespace=namespace, cause="FinalizerBlocked")
                 == 1
             ),
-            60,
-            "the restarted controller to diagnose the pod",
+            timeout=60,
+            what="the restarted controller to diagnose the pod",
         )
         deletes = [
             e for e in controller_pod_writes(control_plane, namespace) if e["verb"] == "delete"
@@ -319,16 +337,24 @@ def test_rate_limit_holds_under_200_stuck_pods(
             if e["verb"] == "delete" and e["objectRef"].get("name") in names
         ]
 
-    await_(lambda: len(deletes()) >= 10, 60, "the first minute's deletes")
+    wait_until(lambda: len(deletes()) >= 10, timeout=60, what="the first minute's deletes")
     # The node's budget is spent; a pod of another node is not held back by it.
     other = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    await_(lambda: objects.read_pod(namespace, other["name"]) is None, 60, "the other node's pod")
+    wait_until(
+        lambda: objects.read_pod(namespace, other["name"]) is None,
+        timeout=60,
+        what="the other node's pod",
+    )
     other_deleted = [
         received_at(e)
         for e in controller_pod_writes(controller.cp, namespace)
         if e["verb"] == "delete" and e["objectRef"].get("name") == other["name"]
     ]
-    await_(lambda: len(deletes()) >= 11, 150, "the window to move on and more deletes to happen")
+    wait_until(
+        lambda: len(deletes()) >= 11,
+        timeout=150,
+        what="the window to move on and more deletes to happen",
+    )
     times = sorted(received_at(e) for e in deletes())
     assert len(other_deleted) == 1 and other_deleted[0] < times[10], (other_deleted, times)
     # Budget: 10 per minute, a sliding window: no 60 s window holds more than 10 deletes
@@ -339,15 +365,15 @@ def test_rate_limit_holds_under_200_stuck_pods(
         assert len(in_window) <= 10, (start, in_window)
     waiting = [p for p in pods if objects.read_pod(namespace, p["name"]) is not None]
     assert len(waiting) >= 150  # the rest wait for budget; none is dropped:
-    incident = await_(
+    incident = wait_until(
         lambda: (
             (i := objects.incident(namespace, waiting[0]))
             and (i.get("status") or {}).get("podCount", 0) >= len(waiting)
             and i["status"].get("waitingFor") == RATE_LIMITED
             and i
         ),
-        30,
-        "the waiting pods listed in their node's incident, waiting for the budget",
+        timeout=30,
+        what="the waiting pods listed in their node's incident, waiting for the budget",
     )
     listed = {e["uid"]: e for e in incident["status"]["pods"]}
     assert all(p["uid"] in listed for p in waiting)
@@ -363,10 +389,10 @@ def test_watch_recovers_after_api_server_restart(
 ) -> None:
     control_plane.restart_apiserver()
     pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    await_(
+    wait_until(
         lambda: objects.read_pod(namespace, pod["name"]) is None,
-        120,
-        "force-delete after the API server restart",
+        timeout=120,
+        what="force-delete after the API server restart",
     )
     assert controller.alive()
 
@@ -397,21 +423,21 @@ def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
     opted = [p for ps in pods.values() for p in ps]
     for p in [*opted, watched]:
         objects.core.delete_namespaced_pod(p["name"], namespace)
-    await_(
+    wait_until(
         lambda: all(objects.read_pod(namespace, p["name"]) is None for p in opted),
-        60,
-        "every opted-in pod force-deleted",
+        timeout=60,
+        what="every opted-in pod force-deleted",
     )
     incidents = {}
     for node, ps in pods.items():
-        inc = await_(
+        inc = wait_until(
             lambda ps=ps: (
                 (i := objects.incident(namespace, ps[0]))
                 and (i.get("status") or {}).get("podsGone") == len(ps)
                 and i
             ),
-            30,
-            f"the incident of {node} with all its pods gone",
+            timeout=30,
+            what=f"the incident of {node} with all its pods gone",
         )
         assert inc["spec"] == {"nodeName": node, "incident": "NodeGone", "dryRun": False}
         assert inc["status"]["phase"] == "Resolved"
@@ -425,10 +451,10 @@ def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
             ]
         incidents[node] = inc["metadata"]["name"]
     # the pod that stays has its own record (observing) and its own Event
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, watched)).get("phase") == "Observing" and s,
-        30,
-        "the not-opted-in pod observed",
+        timeout=30,
+        what="the not-opted-in pod observed",
     )
     assert status["cause"] == "NodeGone" and objects.incident(namespace, watched) is None
 
@@ -500,19 +526,19 @@ def test_pods_of_a_node_already_fenced_go_into_its_incident(
     pods = [objects.pod(namespace, node, remediate="t-remediate") for _ in range(3)]
     for p in pods:
         objects.core.delete_namespaced_pod(p["name"], namespace)
-    await_(
+    wait_until(
         lambda: all(objects.read_pod(namespace, p["name"]) is None for p in pods),
-        60,
-        "the fenced node's pods force-deleted",
+        timeout=60,
+        what="the fenced node's pods force-deleted",
     )
-    incident = await_(
+    incident = wait_until(
         lambda: (
             (i := objects.incident(namespace, pods[0]))
             and (i.get("status") or {}).get("podsGone") == len(pods)
             and i
         ),
-        30,
-        "the NodeUnreachable incident with its pods gone",
+        timeout=30,
+        what="the NodeUnreachable incident with its pods gone",
     )
     assert incident["spec"]["incident"] == "NodeUnreachable"
     assert "fenced" in " ".join(e["message"] for e in incident["status"]["evidence"])

@@ -99,20 +99,20 @@ def test_a_job_tracking_finalizer_whose_controller_is_gone_is_triaged(
 def test_the_running_controller_says_the_finalizers_owner_seems_gone(
     control_plane: ControlPlane, namespace: str, gone_leader: None, tmp_path: Path
 ) -> None:
-    from tests.support.controller import await_, policy_spec, running_controller
+    from tests.support.controller import policy_spec, running_controller
 
     with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
         pod = objects.pod(namespace, None, remediate="true", finalizers=[JOB])
         objects.core.delete_namespaced_pod(pod["name"], namespace)
         try:
-            rem = await_(
+            rem = wait_until(
                 lambda: (
                     (r := objects.remediation(namespace, pod))
                     and "seems gone" in str((r.get("status") or {}).get("evidence"))
                     and r
                 ),
-                60,
-                "the Remediation to name the finalizer's owner",
+                timeout=60,
+                what="the Remediation to name the finalizer's owner",
             )
             assert rem["status"]["cause"] == "FinalizerBlocked"
             words = " ".join(e["message"] for e in rem["status"]["evidence"])
@@ -269,7 +269,7 @@ def test_a_mapped_deployment_gone_longer_than_the_threshold_is_triaged(
 def test_the_controller_removes_only_where_the_mapped_owner_is_gone_long_enough(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    from tests.support.controller import await_, policy_spec, running_controller
+    from tests.support.controller import policy_spec, running_controller
 
     kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
     _deployment(kube, namespace, "gone-operator", available=0)
@@ -291,25 +291,25 @@ def test_the_controller_removes_only_where_the_mapped_owner_is_gone_long_enough(
         for p in pods:
             objects.core.delete_namespaced_pod(p["name"], namespace)
         try:
-            await_(
+            wait_until(
                 lambda: objects.read_pod(namespace, removed["name"]) is None,
-                60,
-                "the finalizer of the pod whose owner is gone for hours removed",
+                timeout=60,
+                what="the finalizer of the pod whose owner is gone for hours removed",
             )
-            status = await_(
+            status = wait_until(
                 lambda: (s := objects.status(namespace, waits)).get("waitingFor") and s,
-                60,
-                "the pod whose owner is alive waiting for it",
+                timeout=60,
+                what="the pod whose owner is alive waiting for it",
             )
             assert status["waitingFor"] == (
                 f"the finalizer's owner: Deployment {namespace}/live-operator serving finalizer "
                 f"{live} is alive: waiting for it"
             )
             assert status["phase"] == "Observing"
-            status = await_(
+            status = wait_until(
                 lambda: (s := objects.status(namespace, kept)).get("phase") == "Observing" and s,
-                60,
-                "the pod with a finalizer not allowlisted observed",
+                timeout=60,
+                what="the pod with a finalizer not allowlisted observed",
             )
             words = " ".join(e["message"] for e in status["evidence"])
             assert f"Deployment {namespace}/gone-operator" in words and "seems gone" in words

@@ -22,9 +22,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     Objects,
-    await_,
     controller_delete_codes,
     policies_in_place,
     policy_spec,
@@ -125,7 +125,9 @@ def _record(kube: Kube, namespace: str, name: str) -> TerminatingPod:
 def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
     """The pod's record once it is past its deletionTimestamp (grace 1 s, slack 0: stuck)."""
     record = _record(kube, namespace, name)
-    await_(lambda: time.time() > record.deletion_timestamp, 10, "the pod to be overdue")
+    wait_until(
+        lambda: time.time() > record.deletion_timestamp, timeout=10, what="the pod to be overdue"
+    )
     return record
 
 
@@ -144,15 +146,17 @@ def test_the_pod_watch_keeps_the_newest_resource_version(
     watcher = PodWatcher(kube, WatchSettings(namespace=namespace), on_change)
     watcher.start()
     try:
-        await_(lambda: pod["uid"] in watcher.pods, 30, "the terminating pod listed")
+        wait_until(
+            lambda: pod["uid"] in watcher.pods, timeout=30, what="the terminating pod listed"
+        )
         labelled = objects.core.patch_namespaced_pod(
             pod["name"], namespace, {"metadata": {"labels": {"team": "b"}}}
         )
         version = labelled.metadata.resource_version
-        await_(
+        wait_until(
             lambda: watcher.pods[pod["uid"]].resource_version == version,
-            30,
-            "the watch to keep the relabelled pod's resourceVersion",
+            timeout=30,
+            what="the watch to keep the relabelled pod's resourceVersion",
         )
         assert changes[-1] is not None and changes[-1].resource_version == version
     finally:
@@ -177,7 +181,9 @@ def test_a_relabelled_pod_is_deleted_after_one_refresh_and_its_conflict_takes_no
     )
     in_process.reconciler.reconcile(stale)  # the DELETE goes out from a sender thread
 
-    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 30, "the pod deleted")
+    wait_until(
+        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=30, what="the pod deleted"
+    )
     in_process.reconciler.incident_path.stop()  # its sender done
     assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409, 200]
     in_process.incidents.stop()  # writes what it holds

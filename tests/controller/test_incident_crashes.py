@@ -38,12 +38,12 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.audit_log import AuditTail, Match, object_ref, received_at, status_code
 from tests.support.controller import (
     USER_AGENT_PREFIX,
     Controller,
     Objects,
-    await_,
     policies_in_place,
     policy_spec,
 )
@@ -263,7 +263,11 @@ def test_a_controller_killed_at_any_point_loses_no_record_and_breaks_no_budget(
         # the cause found: a DELETE in flight when an incarnation is killed can leave its
         # pod half deleted (deletionGracePeriodSeconds 0, still there), and no later
         # incarnation looked at such a pod again (test_incident_half_deleted.py).
-        await_(settled, 2 * (WINDOW_S + ACT_WITHIN_S), "every pod gone and every record Resolved")
+        wait_until(
+            settled,
+            timeout=2 * (WINDOW_S + ACT_WITHIN_S),
+            what="every pod gone and every record Resolved",
+        )
         assert _check(objects, namespace, audit, node_of) == set(node_of)
         print("DELETE answers:", sorted(code for _, _, code in audit.read()))
         for _, entry in _entries(objects, namespace):

@@ -34,10 +34,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     Controller,
     Objects,
-    await_,
     controller_delete_codes,
     policies_in_place,
     policy_spec,
@@ -96,7 +96,11 @@ def test_a_pod_left_half_deleted_by_a_killed_controller_is_force_deleted_by_the_
     objects.core.delete_namespaced_pod(probe, namespace, grace_period_seconds=0)
     _refuse_second_step(admission, namespace)
     try:
-        await_(lambda: _probe_refused(objects, namespace, probe), 30, "the policy in force")
+        wait_until(
+            lambda: _probe_refused(objects, namespace, probe),
+            timeout=30,
+            what="the policy in force",
+        )
         node = make_node(kubelet=False)
         pod = objects.pod(namespace, node, remediate="true", name=f"p-{uuid.uuid4().hex[:8]}")
         objects.core.delete_node(node)
@@ -122,21 +126,29 @@ def test_a_pod_left_half_deleted_by_a_killed_controller_is_force_deleted_by_the_
     finally:
         admission.delete_validating_admission_policy_binding(VAP)
         admission.delete_validating_admission_policy(VAP)
-        await_(lambda: not _probe_refused(objects, namespace, probe), 30, "the policy gone")
+        wait_until(
+            lambda: not _probe_refused(objects, namespace, probe),
+            timeout=30,
+            what="the policy gone",
+        )
         objects.core.patch_namespaced_pod(probe, namespace, {"metadata": {"finalizers": None}})
 
     second = Controller(control_plane, tmp_path / "next.log")
     try:
         second.start()
-        await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "the pod gone")
-        rem = await_(
+        wait_until(
+            lambda: objects.read_pod(namespace, pod["name"]) is None,
+            timeout=60,
+            what="the pod gone",
+        )
+        rem = wait_until(
             lambda: (
                 (r := objects.incident(namespace, pod))
                 and (r.get("status") or {}).get("phase") == "Resolved"
                 and r
             ),
-            30,
-            "the incident Resolved",
+            timeout=30,
+            what="the incident Resolved",
         )
         (entry,) = [e for e in rem["status"]["pods"] if e["uid"] == pod["uid"]]
         assert (entry["action"], entry["result"]) == ("force-delete", "succeeded"), entry

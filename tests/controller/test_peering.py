@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     Controller,
     Objects,
-    await_,
     controller_started,
     policies_in_place,
     policy_spec,
@@ -65,26 +65,28 @@ def _peering_crd(control_plane: ControlPlane) -> None:
 
 
 def _acts_once_active(ctl: Controller, objects: Objects, namespace: str, make_node: Any) -> None:
-    await_(lambda: f"peering {PEERING}: paused" in ctl.log(), 30, "the gate to pause")
+    wait_until(
+        lambda: f"peering {PEERING}: paused" in ctl.log(), timeout=30, what="the gate to pause"
+    )
     node = make_node(kubelet=False)
     pod = objects.pod(namespace, node, remediate="true")
     objects.core.delete_node(node)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
     # Paused (Kopf starts paused with mandatory peering and stays so): nothing written.
-    await_(
+    wait_until(
         lambda: objects.read_pod(namespace, pod["name"]).metadata.deletion_timestamp,
-        30,
-        "the deletion",
+        timeout=30,
+        what="the deletion",
     )
     assert objects.remediation(namespace, pod) is None
 
     objects.custom.patch_cluster_custom_object(
         "kopf.dev", "v1", "clusterkopfpeerings", PEERING, {"status": {"other-replica": None}}
     )
-    await_(
+    wait_until(
         lambda: objects.read_pod(namespace, pod["name"]) is None,
-        60,
-        "force-delete once this replica is the active one",
+        timeout=60,
+        what="force-delete once this replica is the active one",
     )
     assert f"peering {PEERING}: active" in ctl.log()
 
@@ -118,8 +120,12 @@ def measure_failover(
     second = Controller(cp, log_dir / "second.log", peering=FAILOVER, extra_args=args)
     try:
         first.start()
-        await_(lambda: _active_at(first, FAILOVER), 60, "the first replica to be active")
-        await_(lambda: _live_peers(objects), 60, "the first replica's peering record")
+        wait_until(
+            lambda: _active_at(first, FAILOVER), timeout=60, what="the first replica to be active"
+        )
+        wait_until(
+            lambda: _live_peers(objects), timeout=60, what="the first replica's peering record"
+        )
         assert first.proc is not None
         first.proc.kill()  # no goodbye: its peering record stays until its lifetime ends
         first.proc.wait(timeout=10)
@@ -128,10 +134,10 @@ def measure_failover(
         pod = objects.pod(namespace, node, remediate="true")
         objects.core.delete_namespaced_pod(pod["name"], namespace)
         second.start()
-        await_(
+        wait_until(
             lambda: objects.read_pod(namespace, pod["name"]) is None,
-            150,
-            "the new replica to take over and force-delete the stuck pod",
+            timeout=150,
+            what="the new replica to take over and force-delete the stuck pod",
         )
         acted = time.time() - killed
         active = (_active_at(second, FAILOVER) or float("nan")) - killed

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from tests.support.controller import Controller, Objects, await_, policies_in_place, policy_spec
+from devcluster.process import wait_until
+from tests.support.controller import Controller, Objects, policies_in_place, policy_spec
 
 pytestmark = pytest.mark.envtest
 
@@ -52,7 +53,11 @@ def test_a_finalizer_removal_is_on_record_before_it_is_sent(
         assert left is not None and left.metadata.finalizers == [KEEP]
 
         second.start()
-        await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 60, "finalizer removal")
+        wait_until(
+            lambda: objects.read_pod(namespace, pod["name"]) is None,
+            timeout=60,
+            what="finalizer removal",
+        )
         rebuilt = re.search(r"action budget rebuilt: (\d+) actions", second.log())
         assert rebuilt is not None and int(rebuilt.group(1)) >= 1, second.log()[-2000:]
 
@@ -60,10 +65,10 @@ def test_a_finalizer_removal_is_on_record_before_it_is_sent(
             done = objects.status(namespace, pod).get("actions") or []
             return [(a["action"], a["result"]) for a in done]
 
-        await_(
+        wait_until(
             lambda: answered() == [("remove-finalizer", "succeeded")],
-            30,
-            "the intent replaced by its answer",
+            timeout=30,
+            what="the intent replaced by its answer",
         )
     finally:
         second.stop()

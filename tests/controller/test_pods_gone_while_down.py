@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.controller import (
     Controller,
     Objects,
-    await_,
     policies_in_place,
     policy_spec,
     utc_now,
@@ -56,7 +56,11 @@ def _stuck(objects: Objects, namespace: str, name: str | None = None) -> dict[st
 def _release(objects: Objects, namespace: str, pod: dict[str, Any]) -> None:
     """Its finalizer removed: the pod goes for good."""
     objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
-    await_(lambda: objects.read_pod(namespace, pod["name"]) is None, 30, f"{pod['name']} gone")
+    wait_until(
+        lambda: objects.read_pod(namespace, pod["name"]) is None,
+        timeout=30,
+        what=f"{pod['name']} gone",
+    )
 
 
 def _phase(objects: Objects, namespace: str, pod: dict[str, Any]) -> str | None:
@@ -81,10 +85,10 @@ def test_records_of_pods_gone_while_no_controller_ran_are_resolved_at_start(
     second = Controller(control_plane, tmp_path / "second.log")
     try:
         first.start()
-        await_(
+        wait_until(
             lambda: all(_phase(objects, namespace, p) == "Observing" for p in pods),
-            60,
-            "the three pods observed by their passes",
+            timeout=60,
+            what="the three pods observed by their passes",
         )
         _sigkill(first)
 
@@ -94,19 +98,19 @@ def test_records_of_pods_gone_while_no_controller_ran_are_resolved_at_start(
         assert successor["uid"] != renamed["uid"]
 
         second.start()
-        await_(
+        wait_until(
             lambda: all(_phase(objects, namespace, p) == "Resolved" for p in (gone, renamed)),
-            30,
-            "the records of the pods gone while no controller ran Resolved",
+            timeout=30,
+            what="the records of the pods gone while no controller ran Resolved",
         )
         for pod in (gone, renamed):
             assert objects.status(namespace, pod).get("resolvedAt"), objects.status(namespace, pod)
-        summary = await_(
+        summary = wait_until(
             lambda: re.search(
                 r"resolved (\d+) records whose pods went while no controller ran", second.log()
             ),
-            10,
-            "the start-up's summary line",
+            timeout=10,
+            what="the start-up's summary line",
         )
         # at least these two (the control plane is shared: other modules' leftovers count)
         assert int(summary.group(1)) >= 2, second.log()[-3000:]
@@ -118,9 +122,15 @@ def test_records_of_pods_gone_while_no_controller_ran_are_resolved_at_start(
         assert second.sample(HISTOGRAM) == 0.0  # no pod was seen going by this process
 
         _release(objects, namespace, still)  # now its watch sees it go
-        await_(lambda: _phase(objects, namespace, still) == "Resolved", 30, "still Resolved")
+        wait_until(
+            lambda: _phase(objects, namespace, still) == "Resolved",
+            timeout=30,
+            what="still Resolved",
+        )
         # observed right after that write: this pod was seen going
-        await_(lambda: second.sample(HISTOGRAM) == 1.0, 10, "its time to resolution")
+        wait_until(
+            lambda: second.sample(HISTOGRAM) == 1.0, timeout=10, what="its time to resolution"
+        )
     finally:
         second.stop()
         first.stop()

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.audit_log import requests
-from tests.support.controller import Objects, await_
+from tests.support.controller import Objects
 from unstick.kube.client import USER_AGENT, ClientSettings, Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
@@ -61,11 +62,17 @@ def test_lists_in_pages_and_keeps_only_terminating_pods(
         # WATCH: a new deletion is seen, a pod that is gone is forgotten.
         late = pods[5]
         objects.core.delete_namespaced_pod(late["name"], namespace)
-        await_(lambda: late["uid"] in watcher.pods, 30, "the watch to report the deletion")
+        wait_until(
+            lambda: late["uid"] in watcher.pods, timeout=30, what="the watch to report the deletion"
+        )
         objects.core.delete_namespaced_pod(
             terminating[0]["name"], namespace, grace_period_seconds=0
         )
-        await_(lambda: terminating[0]["uid"] not in watcher.pods, 30, "the pod to be forgotten")
+        wait_until(
+            lambda: terminating[0]["uid"] not in watcher.pods,
+            timeout=30,
+            what="the pod to be forgotten",
+        )
         with lock:
             assert (terminating[0]["uid"], None) in changes
         assert len(watcher.pods) == 5  # of 250 pods

@@ -22,13 +22,8 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane, ControlPlaneSettings, node_manifest
-from tests.support.controller import (
-    Controller,
-    Objects,
-    await_,
-    crds_installed,
-    policy_spec,
-)
+from devcluster.process import wait_until
+from tests.support.controller import Controller, Objects, crds_installed, policy_spec
 
 pytestmark = [pytest.mark.envtest, pytest.mark.timeout(300)]
 
@@ -83,18 +78,18 @@ def test_expired_watch_is_relisted_and_nothing_missed(cp: ControlPlane, tmp_path
                 _compact_etcd(cp)
             finally:
                 os.kill(controller.proc.pid, signal.SIGCONT)
-            await_(
+            wait_until(
                 lambda: "410 Gone), relisting" in controller.log(),
-                60,
-                "the controller to see its watch expired",
+                timeout=60,
+                what="the controller to see its watch expired",
             )
-            await_(
+            wait_until(
                 lambda: objects.read_pod("relist", pod["name"]) is None,
-                60,
-                "the pod deleted while the watch was gone to be force-deleted",
+                timeout=60,
+                what="the pod deleted while the watch was gone to be force-deleted",
             )
-            incident = await_(  # on record in its node's incident (docs/incidents.md)
-                lambda: objects.incident("relist", pod), 30, "the pod's node incident"
+            incident = wait_until(
+                lambda: objects.incident("relist", pod), timeout=30, what="the pod's node incident"
             )
             assert incident["status"]["cause"] == "NodeGone"
         finally:

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
+from devcluster.process import wait_until
 from tests.support.audit_log import object_ref, requests, status_code
 from tests.support.controller import (
     USER_AGENT_PREFIX,
     Controller,
     Objects,
     agent_probe,
-    await_,
     node_ready,
     policies_in_place,
     policy_spec,
@@ -100,14 +100,14 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
     node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and (r.get("status") or {}).get("phase") == "WaitingForAgent"
             and r
         ),
-        60,
-        "a probe request",
+        timeout=60,
+        what="a probe request",
     )
     name = rem["metadata"]["name"]
     assert rem["spec"].get("probeRequestedAt")
@@ -125,10 +125,10 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
         rem,
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
-    await_(
+    wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps"),
-        30,
-        "node steps for the agent",
+        timeout=30,
+        what="node steps for the agent",
     )
     after = _record_requests(control_plane, namespace, name)[answered:]
     requested = next(i for i, e in enumerate(after) if _kind(e) == "patch 200")
@@ -136,7 +136,11 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
 
     # The pod goes (its kubelet's final delete, played here): Resolved, still no GET.
     objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)
-    await_(lambda: objects.status(namespace, pod).get("phase") == "Resolved", 30, "Resolved")
+    wait_until(
+        lambda: objects.status(namespace, pod).get("phase") == "Resolved",
+        timeout=30,
+        what="Resolved",
+    )
     kinds = [_kind(e) for e in _record_requests(control_plane, namespace, name)]
     assert not [k for k in kinds if k.startswith("get")], kinds
     assert not [k for k in kinds if not k.endswith(" 200") and not k.endswith(" 201")], kinds
@@ -159,14 +163,14 @@ def test_the_event_says_the_probes_cause_not_unknown_while_the_probe_is_awaited(
     silent = objects.pod(namespace, node, remediate=QUICK)
     for pod in (answered, silent):
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, answered))
             and (r.get("status") or {}).get("phase") == "WaitingForAgent"
             and r
         ),
-        60,
-        "a probe request",
+        timeout=60,
+        what="a probe request",
     )
     stale = _stale_dir(answered["uid"], "cache")
     write_as_agent(
@@ -175,18 +179,22 @@ def test_the_event_says_the_probes_cause_not_unknown_while_the_probe_is_awaited(
         rem,
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], answered["uid"])},
     )
-    await_(
+    wait_until(
         lambda: _reasons(objects, namespace, answered) == ["StuckStaleVolumeDirs"],
-        30,
-        "the Event of the probe's diagnosis",
+        timeout=30,
+        what="the Event of the probe's diagnosis",
     )
     # no probe for the other pod: once its wait ended (Observing), its Event says Unknown
-    await_(
+    wait_until(
         lambda: objects.status(namespace, silent).get("phase") == "Observing",
-        60,
-        "the wait for a probe to end",
+        timeout=60,
+        what="the wait for a probe to end",
     )
-    await_(lambda: _reasons(objects, namespace, silent) == ["StuckUnknown"], 30, "the Event")
+    wait_until(
+        lambda: _reasons(objects, namespace, silent) == ["StuckUnknown"],
+        timeout=30,
+        what="the Event",
+    )
     assert _reasons(objects, namespace, answered) == ["StuckStaleVolumeDirs"]
 
 
@@ -244,7 +252,9 @@ def in_process(control_plane: ControlPlane) -> Iterator[tuple[InProcess, Objects
 def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
     record = terminating_record(kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {})
     assert record is not None
-    await_(lambda: time.time() > record.deletion_timestamp, 10, "the pod to be overdue")
+    wait_until(
+        lambda: time.time() > record.deletion_timestamp, timeout=10, what="the pod to be overdue"
+    )
     return record
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from devcluster.process import free_port
-from tests.support.controller import await_, policy_spec, running_controller
+from devcluster.process import free_port, wait_until
+from tests.support.controller import policy_spec, running_controller
 
 pytestmark = pytest.mark.envtest
 
@@ -33,10 +33,10 @@ def test_namespace_scope_limits_watch_and_actions(
             objects.core.delete_node(node)
             objects.core.delete_namespaced_pod(outside["name"], other)
             objects.core.delete_namespaced_pod(inside["name"], namespace)
-            await_(
+            wait_until(
                 lambda: objects.read_pod(namespace, inside["name"]) is None,
-                60,
-                "force-delete in scope",
+                timeout=60,
+                what="force-delete in scope",
             )
             assert objects.read_pod(other, outside["name"]) is not None
             assert objects.remediation(other, outside) is None

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from devcluster.process import free_port
+from devcluster.process import free_port, wait_until
 from tests.support.controller import (
     Controller,
     Objects,
     agent_probe,
-    await_,
     node_ready,
     running_controller,
     utc_now,
@@ -55,20 +54,20 @@ def _steps_requested(
     node_ready(objects, node)
     pod = objects.pod(namespace, node, remediate=POLICY)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = await_(
+    rem = wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt"),
-        60,
-        "a probe request",
+        timeout=60,
+        what="a probe request",
     )
     rem = objects.remediation(namespace, pod)
     assert rem is not None
     stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
     probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
     write_as_agent(objects, namespace, rem, {"probe": probe})
-    rem = await_(
+    rem = wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
-        30,
-        "node steps for the agent",
+        timeout=30,
+        what="node steps for the agent",
     )
     return pod, rem, stale
 
@@ -122,14 +121,14 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
     first = rem["spec"]["nodeStepsRequestedAt"]
     _refuse(objects, namespace, rem, stale, reason, message)
 
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod))
             and r["spec"]["nodeStepsRequestedAt"] != first
             and r
         ),
-        60,
-        "the same steps asked again",
+        timeout=60,
+        what="the same steps asked again",
     )
     assert [s["action"] for s in rem["spec"]["nodeSteps"]] == ["rmdir-stale"]
     assert rem["status"]["phase"] == "Remediating"
@@ -142,18 +141,18 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
     write_as_agent(
         objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
     )
-    await_(
+    wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
-        30,
-        "a probe request after the node steps",
+        timeout=30,
+        what="a probe request after the node steps",
     )
     write_as_agent(
         objects, namespace, rem, {"probe": agent_probe(rem["spec"]["nodeName"], [], pod["uid"])}
     )
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-        60,
-        "Resolved",
+        timeout=60,
+        what="Resolved",
     )
     recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
     assert ("rmdir-stale", "succeeded", "agent") in recorded
@@ -174,17 +173,17 @@ def test_a_request_refused_for_safety_is_not_asked_again(
     done = _refuse(objects, namespace, rem, stale, reason)
 
     # Judged, as any answer, by a probe taken after it: the dir is still there.
-    await_(
+    wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
-        30,
-        "a probe request after the refusal",
+        timeout=30,
+        what="a probe request after the refusal",
     )
     probe = agent_probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
     write_as_agent(objects, namespace, rem, {"probe": probe})
-    status = await_(
+    status = wait_until(
         lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
-        30,
-        "Failed",
+        timeout=30,
+        what="Failed",
     )
     rem = objects.remediation(namespace, pod)
     assert rem is not None
@@ -247,44 +246,48 @@ def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again
     stale.mkdir(parents=True)
     objects.core.delete_namespaced_pod(pod["name"], namespace)
     # The agent is down: the probe it took before (as it writes it), then the steps.
-    rem = await_(
+    rem = wait_until(
         lambda: (
             (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt") and r
         ),
-        60,
-        "a probe request",
+        timeout=60,
+        what="a probe request",
     )
     probe = {**agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
     probe["kubeletRoot"] = str(root)
     write_as_agent(objects, namespace, rem, {"probe": probe})
-    rem = await_(
+    rem = wait_until(
         lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
-        30,
-        "node steps for the agent",
+        timeout=30,
+        what="node steps for the agent",
     )
     first = rem["spec"]["nodeStepsRequestedAt"]
     older = datetime.fromisoformat(first.replace("Z", "+00:00")) + timedelta(seconds=AGE_S)
-    await_(lambda: datetime.now(UTC) > older, 30, "the request older than --max-request-age")
+    wait_until(
+        lambda: datetime.now(UTC) > older,
+        timeout=30,
+        what="the request older than --max-request-age",
+    )
 
     with _agent(control_plane, node, root, tmp_path):
         # its list brings the missed request: refused stale, nothing done on the node
-        status = await_(
+        status = wait_until(
             lambda: (s := objects.status(namespace, pod)).get("nodeRefusals") and s,
-            30,
-            "the agent's refusal",
+            timeout=30,
+            what="the agent's refusal",
         )
         assert status["nodeRefusals"][-1]["action"] == "node-steps"
         assert status["nodeRefusals"][-1]["reason"] == "stale"
         assert status["nodeActions"][0]["result"] == "refused"
         # the controller asks again; the agent gets it fresh and runs it
-        status = await_(
+        status = wait_until(
             lambda: (
                 (s := objects.status(namespace, pod))
                 and any(a.get("result") == "succeeded" for a in s.get("nodeActions") or [])
                 and s
             ),
-            60,
-            "the steps asked again and run",
+            timeout=60,
+            what="the steps asked again and run",
         )
     assert not stale.exists()
     rem = objects.remediation(namespace, pod)

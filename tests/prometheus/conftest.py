@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane, node_manifest
-from devcluster.process import Process, free_port
+from devcluster.process import Process, free_port, wait_until
 from devcluster.prometheus import Prometheus, RenderedChart, ScrapeTarget, render_chart
-from tests.support.controller import Controller, Objects, await_, crds_installed, policy_spec
+from tests.support.controller import Controller, Objects, crds_installed, policy_spec
 
 # Short durations so that pending → firing takes seconds; the shipped defaults are minutes.
 TEST_VALUES: dict[str, Any] = {
@@ -103,10 +103,10 @@ def stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
                 ScrapeTarget(agent_job, f"127.0.0.1:{agent_port}", {"node": node}),
             ]
             prometheus = Prometheus(control_plane.bin_dir, targets, chart.rule_groups).start()
-            await_(
+            wait_until(
                 lambda: prometheus.targets_up() == {ctl_job: "up", agent_job: "up"},
-                60,
-                "both targets up in Prometheus",
+                timeout=60,
+                what="both targets up in Prometheus",
             )
             yield Stack(control_plane, objects, controller, prometheus, chart, node)
         finally:

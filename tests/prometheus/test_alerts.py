@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from devcluster.process import wait_until
 from devcluster.prometheus import PrometheusError
 from tests.prometheus.conftest import Stack
-from tests.support.controller import GROUP, VERSION, await_
+from tests.support.controller import GROUP, VERSION
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.envtest]
 
@@ -71,7 +72,9 @@ def test_healthy_no_unstick_alert_fires(stack: Stack) -> None:
     shipped = {r["alert"] for g in stack.chart.rule_groups for r in g["rules"]}
     assert shipped <= loaded and "UnstickRequestsRefused" in shipped
     since = time.time() + 6  # longer than every test `for:` (4 s)
-    await_(lambda: _evaluations_after(stack, since), 60, "rule evaluations after 6 s")
+    wait_until(
+        lambda: _evaluations_after(stack, since), timeout=60, what="rule evaluations after 6 s"
+    )
     assert _unstick_alerts(stack) == []
     assert stack.prometheus.query("up == 0") == []
 
@@ -80,15 +83,15 @@ def test_stuck_pod_not_opted_in_goes_pending_then_firing(stack: Stack, namespace
     node = f"gone-{uuid.uuid4().hex[:6]}"  # no Node object: the pod's node is gone
     pod = stack.objects.pod(namespace, node, finalizers=[HOLD])
     stack.objects.core.delete_namespaced_pod(pod["name"], namespace)
-    pending = await_(
+    pending = wait_until(
         lambda: _alert(stack, "UnstickPodStuck", "pending", namespace=namespace),
-        60,
-        "UnstickPodStuck pending",
+        timeout=60,
+        what="UnstickPodStuck pending",
     )
-    firing = await_(
+    firing = wait_until(
         lambda: _alert(stack, "UnstickPodStuck", "firing", namespace=namespace),
-        60,
-        "UnstickPodStuck firing",
+        timeout=60,
+        what="UnstickPodStuck firing",
     )
     assert pending["labels"]["cause"] == firing["labels"]["cause"]
     assert firing["annotations"]["runbook_url"].endswith("#unstickpodstuck")
@@ -119,7 +122,7 @@ def test_failing_action_fires_the_failure_alert(stack: Stack, namespace: str) ->
             r = objects.remediation(namespace, pod)
             return r if r and (r.get(where) or {}).get(key) else None
 
-        rem = await_(lambda: rem_with("probeRequestedAt"), 60, "a probe request")
+        rem = wait_until(lambda: rem_with("probeRequestedAt"), timeout=60, what="a probe request")
         stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
         _as_agent(
             stack,
@@ -127,14 +130,14 @@ def test_failing_action_fires_the_failure_alert(stack: Stack, namespace: str) ->
             rem,
             {"probe": _probe(node, pod["uid"], [{"path": stale, "empty": True}])},
         )
-        rem = await_(lambda: rem_with("nodeSteps"), 60, "node steps")
+        rem = wait_until(lambda: rem_with("nodeSteps"), timeout=60, what="node steps")
         failed = {"action": "rmdir-stale", "target": stale, "result": "failed",
                   "message": "rmdir: device or resource busy", "time": _now()}  # fmt: skip
         _as_agent(stack, namespace, rem, {"nodeActions": [failed], "nodeStepsDoneAt": _now()})
-        alert = await_(
+        alert = wait_until(
             lambda: _alert(stack, "UnstickRemediationsFailing", "firing", action="rmdir-stale"),
-            60,
-            "UnstickRemediationsFailing firing",
+            timeout=60,
+            what="UnstickRemediationsFailing firing",
         )
         assert alert["labels"]["cause"] == "StaleVolumeDirs"
         assert alert["annotations"]["runbook_url"].endswith("#unstickremediationsfailing")
@@ -167,10 +170,10 @@ def _forge(stack: Stack, namespace: str) -> str:
 
 def test_forged_remediation_fires_the_refusal_alert(stack: Stack, namespace: str) -> None:
     _forge(stack, namespace)
-    alert = await_(
+    alert = wait_until(
         lambda: _alert(stack, "UnstickRequestsRefused", "firing", reason="forged"),
-        60,
-        "UnstickRequestsRefused firing",
+        timeout=60,
+        what="UnstickRequestsRefused firing",
     )
     assert alert["labels"]["severity"] == "critical"
     assert alert["annotations"]["runbook_url"].endswith("#unstickrequestsrefused")
@@ -218,7 +221,9 @@ def _situations(stack: Stack, namespace: str) -> None:
     objects.core.delete_namespaced_pod(stuck["name"], namespace)
     gone = objects.pod(namespace, f"gone-{uuid.uuid4().hex[:6]}", finalizers=[HOLD])
     objects.core.delete_namespaced_pod(gone["name"], namespace)
-    await_(lambda: objects.remediation(namespace, gone), 60, "the gone pod's Remediation")
+    wait_until(
+        lambda: objects.remediation(namespace, gone), timeout=60, what="the gone pod's Remediation"
+    )
     objects.core.patch_namespaced_pod(gone["name"], namespace, {"metadata": {"finalizers": None}})
     objects.core.delete_namespaced_pod(gone["name"], namespace, grace_period_seconds=0)
     _forge(stack, namespace)
@@ -229,7 +234,7 @@ def _situations(stack: Stack, namespace: str) -> None:
         "unstick_time_to_resolution_seconds_count",
         'unstick_refusals_total{reason="forged"}',
     ):
-        await_(lambda what=what: prom.query(f"{what} > 0"), 60, f"{what} scraped")
+        wait_until(lambda what=what: prom.query(f"{what} > 0"), timeout=60, what=f"{what} scraped")
 
 
 def test_every_dashboard_panel_query_runs_and_shows_its_situation(

@@ -35,10 +35,6 @@ ALL_ACTIONS = [
 ]
 
 
-def await_(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    return wait_until(predicate, timeout=timeout, what=what)
-
-
 class Controller:
     """`unstick controller` as a subprocess; killed by PID on stop."""
 
@@ -80,7 +76,11 @@ class Controller:
         env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
-        await_(lambda: "pod list:" in self.log() or not self.alive(), 60, "the pod watcher")
+        wait_until(
+            lambda: "pod list:" in self.log() or not self.alive(),
+            timeout=60,
+            what="the pod watcher",
+        )
         assert self.alive(), self.log()[-3000:]
         return self
 
@@ -180,7 +180,11 @@ def controller_started(
     try:
         ctl.start()
         for name in valid:
-            await_(lambda n=name: objects.policy_valid(n) == "True", 30, f"policy {name} valid")
+            wait_until(
+                lambda n=name: objects.policy_valid(n) == "True",
+                timeout=30,
+                what=f"policy {name} valid",
+            )
         yield ctl
     finally:
         ctl.stop()
