@@ -1,6 +1,8 @@
-"""unmount: the pod's volume and subpath mounts, deepest first; a plain umount, lazy
-(MNT_DETACH) only when allowed, after EBUSY, on the mount still planned and with a complete
-holder scan right after still finding no holder; never MNT_FORCE."""
+"""The node step `unmount`: the pod's volume and subpath mounts the target selects, deepest
+first (stacked mounts top first). Before the first act all of them are checked (a dry run
+stops there); right before each umount2 its own mount is re-read and re-checked: still the
+planned mount, under this pod's volume dirs with no symlink, no holder, no container of the
+pod running, no task blocked in a path lookup through it (agent/steps/checks.py)."""
 
 from __future__ import annotations
 
