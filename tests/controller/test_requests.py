@@ -285,7 +285,7 @@ def test_a_pass_deciding_from_an_older_copy_writes_nothing_and_decides_again(
     # reads (as the watch would have delivered it) is the older version.
     write_as_agent(objects, namespace, rem, {"probe": agent_probe(node, [
         {"path": second, "empty": True}], pod["uid"])})  # fmt: skip
-    reconciler.status.copies.offer(older)
+    reconciler.writer.copies.offer(older)
     before = len(_record_requests(control_plane, namespace, name))
 
     reconciler.reconcile(record)

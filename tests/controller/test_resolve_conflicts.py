@@ -25,7 +25,7 @@ from unstick.controller import metrics
 from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.records import writer as records
 from unstick.controller.records.pod_record import RESOLVE_ATTEMPTS, PodRecords
-from unstick.controller.records.writer import StatusWriter
+from unstick.controller.records.writer import RecordWriter
 from unstick.core.remediation import rfc3339
 from unstick.kube.client import JSON, ClientSettings, Kube
 from unstick.kube.podwatch import TerminatingPod
@@ -98,7 +98,7 @@ def _remediating(kube: Kube, pod: TerminatingPod) -> tuple[PodRecords, JSON]:
     rem = records.create_remediation(
         kube, pod.namespace, pod.name, pod.uid, node=pod.node, dry_run=False
     )
-    status = StatusWriter(kube)
+    status = RecordWriter(kube)
     status.patch(rem, {"phase": "Remediating", "cause": "OrphanedMount", **ANSWER})
     name = rem["metadata"]["name"]
     status.known[pod.uid] = (pod.namespace, name, "Remediating")
@@ -106,7 +106,7 @@ def _remediating(kube: Kube, pod: TerminatingPod) -> tuple[PodRecords, JSON]:
     requests = ProbeRequests()
     requests.asked(pod.uid, time.time() - 5)  # node steps were asked of the agent
     pod_records = PodRecords(
-        kube, time.time, status=status, requests=requests, has_remediation=lambda uid: True
+        kube, time.time, writer=status, requests=requests, has_remediation=lambda uid: True
     )
     return pod_records, rem
 

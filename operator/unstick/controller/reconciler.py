@@ -15,7 +15,7 @@ The Reconciler decides and holds its collaborators, each with a small interface 
 frozen settings and the callables it needs): `NodeSide` (nodeside.py: node steps and
 probes through the agent), `PodActions` (podactions.py: a per-pod force-delete or
 finalizer removal, re-checked, intent first), `IncidentPath` (incidentpath.py: a pod its
-node holds, in the node's incident), all writing through one `StatusWriter`
+node holds, in the node's incident), all writing through one `RecordWriter`
 (statuswriter.py) and taking slots of one `Grants` budget (grants.py).
 """
 
@@ -53,7 +53,7 @@ from unstick.controller.incidents.registry import Incidents
 from unstick.controller.records import identity
 from unstick.controller.records.events import EventQueue
 from unstick.controller.records.pod_record import PodRecords, log_resolved
-from unstick.controller.records.writer import Stale, StatusWriter
+from unstick.controller.records.writer import RecordWriter, Stale
 from unstick.core.model.snapshot import BundleError
 from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE, Phase, parse_time, rfc3339
@@ -112,14 +112,14 @@ class Reconciler:
         self.inputs = inputs
         # Shared by all policies; the strictest limit in a window and the caps hold.
         self.grants = Grants(settings.max_cluster_per_minute, settings.max_node_per_minute)
-        self.status = StatusWriter(kube)
-        self.known = self.status.known  # the pods' Remediations this process read or wrote
+        self.writer = RecordWriter(kube)
+        self.known = self.writer.known  # the pods' Remediations this process read or wrote
         # When this process asked the agent about each pod (trust.ProbeRequests).
         self.requests = trust.ProbeRequests()
         self.pod_records = PodRecords(
             kube,
             clock,
-            status=self.status,
+            writer=self.writer,
             requests=self.requests,
             has_remediation=inputs.has_remediation,
         )
@@ -131,7 +131,7 @@ class Reconciler:
             kube,
             NodeSideSettings(recheck_s=settings.recheck_s, reprobe_s=settings.reprobe_s),
             requests=self.requests,
-            status=self.status,
+            writer=self.writer,
             take_budget=self.grants.take,
             give_back=self.grants.give_back,
         )
@@ -141,7 +141,7 @@ class Reconciler:
             clock,
             fresh=inputs.fresh,
             decide=detector.decide,
-            status=self.status,
+            writer=self.writer,
             take_budget=self.grants.take,
             give_back=self.grants.give_back,
             resolve=self.resolve,
@@ -315,20 +315,20 @@ class Reconciler:
             finish_by = self._kubelet_finish_by(p)
             if finish_by > now:
                 phase = Phase.Remediating if changing else Phase.Observing
-                self.status.write(p, phase, waitingFor=KUBELET_FINISHING)
+                self.writer.write(p, phase, waitingFor=KUBELET_FINISHING)
                 return finish_by
         if not changing:
-            self.status.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
+            self.writer.count_once(p, Action.OBSERVE, "", "succeeded", "observed")
             # the kubelet's window (above) is over: its waitingFor goes (a finalizer
             # owner's, in the summary, stays)
-            self.status.write(p, Phase.Observing, waitingFor=p.summary.get("waitingFor"))
+            self.writer.write(p, Phase.Observing, waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         if dec.policy.dry_run:
             for step in changing:
-                self.status.count_once(
+                self.writer.count_once(
                     p, step.action, step.target, "dry_run", "dry run: nothing changed"
                 )
-            self.status.write(p, Phase.DryRun, waitingFor=p.summary.get("waitingFor"))
+            self.writer.write(p, Phase.DryRun, waitingFor=p.summary.get("waitingFor"))
             return now + self.settings.recheck_s
         step = next((s for s in changing if not _succeeded(p.done, s.action, s.target)), None)
         if step is not None and step.action in NODE_ACTIONS:
@@ -337,13 +337,13 @@ class Reconciler:
             # The agent reported these steps done: judge them by a probe taken after them.
             return self.node_side.steps(p)
         if step is None:
-            self.status.write(p, Phase.Remediating)
+            self.writer.write(p, Phase.Remediating)
             return now + self.settings.recheck_s
         # Only a look at the budget (no slot taken: that happens right before acting), so
         # pods waiting for it do not re-read pod and Node every time a slot frees.
         wait = self.grants.wait(dec.policy, record.node, now)
         if wait > 0:
-            self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
+            self.writer.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
             return now + wait
         return self.pod_actions.act(p, step)
 

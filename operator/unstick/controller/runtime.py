@@ -186,7 +186,7 @@ class Runtime:
 
     def remediation_changed(self, uid: str, body: Any | None) -> None:
         """From Kopf's Remediation watch: index the pod uid, keep the agent's probe."""
-        copies = self.reconciler.status.copies  # a pass reads the record from these
+        copies = self.reconciler.writer.copies  # a pass reads the record from these
         if body is None:
             self.remediations.discard(uid)
             self.probes.pop(uid, None)

@@ -31,7 +31,7 @@ from unstick.controller.deciding.decision import (
 )
 from unstick.controller.deciding.inputs import NodeInputs, fetch_pod
 from unstick.controller.deciding.policies import Policy
-from unstick.controller.records.writer import StatusWriter
+from unstick.controller.records.writer import RecordWriter
 from unstick.core import safety
 from unstick.core.remediation import INTENTS, Phase, rfc3339
 from unstick.core.vocabulary import Action, Refusal
@@ -58,7 +58,7 @@ class PodActions:
         *,
         fresh: NodeInputs,
         decide: Decide,
-        status: StatusWriter,
+        writer: RecordWriter,
         take_budget: Callable[[Policy, str, float], float],
         give_back: Callable[[str, float], None],
         resolve: Callable[[TerminatingPod], object],
@@ -68,7 +68,7 @@ class PodActions:
         self.clock = clock
         self.fresh = fresh  # Node (shared GET, <= 1 s old) and CSINode for the re-check
         self.decide = decide
-        self.status = status
+        self.writer = writer
         self.take_budget = take_budget
         self.give_back = give_back
         self.resolve = resolve
@@ -93,7 +93,7 @@ class PodActions:
             return None
         version = str(meta.get("resourceVersion") or "")
         if step.action == Action.REMOVE_FINALIZER and self.rejected.get(record.uid) == version:
-            self.status.write(p, Phase.Failed, waitingFor=None)  # rejected as it is: no loop
+            self.writer.write(p, Phase.Failed, waitingFor=None)  # rejected as it is: no loop
             return self.clock() + self.settings.recheck_s
         fresh = self.decide(pod, p.probe, self.clock(), self.fresh)
         fd = fresh.diagnosis
@@ -124,7 +124,7 @@ class PodActions:
             # re-check above or refused here costs nothing.
             wait = self.take_budget(fresh.policy, record.node, slot)
             if wait > 0:
-                self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
+                self.writer.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
                 return self.clock() + wait
         if not verdict:  # a safety invariant does not hold right before acting
             metrics.REFUSALS.labels(str(Refusal.UNSAFE)).inc()
@@ -158,14 +158,14 @@ class PodActions:
         # version now (guarded=False), so it is not lost to an agent's write meanwhile.
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
-            self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
+            self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
             return self.clock() + RECHECK_AFTER_CONFLICT_S
         if outcome.result == "rejected":  # recorded once as failed, in the server's words
             self.rejected[record.uid] = version
-            self.status.count_once(p, step.action, step.target, "failed", outcome.message)
-            self.status.write(p, Phase.Failed, guarded=False, waitingFor=None)
+            self.writer.count_once(p, step.action, step.target, "failed", outcome.message)
+            self.writer.write(p, Phase.Failed, guarded=False, waitingFor=None)
             return self.clock() + self.settings.recheck_s
-        self.status.count_once(
+        self.writer.count_once(
             p,
             step.action,
             step.target,
@@ -173,7 +173,7 @@ class PodActions:
             outcome.message,
             force=outcome.result == "failed",
         )
-        self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
+        self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
         return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
 
     def _intend(self, p: Pass, step: Any, slot: float) -> bool:
@@ -195,7 +195,7 @@ class PodActions:
             }
         )
         try:
-            self.status.write(p, Phase.Remediating, waitingFor=None)
+            self.writer.write(p, Phase.Remediating, waitingFor=None)
         except ApiException as exc:
             log.warning(
                 "pod=%s uid=%s action=%s result=postponed: its intent could not be recorded (%s)",

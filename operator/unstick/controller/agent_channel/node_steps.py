@@ -26,7 +26,7 @@ from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.deciding.decision import RATE_LIMITED, Pass
 from unstick.controller.deciding.policies import Policy
 from unstick.controller.records.agent_answers import agent_results, answered_results
-from unstick.controller.records.writer import Stale, StatusWriter
+from unstick.controller.records.writer import RecordWriter, Stale
 from unstick.core.remediation import (
     RETRY_AFTER,
     NodeStep,
@@ -115,7 +115,7 @@ class NodeSide:
         settings: NodeSideSettings,
         *,
         requests: ProbeRequests,
-        status: StatusWriter,
+        writer: RecordWriter,
         take_budget: Callable[[Policy, str, float], float],
         give_back: Callable[[str, float], None] = lambda node, slot: None,
     ) -> None:
@@ -123,12 +123,12 @@ class NodeSide:
         self.give_back = give_back  # a slot whose request was not written (409)
         self.settings = settings
         self.requests = requests  # when this process asked the agent about each pod
-        self.status = status
+        self.writer = writer
         self.take_budget = take_budget  # one slot of the action budget, or the wait
 
     def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
         """Write a request to the agent and remember, in memory, that we made it."""
-        self.status.patch_spec(p.rem, spec)  # onto the version decided from (statuswriter)
+        self.writer.patch_spec(p.rem, spec)  # onto the version decided from (statuswriter)
         self.requests.asked(p.record.uid, p.now)
 
     def steps(self, p: Pass) -> float | None:
@@ -150,7 +150,7 @@ class NodeSide:
             # An unanswered request is not replaced by other steps while the agent may
             # still run it: the next request's answer would take the place of its answer in
             # status.nodeActions before a pass recorded it (every node act on record).
-            self.status.write(p, Phase.Remediating)
+            self.writer.write(p, Phase.Remediating)
             # Never a time already past: that would re-run this pass back to back (a long
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
@@ -164,11 +164,11 @@ class NodeSide:
                 asked = self.requests.last(p.record.uid)
                 if asked is None or asked < parse_time(done_at):
                     self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
-                self.status.write(p, Phase.Remediating, waitingFor=AFTER_NODE_STEPS)
+                self.writer.write(p, Phase.Remediating, waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
             if spec.get("nodeSteps") == steps:
                 # The same steps again after they ran: they did not help. Do not loop.
-                self.status.write(p, Phase.Failed, waitingFor=None)
+                self.writer.write(p, Phase.Failed, waitingFor=None)
                 log.info(
                     "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
                     "agent ran them",
@@ -183,7 +183,7 @@ class NodeSide:
         # nodePerMinute (a CSI volume plus the projected token volume makes 8) never ran.
         wait = self.take_budget(p.dec.policy, p.record.node, p.now)
         if wait > 0:
-            self.status.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
+            self.writer.write(p, Phase.Remediating, waitingFor=RATE_LIMITED)
             return p.now + wait
         try:
             return self._request_steps(p, planned, "requested-from-agent")
@@ -202,7 +202,7 @@ class NodeSide:
         if p.done != ((p.rem.get("status") or {}).get("actions") or []):
             # The agent's answer to the last request, recorded in this pass, goes on record
             # before the next request: the agent answers that one at once, in place of it.
-            self.status.write(p, Phase.Remediating, waitingFor=None)
+            self.writer.write(p, Phase.Remediating, waitingFor=None)
         self._ask(p, request.to_spec())
         failpoints.reached("node-steps-requested")
         log.info(
@@ -216,7 +216,7 @@ class NodeSide:
         # The request's own write was guarded (the decision was made from the record as
         # it is); this one records that decision in our own keys only, whatever the agent
         # wrote since (it reacts to the request at once): not bound to a version.
-        self.status.write(p, Phase.Remediating, guarded=False, waitingFor=None)
+        self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
         return p.now + p.dec.policy.probe_max_age_s * 2
 
     def _ask_again(self, p: Pass, steps: tuple[NodeStep, ...], reason: str, times: int) -> float:
@@ -228,14 +228,14 @@ class NodeSide:
         at = done_at + retry_backoff_s(times, self.settings.recheck_s)
         if p.now < at:
             why = f"the agent refused the node steps ({reason}); asking again at {rfc3339(at)}"
-            self.status.write(p, Phase.Remediating, waitingFor=why)
+            self.writer.write(p, Phase.Remediating, waitingFor=why)
             return at
         return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
     def record_results(self, p: Pass) -> None:
         """Copy the agent's finished node actions into status.actions (by: agent), once."""
         for action, target, result, message in answered_results(p.rem):
-            self.status.count_once(
+            self.writer.count_once(
                 p,
                 action,
                 target,
@@ -260,11 +260,11 @@ class NodeSide:
         if p.now < deadline:
             # Asked in this pass (its write guarded, or the record's create): this records
             # that decision whatever the agent answered since, as after a steps request.
-            self.status.write(p, Phase.WaitingForAgent, guarded=asked != p.now)
+            self.writer.write(p, Phase.WaitingForAgent, guarded=asked != p.now)
             return deadline
         # No fresh probe in time: node state is unknown — observe only (design.md §2).
-        self.status.count_once(
+        self.writer.count_once(
             p, Action.OBSERVE, "", "succeeded", "no fresh probe from the agent: observing"
         )
-        self.status.write(p, Phase.Observing)
+        self.writer.write(p, Phase.Observing)
         return asked + self.settings.reprobe_s

@@ -27,7 +27,7 @@ from unstick.controller.records.agent_answers import (
     late_agent_actions,
     steps_pending,
 )
-from unstick.controller.records.writer import Stale, StatusWriter
+from unstick.controller.records.writer import RecordWriter, Stale
 from unstick.core.remediation import (
     FINAL_PHASES,
     INCIDENT,
@@ -164,14 +164,14 @@ class PodRecords:
         kube: Kube,
         clock: Callable[[], float],
         *,
-        status: StatusWriter,
+        writer: RecordWriter,
         requests: trust.ProbeRequests,
         has_remediation: Callable[[str], bool],
     ) -> None:
         self.kube = kube
         self.clock = clock
-        self.status = status
-        self.known = status.known  # the Remediations this process read or wrote, by pod uid
+        self.writer = writer
+        self.known = writer.known  # the Remediations this process read or wrote, by pod uid
         self.requests = requests
         self.has_remediation = has_remediation  # Kopf's Remediation watch knows one
         # Pods gone while the agent was still running their node steps: pod uid →
@@ -198,7 +198,7 @@ class PodRecords:
                 name=candidate,
                 spec=asked,
             )
-            self.status.copies.offer(rem)
+            self.writer.copies.offer(rem)
             why = identity.identity_mismatch(rem, record)
             if why is None:
                 spec = rem.get("spec") or {}
@@ -237,12 +237,12 @@ class PodRecords:
         """The record from its copy (remcopies.py: the watch's or our own write's answer),
         else a GET. A copy may be older than the server's version: every write from it is
         guarded by its resourceVersion (statuswriter.py), so deciding from it is safe."""
-        rem = self.status.copies.get(namespace, name)
+        rem = self.writer.copies.get(namespace, name)
         if rem is not None:
             return rem
         rem = records.get_remediation(self.kube, namespace, name)
         if rem is not None:
-            self.status.copies.offer(rem)
+            self.writer.copies.offer(rem)
         return rem
 
     def refuse(self, rem: JSON, why: str, now: float) -> None:
@@ -264,7 +264,7 @@ class PodRecords:
         if refusals is not None:
             patch["refusals"] = refusals
         try:
-            self.status.patch(rem, patch, guarded=False)  # identity is immutable (CEL)
+            self.writer.patch(rem, patch, guarded=False)  # identity is immutable (CEL)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -297,7 +297,7 @@ class PodRecords:
         finally:  # the pod is gone: its record's copy is not needed any more
             self.known.pop(record.uid, None)
             if known is not None:
-                self.status.copies.drop(known[0], known[1])
+                self.writer.copies.drop(known[0], known[1])
 
     def _resolve(
         self,
@@ -372,6 +372,6 @@ class PodRecords:
             while len(self.awaiting_agent) > AWAITING_REMEMBERED:
                 self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
         rem["status"] = {}  # write all these keys: a merge patch of our own keys only
-        self.status.patch(rem, final)
+        self.writer.patch(rem, final)
         if late is not None:  # counted once written (a 409 raised above: not written)
             late.count()

@@ -9,7 +9,7 @@ the agent writes `probe`, `nodeActions` and `nodeStepsDoneAt` the same way.
 How a pass writes the pod's Remediation: its status keys (a merge patch of only the
 keys that changed) and its `status.actions` (each counted once in
 `unstick_remediations_total`). The reconciler and its collaborators (nodeside.py,
-podactions.py) write through one StatusWriter, which also remembers which Remediation
+podactions.py) write through one RecordWriter, which also remembers which Remediation
 this process keeps for each pod (`known`), so resolving a pod needs no read, and keeps the
 newest copy of each record (`copies`, remcopies.py), so a pass needs no GET either.
 
@@ -119,7 +119,7 @@ class Stale(ApiException):
         self.record = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
-class StatusWriter:
+class RecordWriter:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
