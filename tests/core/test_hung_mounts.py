@@ -7,12 +7,7 @@ from __future__ import annotations
 import pytest
 
 from unstick.core import fields as f
-from unstick.core.model.probe import (
-    BlockedTask,
-    HungMount,
-    parse_hung_mounts,
-    parse_waiters_unknown,
-)
+from unstick.core.model.probe import BlockedTask, HungMount, parse_waiters_unknown
 from unstick.core.rules.hung_mounts import hung_words, is_hung, lazy_unmount_safe
 
 ROOT = "/var/lib/kubelet"
@@ -33,20 +28,20 @@ def _hung(fstype: str = "nfs4", **kw: object) -> dict[str, object]:
 
 
 def test_an_outside_waiters_path_is_read_and_old_probes_have_none() -> None:
-    (h,) = parse_hung_mounts({"hungMounts": [_hung(blocked=[KUBELET])]})
+    h = HungMount.from_json(_hung(blocked=[KUBELET]), "probe.hungMounts[0]")
     assert h.blocked == (BlockedTask(812, "kubelet", "D", "rpc_wait_bit_killable", "path", VOL),)
     old = {k: v for k, v in KUBELET.items() if k != "path"} | {"via": "cwd"}
-    (h,) = parse_hung_mounts({"hungMounts": [_hung(blocked=[old])]})
+    h = HungMount.from_json(_hung(blocked=[old]), "probe.hungMounts[0]")
     assert h.blocked[0].path == ""
 
 
 def test_a_bad_path_names_its_field() -> None:
     with pytest.raises(f.FieldError, match=r"probe\.hungMounts\[0\]\.blocked\[0\]\.path"):
-        parse_hung_mounts({"hungMounts": [_hung(blocked=[KUBELET | {"path": 7}])]})
+        HungMount.from_json(_hung(blocked=[KUBELET | {"path": 7}]), "probe.hungMounts[0]")
 
 
 def test_the_words_name_the_waiter_outside_the_pod_and_its_path() -> None:
-    (h,) = parse_hung_mounts({"hungMounts": [_hung(blocked=[KUBELET])]})
+    h = HungMount.from_json(_hung(blocked=[KUBELET]), "probe.hungMounts[0]")
     assert (
         f"pid 812 (kubelet, outside the pod, holding nothing) waits in "
         f"`rpc_wait_bit_killable` on {VOL}"

@@ -1,46 +1,169 @@
-"""The node probe (design.md §6 `probe`): the agent's report of what it saw of one pod on
-its node, its facts and their readers.
+"""The node probe (design.md §6 `probe`): what the agent saw of one pod on its node — the
+one home of its schema. Each fact is a dataclass with its JSON: the agent builds them and
+writes `Probe.to_json()` into the Remediation's `status.probe`; the controller and
+`unstick diagnose` read it back with `Probe.from_json` (through
+`unstick.core.model.snapshot`), whose errors name the field (`probe.holders[0].via: ...`).
 
-The readers take the `probe` object as JSON; errors name the field. Only `nodeName`,
-`probedAt`, `kubeletRoot` and `mountinfo` are required: every other key is optional, and
-absent in an older probe reads as before.
+Only `nodeName`, `probedAt`, `kubeletRoot` and `mountinfo` are required: every other key
+is optional, and a probe of an older agent without it reads as before.
+
+A new probe field: its key below, a field on its dataclass, a line in that class's
+`to_json` and one in its `from_json` (optional: older probes lack it) — all in this file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from unstick.core import fields as f
 from unstick.core.model.mountinfo import Mount, MountinfoError, parse_mountinfo
-from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT
+from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT, rfc3339
 
+JSON = dict[str, object]
+T = TypeVar("T")
+
+# --- the keys -----------------------------------------------------------------------------
+# The probe's stamp is named as in the Remediation's spec: NODE_NAME (`nodeName`), POD_UID
+# (`podUID`), PROBED_AT (`probedAt`), from `unstick.core.remediation`.
+KUBELET_ROOT = "kubeletRoot"
+KUBELET_HEALTHY = "kubeletHealthy"
+REGISTERED_PLUGINS = "registeredPlugins"
+MOUNTINFO = "mountinfo"
+VOLUME_DIRS = "volumeDirs"
+HOLDERS = "holders"
+CONTAINERS = "containers"
+POD_DIR_EXISTS = "podDirExists"
+POD_DIRS_SEEN = "podDirsSeen"
+RUNTIME = "runtime"
+HOLDER_SCAN = "holderScan"
+BLIND_SPOTS = "blindSpots"
+CONTAINERS_SOURCE = "containersSource"  # kept for older readers; not read
+D_TASKS = "dTasks"
+FROZEN_CGROUPS = "frozenCgroups"
+HUNG_MOUNTS = "hungMounts"
+WAITERS_UNKNOWN = "waitersUnknown"
+# ... and inside the objects of its lists
+PATH = "path"
+EMPTY = "empty"
+MOUNT_POINT = "mountPoint"
+PID = "pid"
+COMM = "comm"
+VIA = "via"
+NAME = "name"
+ID = "id"
+STATE = "state"
+CREATED_AT = "createdAt"
+RUNTIME_STATE = "runtimeState"
+CONTAINER = "container"
+WCHAN = "wchan"
+STACK = "stack"
+VERSION = "version"
+SELF_FROZEN = "selfFrozen"
+FSTYPE = "fstype"
+SOURCE = "source"
+WAITING = "waiting"
+BLOCKED = "blocked"
+
+# --- the words its values may be ------------------------------------------------------------
 CONTAINER_STATES = ("running", "exited", "created", "unknown")
 HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
 CGROUP_VERSIONS = ("v1", "v2")
+FREEZER_STATES = ("FROZEN", "FREEZING")
 BLOCKED_STATES = ("D", "S")
+RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
+RUNTIME_UNANSWERED = "unanswered"
+HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
+#: A blocked task's `path` on the wire: at most this many characters (the Remediation CRD's
+#: bound), a longer one cut with a trailing "…".
+MAX_PATH = 512
+
+
+def _each(
+    obj: Mapping[str, object], key: str, where: str, read: Callable[[object, str], T]
+) -> tuple[T, ...]:
+    """The optional list `obj[key]` (absent or null: empty), each item read by `read`."""
+    return tuple(
+        read(raw, f"{where}.{key}[{i}]") for i, raw in enumerate(f.opt_list(obj, key, where))
+    )
+
+
+def _one_of(obj: Mapping[str, object], key: str, where: str, allowed: tuple[str, ...]) -> str:
+    value = f.string(obj, key, where)
+    if value not in allowed:
+        raise f.FieldError(f"{where}.{key}", f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _opt_one_of(
+    obj: Mapping[str, object], key: str, where: str, allowed: tuple[str, ...]
+) -> str | None:
+    """An optional word: absent or null → None, else one of `allowed`."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        raise f.FieldError(f"{where}.{key}", f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _positive_pid(obj: Mapping[str, object], where: str) -> int:
+    pid = f.opt_int(obj, PID, where)
+    if pid is None or pid < 1:
+        raise f.FieldError(f"{where}.{PID}", "missing or not a positive integer")
+    return pid
 
 
 @dataclass(frozen=True, slots=True)
 class VolumeDir:
+    """A volume directory of the pod (`probe.volumeDirs[]`)."""
+
     path: str
     empty: bool
+
+    def to_json(self) -> JSON:
+        return {PATH: self.path, EMPTY: self.empty}
+
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> VolumeDir:
+        d = f.as_object(raw, where)
+        empty = f.opt_bool(d, EMPTY, where)
+        if empty is None:
+            raise f.FieldError(f"{where}.{EMPTY}", "missing")
+        return cls(path=f.string(d, PATH, where), empty=empty)
 
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """A process keeping a mount busy."""
+    """A process keeping a mount busy (`probe.holders[]`)."""
 
     mount_point: str
     pid: int
     comm: str
     via: str  # cwd | root | fd | maps | mountns
 
+    def to_json(self) -> JSON:
+        return {MOUNT_POINT: self.mount_point, PID: self.pid, COMM: self.comm, VIA: self.via}
+
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> Holder:
+        h = f.as_object(raw, where)
+        pid = f.opt_int(h, PID, where)
+        if pid is None:
+            raise f.FieldError(f"{where}.{PID}", "missing")
+        return cls(
+            pid=pid,
+            via=_one_of(h, VIA, where, HOLDER_VIA),
+            mount_point=f.string(h, MOUNT_POINT, where),
+            comm=f.string(h, COMM, where, nonempty=False),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Container:
-    """A container as the node's container runtime reports it."""
+    """A container of the pod as the node's container runtime reports it (`probe.containers[]`)."""
 
     pod_uid: str
     name: str
@@ -49,10 +172,31 @@ class Container:
     created_at: datetime | None = None  # the runtime's creation time (CRI), when known
     runtime_state: str = ""  # the runtime's own state word when its processes contradict it
 
+    def to_json(self) -> JSON:
+        out: JSON = {POD_UID: self.pod_uid, NAME: self.name, ID: self.id, STATE: self.state}
+        if self.created_at is not None:
+            out[CREATED_AT] = rfc3339(self.created_at)
+        if self.runtime_state:
+            out[RUNTIME_STATE] = self.runtime_state
+        return out
+
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> Container:
+        c = f.as_object(raw, where)
+        return cls(
+            state=_one_of(c, STATE, where, CONTAINER_STATES),
+            pod_uid=f.string(c, POD_UID, where),
+            name=f.string(c, NAME, where),
+            id=f.string(c, ID, where, nonempty=False),
+            created_at=f.opt_time(c, CREATED_AT, where),
+            runtime_state=f.opt_string(c, RUNTIME_STATE, where) or "",
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class DTask:
-    """A process of the pod in uninterruptible sleep (state D): no signal reaches it."""
+    """A process of the pod in uninterruptible sleep (state D): no signal reaches it
+    (`probe.dTasks[]`)."""
 
     pid: int
     comm: str
@@ -60,13 +204,28 @@ class DTask:
     wchan: str  # the kernel function it waits in ("" when not readable)
     stack: tuple[str, ...] = ()  # the first lines of /proc/<pid>/stack, where readable
 
+    def to_json(self) -> JSON:
+        out: JSON = {PID: self.pid, COMM: self.comm, CONTAINER: self.container, WCHAN: self.wchan}
+        if self.stack:
+            out[STACK] = list(self.stack)
+        return out
 
-FREEZER_STATES = ("FROZEN", "FREEZING")
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> DTask:
+        t = f.as_object(raw, where)
+        return cls(
+            pid=_positive_pid(t, where),
+            comm=f.string(t, COMM, where, nonempty=False),
+            container=f.opt_string(t, CONTAINER, where) or "",
+            wchan=f.opt_string(t, WCHAN, where) or "",
+            stack=f.string_list(t, STACK, where),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class FrozenCgroup:
-    """A cgroup of the pod whose freezer holds its processes (cgroup v1 freezer or v2)."""
+    """A cgroup of the pod whose freezer holds its processes, cgroup v1 freezer or v2
+    (`probe.frozenCgroups[]`)."""
 
     path: str  # the cgroup path, as /proc/<pid>/cgroup names it
     state: str  # FROZEN | FREEZING
@@ -74,10 +233,34 @@ class FrozenCgroup:
     container: str  # the container id ("" for the pod's own cgroup)
     self_frozen: bool | None = None  # frozen itself, not only through its parent
 
+    def to_json(self) -> JSON:
+        return {
+            PATH: self.path,
+            STATE: self.state,
+            VERSION: self.version,
+            CONTAINER: self.container,
+            SELF_FROZEN: self.self_frozen,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> FrozenCgroup:
+        c = f.as_object(raw, where)
+        path = f.string(c, PATH, where)
+        if not path.startswith("/"):
+            raise f.FieldError(f"{where}.{PATH}", f"{path!r} must be an absolute cgroup path")
+        return cls(
+            path=path,
+            state=_one_of(c, STATE, where, FREEZER_STATES),
+            version=_one_of(c, VERSION, where, CGROUP_VERSIONS),
+            container=f.opt_string(c, CONTAINER, where) or "",
+            self_frozen=f.opt_bool(c, SELF_FROZEN, where),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class BlockedTask:
-    """A process waiting inside a network or FUSE filesystem for its server (issue #25)."""
+    """A process waiting inside a network or FUSE filesystem for its server
+    (`probe.hungMounts[].blocked[]`)."""
 
     pid: int
     comm: str
@@ -87,11 +270,39 @@ class BlockedTask:
     # | path (outside the pod, holding nothing: its blocked system call's path is the mount's)
     path: str = ""  # the path its blocked system call looks up ("" when not read)
 
+    def to_json(self) -> JSON:
+        out: JSON = {
+            PID: self.pid,
+            COMM: self.comm,
+            STATE: self.state,
+            WCHAN: self.wchan,
+            VIA: self.via,
+        }
+        if self.path:
+            cut = len(self.path) > MAX_PATH
+            out[PATH] = self.path[: MAX_PATH - 1] + "…" if cut else self.path
+        return out
+
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> BlockedTask:
+        t = f.as_object(raw, where)
+        pid = _positive_pid(t, where)
+        state = _one_of(t, STATE, where, BLOCKED_STATES)
+        return cls(
+            pid=pid,
+            comm=f.string(t, COMM, where, nonempty=False),
+            state=state,
+            wchan=f.opt_string(t, WCHAN, where) or "",
+            via=f.string(t, VIA, where),
+            path=f.opt_string(t, PATH, where) or "",
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class HungMount:
     """A mount of the pod on a network or FUSE filesystem whose server does not answer, as
-    the agent saw it without touching the mount (mountinfo, /proc, the FUSE connection)."""
+    the agent saw it without touching the mount: mountinfo, /proc, the FUSE connection
+    (`probe.hungMounts[]`)."""
 
     mount_point: str
     fstype: str
@@ -99,10 +310,42 @@ class HungMount:
     waiting: int | None  # FUSE: requests waiting for the daemon (None: not FUSE / unread)
     blocked: tuple[BlockedTask, ...] = ()
 
+    def to_json(self) -> JSON:
+        return {
+            MOUNT_POINT: self.mount_point,
+            FSTYPE: self.fstype,
+            SOURCE: self.source,
+            WAITING: self.waiting,
+            BLOCKED: [b.to_json() for b in self.blocked],
+        }
 
-RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
-RUNTIME_UNANSWERED = "unanswered"
-HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE = "complete", "incomplete"
+    @classmethod
+    def from_json(cls, raw: object, where: str) -> HungMount:
+        m = f.as_object(raw, where)
+        point = f.string(m, MOUNT_POINT, where)
+        if not point.startswith("/"):
+            raise f.FieldError(f"{where}.{MOUNT_POINT}", f"{point!r} must be an absolute path")
+        waiting = f.opt_int(m, WAITING, where)
+        if waiting is not None and waiting < 0:
+            raise f.FieldError(f"{where}.{WAITING}", "must not be negative")
+        return cls(
+            mount_point=point,
+            fstype=f.string(m, FSTYPE, where),
+            source=f.string(m, SOURCE, where, nonempty=False),
+            waiting=waiting,
+            blocked=_each(m, BLOCKED, where, BlockedTask.from_json),
+        )
+
+
+def parse_waiters_unknown(p: Mapping[str, object], where: str = "probe") -> tuple[str, ...]:
+    """`probe.waitersUnknown` (optional): absolute mount points."""
+    points = f.string_list(p, WAITERS_UNKNOWN, where)
+    for i, point in enumerate(points):
+        if not point.startswith("/"):
+            raise f.FieldError(
+                f"{where}.{WAITERS_UNKNOWN}[{i}]", f"{point!r} must be an absolute path"
+            )
+    return points
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +354,7 @@ class Probe:
 
     The visibility fields (design.md §3 invariant 8, §5) say which pod was probed and what the
     agent could see; None where an older probe does not say (it then counts as blind for
-    "nothing left", see `sighted`).
+    "nothing left", see `unseen`). `mounts` is `mountinfo` parsed.
     """
 
     node_name: str
@@ -119,7 +362,7 @@ class Probe:
     kubelet_root: str
     kubelet_healthy: bool | None
     registered_plugins: tuple[str, ...]
-    mounts: tuple[Mount, ...]
+    mountinfo: str  # the host mountinfo lines under <kubeletRoot>/pods/<podUID>/
     volume_dirs: tuple[VolumeDir, ...]
     holders: tuple[Holder, ...]
     containers: tuple[Container, ...] | None  # None: the runtime could not be asked
@@ -129,11 +372,17 @@ class Probe:
     runtime: str | None = None  # one of RUNTIME_ANSWERED, or RUNTIME_UNANSWERED
     holder_scan: str | None = None  # HOLDER_SCAN_COMPLETE | HOLDER_SCAN_INCOMPLETE
     blind_spots: tuple[str, ...] = ()  # what the agent could not see, in words
+    containers_source: str | None = None  # the older word for `runtime`, kept on the wire
     d_tasks: tuple[DTask, ...] = ()  # the pod's processes in state D (older probes: none)
     frozen_cgroups: tuple[FrozenCgroup, ...] = ()  # the pod's frozen cgroups (older: none)
     hung_mounts: tuple[HungMount, ...] = ()  # the pod's hung network/FUSE mounts (older: none)
     # the pod's network/FUSE mount points a blocked task may wait on, unread (older: none)
     waiters_unknown: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Parse `mountinfo` (MountinfoError if it is not mountinfo)."""
+        object.__setattr__(self, "mounts", tuple(parse_mountinfo(self.mountinfo)))
 
     @property
     def runtime_answered(self) -> bool:
@@ -164,226 +413,79 @@ class Probe:
             out.append("the holder scan was incomplete")
         return tuple(out)
 
+    def to_json(self) -> JSON:
+        """The `probe` object, every key present (null where not known)."""
+        return {
+            NODE_NAME: self.node_name,
+            POD_UID: self.pod_uid,
+            PROBED_AT: rfc3339(self.probed_at),
+            KUBELET_ROOT: self.kubelet_root,
+            KUBELET_HEALTHY: self.kubelet_healthy,
+            REGISTERED_PLUGINS: list(self.registered_plugins),
+            MOUNTINFO: self.mountinfo,
+            VOLUME_DIRS: [d.to_json() for d in self.volume_dirs],
+            HOLDERS: [h.to_json() for h in self.holders],
+            CONTAINERS: None if self.containers is None else [c.to_json() for c in self.containers],
+            POD_DIR_EXISTS: self.pod_dir_exists,
+            POD_DIRS_SEEN: self.pod_dirs_seen,
+            RUNTIME: self.runtime,
+            HOLDER_SCAN: self.holder_scan,
+            BLIND_SPOTS: list(self.blind_spots),
+            CONTAINERS_SOURCE: self.containers_source,
+            D_TASKS: [t.to_json() for t in self.d_tasks],
+            FROZEN_CGROUPS: [c.to_json() for c in self.frozen_cgroups],
+            HUNG_MOUNTS: [h.to_json() for h in self.hung_mounts],
+            WAITERS_UNKNOWN: list(self.waiters_unknown),
+        }
 
-def parse_d_tasks(p: Mapping[str, object]) -> tuple[DTask, ...]:
-    """`probe.dTasks`: [{pid, comm, container?, wchan?, stack?}]."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "dTasks", "probe")):
-        where = f"probe.dTasks[{i}]"
-        t = f.as_object(raw, where)
-        pid = f.opt_int(t, "pid", where)
-        if pid is None or pid < 1:
-            raise f.FieldError(f"{where}.pid", "missing or not a positive integer")
-        out.append(
-            DTask(
-                pid=pid,
-                comm=f.string(t, "comm", where, nonempty=False),
-                container=f.opt_string(t, "container", where) or "",
-                wchan=f.opt_string(t, "wchan", where) or "",
-                stack=f.string_list(t, "stack", where),
-            )
-        )
-    return tuple(out)
-
-
-def parse_frozen_cgroups(p: Mapping[str, object]) -> tuple[FrozenCgroup, ...]:
-    """`probe.frozenCgroups`: [{path, state, version, container?, selfFrozen?}]."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "frozenCgroups", "probe")):
-        where = f"probe.frozenCgroups[{i}]"
-        c = f.as_object(raw, where)
-        path = f.string(c, "path", where)
-        if not path.startswith("/"):
-            raise f.FieldError(f"{where}.path", f"{path!r} must be an absolute cgroup path")
-        state = f.string(c, "state", where)
-        if state not in FREEZER_STATES:
+    @classmethod
+    def from_json(cls, raw: object, where: str = "probe") -> Probe:
+        """Read a `probe` object; raises `unstick.core.fields.FieldError` naming the field."""
+        p = f.as_object(raw, where)
+        kubelet_root = f.string(p, KUBELET_ROOT, where)
+        if not kubelet_root.startswith("/"):
             raise f.FieldError(
-                f"{where}.state", f"{state!r} is not one of {', '.join(FREEZER_STATES)}"
+                f"{where}.{KUBELET_ROOT}", f"{kubelet_root!r} must be an absolute path"
             )
-        version = f.string(c, "version", where)
-        if version not in CGROUP_VERSIONS:
-            raise f.FieldError(
-                f"{where}.version", f"{version!r} is not one of {', '.join(CGROUP_VERSIONS)}"
+        mountinfo = f.string(p, MOUNTINFO, where, nonempty=False)
+        node_name = f.string(p, NODE_NAME, where)
+        probed_at = f.parse_time(f.get(p, PROBED_AT, where), f"{where}.{PROBED_AT}")
+        kubelet_healthy = f.opt_bool(p, KUBELET_HEALTHY, where)
+        registered_plugins = f.string_list(p, REGISTERED_PLUGINS, where)
+        volume_dirs = _each(p, VOLUME_DIRS, where, VolumeDir.from_json)
+        holders = _each(p, HOLDERS, where, Holder.from_json)
+        containers = None
+        if p.get(CONTAINERS) is not None:
+            containers = _each(p, CONTAINERS, where, Container.from_json)
+        pod_uid = None if p.get(POD_UID) is None else f.string(p, POD_UID, where)
+        seen = f.opt_int(p, POD_DIRS_SEEN, where)
+        if seen is not None and seen < 0:
+            raise f.FieldError(f"{where}.{POD_DIRS_SEEN}", f"{seen} must be >= 0")
+        source = p.get(CONTAINERS_SOURCE)
+        try:
+            return cls(
+                node_name=node_name,
+                probed_at=probed_at,
+                kubelet_root=kubelet_root,
+                kubelet_healthy=kubelet_healthy,
+                registered_plugins=registered_plugins,
+                mountinfo=mountinfo,
+                volume_dirs=volume_dirs,
+                holders=holders,
+                containers=containers,
+                pod_uid=pod_uid,
+                pod_dir_exists=f.opt_bool(p, POD_DIR_EXISTS, where),
+                pod_dirs_seen=seen,
+                runtime=_opt_one_of(p, RUNTIME, where, (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
+                holder_scan=_opt_one_of(
+                    p, HOLDER_SCAN, where, (HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE)
+                ),
+                blind_spots=f.string_list(p, BLIND_SPOTS, where),
+                containers_source=source if isinstance(source, str) else None,
+                d_tasks=_each(p, D_TASKS, where, DTask.from_json),
+                frozen_cgroups=_each(p, FROZEN_CGROUPS, where, FrozenCgroup.from_json),
+                hung_mounts=_each(p, HUNG_MOUNTS, where, HungMount.from_json),
+                waiters_unknown=parse_waiters_unknown(p, where),
             )
-        out.append(
-            FrozenCgroup(
-                path=path,
-                state=state,
-                version=version,
-                container=f.opt_string(c, "container", where) or "",
-                self_frozen=f.opt_bool(c, "selfFrozen", where),
-            )
-        )
-    return tuple(out)
-
-
-def parse_hung_mounts(p: Mapping[str, object]) -> tuple[HungMount, ...]:
-    """`probe.hungMounts` (optional)."""
-    out = []
-    for i, raw in enumerate(f.opt_list(p, "hungMounts", "probe")):
-        where = f"probe.hungMounts[{i}]"
-        m = f.as_object(raw, where)
-        point = f.string(m, "mountPoint", where)
-        if not point.startswith("/"):
-            raise f.FieldError(f"{where}.mountPoint", f"{point!r} must be an absolute path")
-        waiting = f.opt_int(m, "waiting", where)
-        if waiting is not None and waiting < 0:
-            raise f.FieldError(f"{where}.waiting", "must not be negative")
-        out.append(
-            HungMount(
-                mount_point=point,
-                fstype=f.string(m, "fstype", where),
-                source=f.string(m, "source", where, nonempty=False),
-                waiting=waiting,
-                blocked=_blocked(m, where),
-            )
-        )
-    return tuple(out)
-
-
-def _blocked(m: Mapping[str, object], where: str) -> tuple[BlockedTask, ...]:
-    out = []
-    for j, raw in enumerate(f.opt_list(m, "blocked", where)):
-        at = f"{where}.blocked[{j}]"
-        t = f.as_object(raw, at)
-        pid = f.opt_int(t, "pid", at)
-        if pid is None or pid < 1:
-            raise f.FieldError(f"{at}.pid", "missing or not a positive integer")
-        state = f.string(t, "state", at)
-        if state not in BLOCKED_STATES:
-            raise f.FieldError(
-                f"{at}.state", f"{state!r} is not one of {', '.join(BLOCKED_STATES)}"
-            )
-        out.append(
-            BlockedTask(
-                pid=pid,
-                comm=f.string(t, "comm", at, nonempty=False),
-                state=state,
-                wchan=f.opt_string(t, "wchan", at) or "",
-                via=f.string(t, "via", at),
-                path=f.opt_string(t, "path", at) or "",
-            )
-        )
-    return tuple(out)
-
-
-def parse_waiters_unknown(p: Mapping[str, object]) -> tuple[str, ...]:
-    """`probe.waitersUnknown` (optional): absolute mount points."""
-    points = f.string_list(p, "waitersUnknown", "probe")
-    for i, point in enumerate(points):
-        if not point.startswith("/"):
-            raise f.FieldError(f"probe.waitersUnknown[{i}]", f"{point!r} must be an absolute path")
-    return points
-
-
-def _volume_dirs(p: Mapping[str, object]) -> tuple[VolumeDir, ...]:
-    dirs = []
-    for i, raw in enumerate(f.opt_list(p, "volumeDirs", "probe")):
-        where = f"probe.volumeDirs[{i}]"
-        d = f.as_object(raw, where)
-        empty = f.opt_bool(d, "empty", where)
-        if empty is None:
-            raise f.FieldError(f"{where}.empty", "missing")
-        dirs.append(VolumeDir(path=f.string(d, "path", where), empty=empty))
-    return tuple(dirs)
-
-
-def _holders(p: Mapping[str, object]) -> tuple[Holder, ...]:
-    holders = []
-    for i, raw in enumerate(f.opt_list(p, "holders", "probe")):
-        where = f"probe.holders[{i}]"
-        h = f.as_object(raw, where)
-        pid = f.opt_int(h, "pid", where)
-        if pid is None:
-            raise f.FieldError(f"{where}.pid", "missing")
-        via = f.string(h, "via", where)
-        if via not in HOLDER_VIA:
-            raise f.FieldError(f"{where}.via", f"{via!r} is not one of {', '.join(HOLDER_VIA)}")
-        holders.append(
-            Holder(
-                mount_point=f.string(h, "mountPoint", where),
-                pid=pid,
-                comm=f.string(h, "comm", where, nonempty=False),
-                via=via,
-            )
-        )
-    return tuple(holders)
-
-
-def _containers(p: Mapping[str, object]) -> tuple[Container, ...] | None:
-    if p.get("containers") is None:
-        return None
-    containers = []
-    for i, raw in enumerate(f.opt_list(p, "containers", "probe")):
-        where = f"probe.containers[{i}]"
-        c = f.as_object(raw, where)
-        state = f.string(c, "state", where)
-        if state not in CONTAINER_STATES:
-            raise f.FieldError(
-                f"{where}.state", f"{state!r} is not one of {', '.join(CONTAINER_STATES)}"
-            )
-        containers.append(
-            Container(
-                pod_uid=f.string(c, "podUID", where),
-                name=f.string(c, "name", where),
-                id=f.string(c, "id", where, nonempty=False),
-                state=state,
-                created_at=f.opt_time(c, "createdAt", where),
-                runtime_state=f.opt_string(c, "runtimeState", where) or "",
-            )
-        )
-    return tuple(containers)
-
-
-def _one_of(p: Mapping[str, object], key: str, allowed: tuple[str, ...]) -> str | None:
-    value = p.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or value not in allowed:
-        raise f.FieldError(f"probe.{key}", f"{value!r} is not one of {', '.join(allowed)}")
-    return value
-
-
-def _with_visibility(probe: Probe, p: Mapping[str, object]) -> Probe:
-    """`probe` plus the optional keys saying which pod was probed and what was seen."""
-    if p.get(POD_UID) is not None:
-        f.string(p, POD_UID, "probe")  # present: a non-empty string
-    seen = f.opt_int(p, "podDirsSeen", "probe")
-    if seen is not None and seen < 0:
-        raise f.FieldError("probe.podDirsSeen", f"{seen} must be >= 0")
-    return replace(
-        probe,
-        pod_uid=f.opt_string(p, POD_UID, "probe"),
-        pod_dir_exists=f.opt_bool(p, "podDirExists", "probe"),
-        pod_dirs_seen=seen,
-        runtime=_one_of(p, "runtime", (*RUNTIME_ANSWERED, RUNTIME_UNANSWERED)),
-        holder_scan=_one_of(p, "holderScan", (HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE)),
-        blind_spots=f.string_list(p, "blindSpots", "probe"),
-        d_tasks=parse_d_tasks(p),
-        frozen_cgroups=parse_frozen_cgroups(p),
-        hung_mounts=parse_hung_mounts(p),
-        waiters_unknown=parse_waiters_unknown(p),
-    )
-
-
-def probe_from_json(obj: object) -> Probe:
-    p = f.as_object(obj, "probe")
-    kubelet_root = f.string(p, "kubeletRoot", "probe")
-    if not kubelet_root.startswith("/"):
-        raise f.FieldError("probe.kubeletRoot", f"{kubelet_root!r} must be an absolute path")
-    try:
-        mounts = parse_mountinfo(f.string(p, "mountinfo", "probe", nonempty=False))
-    except MountinfoError as err:
-        raise f.FieldError("probe.mountinfo", str(err)) from None
-    probe = Probe(
-        node_name=f.string(p, NODE_NAME, "probe"),
-        probed_at=f.parse_time(f.get(p, PROBED_AT, "probe"), f"probe.{PROBED_AT}"),
-        kubelet_root=kubelet_root,
-        kubelet_healthy=f.opt_bool(p, "kubeletHealthy", "probe"),
-        registered_plugins=f.string_list(p, "registeredPlugins", "probe"),
-        mounts=tuple(mounts),
-        volume_dirs=_volume_dirs(p),
-        holders=_holders(p),
-        containers=_containers(p),
-    )
-    return _with_visibility(probe, p)
+        except MountinfoError as err:
+            raise f.FieldError(f"{where}.{MOUNTINFO}", str(err)) from None

@@ -24,7 +24,7 @@ from unstick.core.model.facts import (
     PodVolume,
     ReadyCondition,
 )
-from unstick.core.model.probe import Probe, probe_from_json
+from unstick.core.model.probe import Probe
 
 
 class BundleError(f.FieldError):
@@ -258,7 +258,7 @@ def _key_and_spec(raw: object, where: str) -> tuple[tuple[str, str], Mapping[str
 def parse_probe(obj: object) -> Probe:
     """Read the `probe` object of design.md §6 (also what the agent writes to a Remediation)."""
     try:
-        return probe_from_json(obj)
+        return Probe.from_json(obj)
     except BundleError:
         raise
     except f.FieldError as err:
@@ -281,7 +281,7 @@ def parse_bundle(obj: object) -> Facts:
             csi_node_drivers=_csi_node_drivers(bundle.get("csiNode")),
             claims=_claims(bundle, pod.namespace),
             pv_drivers=_pv_drivers(bundle),
-            probe=None if probe_obj is None else probe_from_json(probe_obj),
+            probe=None if probe_obj is None else Probe.from_json(probe_obj),
             events=parse_events(bundle, pod.uid),
             leases=parse_leases(bundle),
             deployments=parse_deployments(bundle),
