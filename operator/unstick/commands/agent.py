@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
+
+from unstick.commands import logs
 
 if TYPE_CHECKING:
     from unstick.agent.settings import AgentSettings
@@ -127,7 +128,7 @@ def add_parser(sub: Any) -> None:
         "admission.enabled); while it is missing or narrowed every request is refused on "
         "record (default: none, nothing checked; docs/admission.md)",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    logs.add_log_flags(p)
     p.set_defaults(command="agent")
 
 
@@ -141,9 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from unstick.agent.loop import Agent, LoopSettings
     from unstick.agent.settings import AgentSettings
 
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(args.log_format, args.log_level)
     if not args.kubelet_root.startswith("/"):
         print(
             f"unstick agent: --kubelet-root {args.kubelet_root!r} must be an absolute path",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
+from unstick.commands import logs
 from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 
 #: Kopf renews a peering record `lifetime - randint(5, 10)` s after the last renewal (at
@@ -125,15 +125,15 @@ def add_parser(sub: Any) -> None:
         help="cap on actions per node per minute that no RemediationPolicy can raise "
         f"(default {DEFAULT_NODE_CAP}); a policy's rateLimits.nodePerMinute applies when lower",
     )
-    p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    p.add_argument("--verbose", "-v", action="store_true", help="debug logging (--log-level DEBUG)")
+    logs.add_log_flags(p)
     p.set_defaults(command="controller")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.verbose:
+        args.log_level = "DEBUG"
+    logs.setup(args.log_format, args.log_level, kopf_json=True)
     from unstick.controller import logfilter
 
     logfilter.install()  # a retried 429/5xx answer is a WARNING, not an ERROR
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     )
     kopf_settings = kopf.OperatorSettings()
     registry = build_registry()
-    configure(kopf_settings, args.verbose, registry)
+    configure(kopf_settings, args.log_level == "DEBUG", registry)
     kopf_settings.peering.lifetime = args.peering_lifetime
     memo = kopf.Memo(state=State(settings=settings))
     liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
