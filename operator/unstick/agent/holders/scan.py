@@ -64,21 +64,9 @@ from unstick.agent.holders.proc import (
 from unstick.agent.holders.scan_group import current_group
 from unstick.core.model.mount_identity import MountTable, Target, overlaps, targets_in, under, uses
 from unstick.core.model.mountinfo import Mount, MountinfoError
+from unstick.core.model.probe import Holder
 
 _DELETED = " (deleted)"
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """One process holding one mount."""
-
-    mount_point: str
-    pid: int
-    comm: str
-    via: str
-
-    def to_json(self) -> dict[str, object]:
-        return {"mountPoint": self.mount_point, "pid": self.pid, "comm": self.comm, "via": self.via}
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,9 +53,8 @@ from unstick.agent.probe.pod_tasks import cgroup_mounts, d_tasks, frozen_cgroups
 from unstick.agent.probe.volume_dirs import volume_dirs
 from unstick.agent.settings import AgentSettings
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
-from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT, rfc3339
+from unstick.core.model.probe import HOLDER_SCAN_COMPLETE, HOLDER_SCAN_INCOMPLETE, Probe
 
-COMPLETE, INCOMPLETE = "complete", "incomplete"
 _MAX_BLIND_SPOTS = 6
 _MAX_BLIND_SPOT_CHARS = 300
 
@@ -108,28 +107,29 @@ def probe_pod(
         blind.append(hung.blind_spot())
     seen = pod_dirs_seen(root, blind)
     containers = answer.containers if answer.answered or answer.containers else None
-    return {
-        NODE_NAME: settings.node_name,
-        POD_UID: uid,
-        PROBED_AT: rfc3339(now or datetime.now(UTC)),
-        "kubeletRoot": root,
-        "kubeletHealthy": kubelet_healthy(settings.kubelet_healthz),
-        "registeredPlugins": sorted(plugins),
-        "mountinfo": pod_lines(table.text, root, uid),
-        "volumeDirs": [d.to_json() for d in volume_dirs(root, uid, table.mount_points())],
-        "holders": [h.to_json() for h in holders.holders],
-        "containers": None if containers is None else [c.to_json() for c in containers],
-        "podDirExists": is_real_dir(pod_dir(root, uid)),
-        "podDirsSeen": seen,
-        "runtime": answer.runtime,
-        "holderScan": INCOMPLETE if holders.unknown else COMPLETE,
-        "blindSpots": [b[:_MAX_BLIND_SPOT_CHARS] for b in blind[:_MAX_BLIND_SPOTS]],
-        "containersSource": answer.source,
-        "dTasks": [t.to_json() for t in tasks],
-        "frozenCgroups": [c.to_json() for c in frozen],
-        "hungMounts": [h.to_json() for h in hung.mounts],
-        "waitersUnknown": list(hung.unsure),
-    }
+    probe = Probe(
+        node_name=settings.node_name,
+        pod_uid=uid,
+        probed_at=now or datetime.now(UTC),
+        kubelet_root=root,
+        kubelet_healthy=kubelet_healthy(settings.kubelet_healthz),
+        registered_plugins=tuple(sorted(plugins)),
+        mountinfo=pod_lines(table.text, root, uid),
+        volume_dirs=tuple(volume_dirs(root, uid, table.mount_points())),
+        holders=tuple(holders.holders),
+        containers=None if containers is None else tuple(containers),
+        pod_dir_exists=is_real_dir(pod_dir(root, uid)),
+        pod_dirs_seen=seen,
+        runtime=answer.runtime,
+        holder_scan=HOLDER_SCAN_INCOMPLETE if holders.unknown else HOLDER_SCAN_COMPLETE,
+        blind_spots=tuple(b[:_MAX_BLIND_SPOT_CHARS] for b in blind[:_MAX_BLIND_SPOTS]),
+        containers_source=answer.source,
+        d_tasks=tuple(tasks),
+        frozen_cgroups=tuple(frozen),
+        hung_mounts=tuple(hung.mounts),
+        waiters_unknown=hung.unsure,
+    )
+    return probe.to_json()
 
 
 def pod_mount_counts(table: MountTable, kubelet_root: str) -> Counter[str]:

@@ -32,13 +32,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import grpc
 
 from unstick.agent.holders.scan_group import NextPass
 from unstick.agent.probe.plugins import stub, unix_target
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
-from unstick.core.remediation import rfc3339
+from unstick.core.model.probe import Container
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 _STATES = {
@@ -53,35 +54,11 @@ _MAX_GAPS = 3
 UNANSWERED = "unanswered"
 
 
-@dataclass(frozen=True, slots=True)
-class Container:
-    """One container of the pod."""
-
-    pod_uid: str
-    name: str
-    id: str
-    state: str
-    created_at: str | None = None  # as the runtime (CRI) says, in rfc3339; None from cgroups
-    runtime_state: str = ""  # the runtime's own word when the cgroups contradict it
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "podUID": self.pod_uid,
-            "name": self.name,
-            "id": self.id,
-            "state": self.state,
-        }
-        if self.created_at:
-            out["createdAt"] = self.created_at
-        if self.runtime_state:
-            out["runtimeState"] = self.runtime_state
-        return out
-
-
-def _ns_time(nanoseconds: int) -> str | None:
+def _ns_time(nanoseconds: int) -> datetime | None:
+    """The runtime's creation time (CRI: nanoseconds since the epoch); None when not set."""
     if nanoseconds <= 0:
         return None
-    return rfc3339(nanoseconds / 1e9)
+    return datetime.fromtimestamp(nanoseconds / 1e9, UTC)
 
 
 @dataclass(frozen=True, slots=True)

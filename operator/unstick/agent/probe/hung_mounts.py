@@ -30,61 +30,19 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from unstick.agent.holders.scan import Holder
 from unstick.agent.probe.pod_tasks import read_small, stat_state
 from unstick.agent.probe.waiters import Waiter, scan_waiters, waits_in
 from unstick.core.model.kubelet_paths import normalise
 from unstick.core.model.mountinfo import Mount
+from unstick.core.model.probe import BlockedTask, Holder, HungMount
 from unstick.core.rules.hung_mounts import family
 
 FUSECTL = "sys/fs/fuse/connections"
 MAX_HUNG = 32  # the Remediation CRD's bounds (probe.hungMounts[], .blocked[])
 MAX_BLOCKED = 16
 MAX_CHARS = 256
-MAX_PATH = 512  # a waiter's path in the Remediation (16 of them per mount, 32 mounts)
 POD = "pod"  # `via` of a blocked process of the pod that holds no mount of it
 PATH = "path"  # `via` of a process outside the pod blocked on a path of the mount
-
-
-@dataclass(frozen=True, slots=True)
-class Blocked:
-    pid: int
-    comm: str
-    state: str
-    wchan: str
-    via: str
-    path: str = ""  # the path its blocked system call looks up ("" when not read)
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "pid": self.pid,
-            "comm": self.comm,
-            "state": self.state,
-            "wchan": self.wchan,
-            "via": self.via,
-        }
-        if self.path:
-            cut = len(self.path) > MAX_PATH
-            out["path"] = self.path[: MAX_PATH - 1] + "…" if cut else self.path
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class HungMount:
-    mount_point: str
-    fstype: str
-    source: str
-    waiting: int | None
-    blocked: tuple[Blocked, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "mountPoint": self.mount_point,
-            "fstype": self.fstype,
-            "source": self.source,
-            "waiting": self.waiting,
-            "blocked": [b.to_json() for b in self.blocked],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +86,7 @@ def _task(host_proc: str, pid: int) -> tuple[str, str, str, tuple[str, ...]] | N
     return parsed[0], parsed[1], "" if wchan == "0" else wchan, stack
 
 
-def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
+def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[BlockedTask]:
     """Those of `pids` (pid → via) waiting (state D or S) in the family's wait functions."""
     out = []
     for pid, via in sorted(pids.items()):
@@ -139,7 +97,7 @@ def blocked_in(host_proc: str, fam: str, pids: dict[int, str]) -> list[Blocked]:
         where = waits_in(fam, wchan, stack)
         if where is None:
             continue
-        out.append(Blocked(pid, comm[:64], state, (wchan or where)[:MAX_CHARS], via))
+        out.append(BlockedTask(pid, comm[:64], state, (wchan or where)[:MAX_CHARS], via))
         if len(out) >= MAX_BLOCKED:
             break
     return out
@@ -176,7 +134,9 @@ def hung_mounts(
     return HungScan(out, unsure, tuple(scan.unknown))
 
 
-def with_waiters(blocked: list[Blocked], waiters: list[Waiter], pod: set[int]) -> list[Blocked]:
+def with_waiters(
+    blocked: list[BlockedTask], waiters: list[Waiter], pod: set[int]
+) -> list[BlockedTask]:
     """`blocked` (holders and the pod's processes in the family's wait functions) with the
     tasks blocked on a path of the mount (`mount_waiters`): the path added to one already
     listed, a new entry (via `pod`, else `path`: outside the pod, holding nothing) else."""
@@ -188,5 +148,5 @@ def with_waiters(blocked: list[Blocked], waiters: list[Waiter], pod: set[int]) -
         elif len(out) < MAX_BLOCKED:
             via = POD if w.pid in pod else PATH
             wchan = w.wchan[:MAX_CHARS]
-            out[w.pid] = Blocked(w.pid, w.comm[:64], w.state, wchan, via, w.path)
+            out[w.pid] = BlockedTask(w.pid, w.comm[:64], w.state, wchan, via, w.path)
     return sorted(out.values(), key=lambda b: b.pid)

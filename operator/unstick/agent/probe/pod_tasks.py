@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from unstick.agent.probe.containers import Member
 from unstick.core.model.mountinfo import MountinfoError, parse_mountinfo
+from unstick.core.model.probe import DTask, FrozenCgroup
 
 MAX_TASKS = 16  # the Remediation CRD's bounds (probe.dTasks, probe.frozenCgroups)
 MAX_STACK_LINES = 4
@@ -35,44 +36,6 @@ MAX_CHARS = 256
 V1, V2 = "v1", "v2"
 FROZEN, FREEZING = "FROZEN", "FREEZING"
 _STACK_ADDR = re.compile(r"^\[<[0-9a-fx]+>\]\s*")
-
-
-@dataclass(frozen=True, slots=True)
-class DTask:
-    pid: int
-    comm: str
-    container: str
-    wchan: str
-    stack: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "pid": self.pid,
-            "comm": self.comm,
-            "container": self.container,
-            "wchan": self.wchan,
-        }
-        if self.stack:
-            out["stack"] = list(self.stack)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class FrozenCgroup:
-    path: str  # the cgroup path as /proc/<pid>/cgroup names it
-    state: str  # FROZEN | FREEZING
-    version: str  # v1 | v2
-    container: str  # the container id ("" for the pod-level cgroup)
-    self_frozen: bool | None  # frozen itself (not only through a frozen parent); None: unknown
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "state": self.state,
-            "version": self.version,
-            "container": self.container,
-            "selfFrozen": self.self_frozen,
-        }
 
 
 def read_small(path: str, limit: int = 4096) -> str | None:

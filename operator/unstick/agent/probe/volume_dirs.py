@@ -17,22 +17,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from unstick.core.model.kubelet_paths import CSI_PLUGIN, SUBPATHS, VOLUMES, pod_dir
+from unstick.core.model.probe import VolumeDir
 
 _CSI_MOUNT_DIR = "mount"
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeDir:
-    """One volume directory of the pod."""
-
-    path: str
-    empty: bool
-
-    def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "empty": self.empty}
 
 
 def _subdirs(path: str, mount_points: frozenset[str]) -> Iterator[str]:

@@ -9,14 +9,9 @@ from __future__ import annotations
 import os
 
 from unstick.agent.probe.containers import pod_component, scan_cgroups
-from unstick.agent.probe.pod_tasks import (
-    V1,
-    FrozenCgroup,
-    cgroup_dir,
-    cgroup_mounts,
-    frozen_cgroups,
-)
+from unstick.agent.probe.pod_tasks import V1, cgroup_dir, cgroup_mounts, frozen_cgroups
 from unstick.agent.steps.checks import Checks, Refused
+from unstick.core.model.probe import FrozenCgroup
 from unstick.core.rules.pod_tasks import is_pod_cgroup
 
 
