@@ -16,9 +16,9 @@ class Cause(StrEnum):
     NodeGone = "NodeGone"
     NodeUnreachable = "NodeUnreachable"
     ContainerFrozen = "ContainerFrozen"
-    HungMount = "HungMount"  # issue #25: a network/FUSE mount of the pod whose server is gone
+    HungMount = "HungMount"  # a network/FUSE mount of the pod whose server is gone
     ContainersStillRunning = "ContainersStillRunning"
-    CNITeardownFailed = "CNITeardownFailed"  # issue #25: the CNI plugin's DEL fails (observe)
+    CNITeardownFailed = "CNITeardownFailed"  # the CNI plugin's DEL fails (observe)
     MountBusy = "MountBusy"
     CSIDriverMissing = "CSIDriverMissing"
     OrphanedMount = "OrphanedMount"
@@ -33,9 +33,9 @@ class Action(StrEnum):
     OBSERVE = "observe"
     REPLAY_UNPUBLISH = "replay-unpublish"
     UNMOUNT = "unmount"
-    LAZY_UNMOUNT = "lazy-unmount"  # issue #25: MNT_DETACH of a hung mount (HungMount only)
+    LAZY_UNMOUNT = "lazy-unmount"  # MNT_DETACH of a hung mount (HungMount only)
     RMDIR_STALE = "rmdir-stale"
-    THAW = "thaw"  # issue #25: thaw the pod's frozen cgroups (ContainerFrozen only)
+    THAW = "thaw"  # thaw the pod's frozen cgroups (ContainerFrozen only)
     RESTART_KUBELET = "restart-kubelet"
     FORCE_DELETE = "force-delete"
     REMOVE_FINALIZER = "remove-finalizer"

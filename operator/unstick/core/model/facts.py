@@ -76,7 +76,7 @@ class NodeFacts:
 
 @dataclass(frozen=True, slots=True)
 class PodEvent:
-    """An Event about the pod, from the bundle's `events` (issue #25: CNI teardown)."""
+    """An Event about the pod, from the bundle's `events` (read for a failing CNI teardown)."""
 
     reason: str
     message: str
@@ -86,7 +86,7 @@ class PodEvent:
 
 @dataclass(frozen=True, slots=True)
 class LeaseFacts:
-    """A coordination.k8s.io Lease from the bundle's `leases` (issue #25: finalizer owners)."""
+    """A coordination.k8s.io Lease from the bundle's `leases` (a finalizer's owner)."""
 
     holder: str
     renewed: datetime | None
@@ -95,7 +95,7 @@ class LeaseFacts:
 
 @dataclass(frozen=True, slots=True)
 class DeploymentFacts:
-    """An apps/v1 Deployment from the bundle's `deployments` (issue #25: a policy-mapped
+    """An apps/v1 Deployment from the bundle's `deployments` (a policy-mapped
     finalizer owner). `unavailable_since`: the Available condition's lastTransitionTime
     while it is False (None otherwise)."""
 

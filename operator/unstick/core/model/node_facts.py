@@ -32,7 +32,7 @@ class PodMount:
     csi_driver: str | None  # known only when csi is True and the driver could be resolved
     driver_registered: bool | None  # None unless csi and csi_driver are known
     holders: tuple[Holder, ...] = ()
-    waiters_unknown: bool = False  # a blocked task may wait on it, its path unread (#25)
+    waiters_unknown: bool = False  # a blocked task may wait on it, its path unread
 
     @property
     def replayable(self) -> bool:

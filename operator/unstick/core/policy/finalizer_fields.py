@@ -1,4 +1,4 @@
-"""The RemediationPolicy's finalizer-owner fields (issue #25, docs/contracts.md):
+"""The RemediationPolicy's finalizer-owner fields (docs/contracts.md):
 
     spec:
       finalizerOwners:                    # finalizer prefix → the owner that serves it

@@ -56,7 +56,7 @@ class _Builder:
     ) -> None:
         self.d = d
         self.allowlist = allowlist
-        self.owner_gone_s = owner_gone_s  # spec.finalizerOwnerGoneSeconds (issue #25)
+        self.owner_gone_s = owner_gone_s  # spec.finalizerOwnerGoneSeconds
         self.steps: list[Step] = []
         self.refused: list[Refusal] = []
 
@@ -81,7 +81,7 @@ class _Builder:
         if action in NODE_ACTIONS and not d.probe_fresh:
             return refuse("no fresh probe of the pod's node")  # invariant 1
         root = d.kubelet_root or ""
-        if action in (Action.UNMOUNT, Action.REPLAY_UNPUBLISH):  # issue #25: a plain umount
+        if action in (Action.UNMOUNT, Action.REPLAY_UNPUBLISH):  # a plain umount
             told = waiters_told(target, d.mounts)  # (the driver's too) could hang with a waiter
             if not told:
                 return told
@@ -90,7 +90,7 @@ class _Builder:
             return safety.unmount_safe(
                 target, root, d.uid, holders, containers_running=bool(d.running_containers)
             )
-        if action is Action.LAZY_UNMOUNT:  # issue #25: only a hung mount, unheld
+        if action is Action.LAZY_UNMOUNT:  # only a hung mount, unheld
             if d.cause is not Cause.HungMount:
                 return refuse("lazy-unmount is only for HungMount")
             if d.holders_unknown:
@@ -124,7 +124,7 @@ class _Builder:
                 (m.driver_registered for m in d.mounts if m.mount_point == target), None
             )
             return safety.replay_unpublish_safe(target, root, d.uid, registered)
-        if action is Action.THAW:  # issue #25: only the pod's own frozen cgroups
+        if action is Action.THAW:  # only the pod's own frozen cgroups
             if d.cause is not Cause.ContainerFrozen:
                 return refuse("thaw is only for ContainerFrozen")
             return thaw_safe(target, d.uid, d.frozen_cgroups)

@@ -1,4 +1,4 @@
-"""CNI teardown failing (issue #25): the kubelet cannot remove the pod's sandbox because the
+"""CNI teardown failing: the kubelet cannot remove the pod's sandbox because the
 CNI plugin's DEL fails, so `KillPodSandbox` is retried for ever and the pod stays
 Terminating (calico#7272, multus-cni#669).
 
@@ -8,10 +8,11 @@ The kubelet says so in an Event on the pod (reason `FailedKillPod`), e.g.:
     "rpc error: code = Unknown desc = failed to destroy network for sandbox \\"<id>\\":
     plugin type=\\"calico\\" failed (delete): error getting ClusterInformation: ..."
 
-The bundle's `events` (Events about this pod, as the API returns them; optional) are read
-for that; `CNITeardownFailed` names the plugin, the sandbox and the plugin's error. Observe
-only: the kubelet retries the teardown on its own once the plugin works again, and a
-force-delete would leave the pod's network (its IP, its veth, the plugin's state) behind.
+The bundle's `events` (Events about this pod, as the API returns them; optional; read by
+`unstick.core.model.snapshot`) are searched for that; `CNITeardownFailed` names the
+plugin, the sandbox and the plugin's error. Observe only: the kubelet retries the
+teardown on its own once the plugin works again, and a force-delete would leave the pod's
+network (its IP, its veth, the plugin's state) behind.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finalizer triage (issue #25): who removes each finalizer of a `FinalizerBlocked` pod, and
+"""Finalizer triage: who removes each finalizer of a `FinalizerBlocked` pod, and
 does that controller seem to be running?
 
 Built-in finalizers are mapped to the controller that removes them and the leader lease it

@@ -1,4 +1,4 @@
-"""A mount of the pod whose server is gone (issue #25): a hard NFS mount of a dead server,
+"""A mount of the pod whose server is gone: a hard NFS mount of a dead server,
 a FUSE filesystem whose daemon stopped answering. Everything that touches such a mount
 hangs — the container's processes, the kubelet's own check of the mount point — so the
 pod never finishes terminating.
@@ -11,7 +11,8 @@ it in the probe's optional key `hungMounts` (an older probe has none: read as be
 and, optional too, `waitersUnknown: [mountPoint]`: mounts a task blocked in a path lookup
 may wait on whose path the agent could not read.
 
-This module parses those keys, decides which of the pod's mounts are hung (rule 3b, cause
+Both are read by `unstick.core.model.probe`. This module decides which of the pod's
+mounts are hung (rule 3b, cause
 `HungMount`), says so in words that name the server, and gives the one node step's safety
 predicate: `lazy-unmount` (MNT_DETACH), only for a hung mount of the pod with no holder and
 no running container of the pod — never a plain umount, which can wait on the dead server

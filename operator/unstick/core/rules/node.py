@@ -1,6 +1,6 @@
 """Rules 4-9 of docs/design.md §1-2: what the pod's node shows.
 
-Rule 3a (ContainerFrozen, issue #25) comes first: a fresh probe reports a cgroup of the pod
+Rule 3a (ContainerFrozen) comes first: a fresh probe reports a cgroup of the pod
 FROZEN or FREEZING — a running container the runtime cannot kill. Rule 4
 (ContainersStillRunning) reads the node's containers from a fresh probe, else
 pod.status; rules 5-9 (MountBusy, CSIDriverMissing, OrphanedMount, StaleVolumeDirs,

@@ -1,9 +1,8 @@
-"""What keeps a pod's processes from dying, as the probe reports it (issue #25): its tasks in
-uninterruptible sleep (`dTasks`) and its frozen cgroups (`frozenCgroups`) — the bundle's
-optional keys, and the evidence sentences a person can check on the node.
-
-Both keys are optional: a bundle or probe without them (an older agent) reads as before,
-with nothing reported.
+"""What keeps a pod's processes from dying, as the probe reports it: its tasks in
+uninterruptible sleep (`dTasks`) and its frozen cgroups (`frozenCgroups`, both read by
+`unstick.core.model.probe`; an older probe has neither: nothing reported) — the evidence
+sentences a person can check on the node, which cgroups are the pod's, and the safety
+predicate of the `thaw` step.
 """
 
 from __future__ import annotations

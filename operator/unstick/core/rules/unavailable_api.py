@@ -1,5 +1,5 @@
-"""A namespace stuck Terminating because an aggregated API is unavailable (issue #25,
-kubernetes#83332).
+"""A namespace stuck Terminating because an aggregated API is unavailable
+(kubernetes#83332).
 
 The namespace controller (kube-controller-manager) must list every namespaced resource of
 every API group before it can finish a namespace. When an aggregated API's APIService
