@@ -10,7 +10,10 @@ individual unmount, unpublish or rmdir the step re-checks the mount table and ch
 the path is strictly under this pod's volumes/ or volume-subpaths/, has no symlink
 component, a complete holder scan finds no holder of the mount (an incomplete scan
 refuses), no container of the pod runs, and — before an unmount or unpublish — no task is
-blocked in a path lookup through the mount (`Checks.check_no_waiters`).
+blocked in a path lookup through the mount (`Checks.check_no_waiters`); and, after the
+holder scan and immediately before each umount2 (plain or MNT_DETACH), the mount on top at
+the path and the mounts below it are re-read and must be the ones scanned
+(`Checks.check_unchanged`).
 
 The mount table comes from `unstick.agent.probe.mount_table.MountWatch`: re-read when poll() on
 the open table says it changed since it was last read, else the text read then — which is
@@ -49,11 +52,50 @@ class Refused(Exception):
 
 
 def _identity(m: Mount) -> tuple[int, int, int, str, str, str]:
-    """What must not change between planning and acting on a mount."""
+    """What must not change between planning and acting on a mount: its mount id (which
+    the kernel may reuse), its identity (device and root: core/model/mount_identity.py),
+    filesystem type and source."""
     return (m.mount_id, m.major, m.minor, m.root, m.fstype, m.source)
 
 
+def _words(mounts: tuple[Mount, ...]) -> str:
+    return ", ".join(f"id {m.mount_id} {m.fstype} {m.source} at {m.mount_point}" for m in mounts)
+
+
+@dataclass(frozen=True)
+class AtPoint:
+    """What an unmount at `top.mount_point` can take, as read from one table: `top`, the
+    mount on top there (a plain umount takes it), `stack`, every mount at the point (the
+    top one among them), and `below`, every mount strictly below the point (MNT_DETACH
+    takes the top one's whole subtree). The holder scan is of `top` (and, before a
+    MNT_DETACH, of `below`); right before the act `Checks.check_unchanged` re-reads them."""
+
+    top: Mount
+    stack: tuple[Mount, ...]
+    below: tuple[Mount, ...]
+
+    def identities(self) -> tuple[object, ...]:
+        return (
+            _identity(self.top),
+            frozenset(map(_identity, self.stack)),
+            frozenset(map(_identity, self.below)),
+        )
+
+
+def at_point(mounts: list[Mount], point: str) -> tuple[list[Mount], AtPoint | None]:
+    """The mounts at `point` among `mounts` (a pod table's), and what an unmount there
+    would take (None when nothing or more than one mount is on top there)."""
+    here = [m for m in mounts if m.mount_point == point]
+    parents = {m.parent_id for m in here}
+    top = [m for m in here if m.mount_id not in parents]  # what umount2 would hit
+    if len(top) != 1:
+        return here, None
+    below = tuple(m for m in mounts if m.mount_point.startswith(point.rstrip("/") + "/"))
+    return here, AtPoint(top[0], tuple(here), below)
+
+
 FRESH = "each right after its own checks"  # in a step's message: see ActLog
+REREAD = "top and below re-read after the holder scan"  # ditto
 
 
 @dataclass
@@ -62,27 +104,40 @@ class ActLog:
     tally: every act (umount2, NodeUnpublishVolume, rmdir) must follow, in its own step
     and since the previous act, a check of the mount table (re-read, or unchanged since
     its last read per poll), of the pod's containers and — for an unmount or unpublish —
-    of the mount's holders. The tally goes into the step's message, so the record shows
-    it (`[acts 2, each right after its own checks: …]`)."""
+    of the mount's holders; a umount2 (plain or MNT_DETACH) also a re-read, after the
+    holder scan, of the mount on top at its path and of the mounts below it
+    (`Checks.check_unchanged`). The tally goes into the step's message, so the record
+    shows it (`[acts 2, each right after its own checks: table unchanged 2, top and below
+    re-read after the holder scan 2]`)."""
 
     table: str | None = None  # "re-read" | "unchanged"
     holders: bool = False
     containers: bool = False
+    unchanged: bool = False  # top and below re-read after the holder scan, the same
     acts: int = 0
     fresh: int = 0
+    rereads: int = 0
     tables: dict[str, int] = field(default_factory=dict)
 
-    def act(self, needs_holders: bool) -> None:
+    def act(self, needs_holders: bool, needs_reread: bool = False) -> None:
         self.acts += 1
-        if self.table and self.containers and (self.holders or not needs_holders):
+        if (
+            self.table
+            and self.containers
+            and (self.holders or not needs_holders)
+            and (self.unchanged or not needs_reread)
+        ):
             self.fresh += 1
             self.tables[self.table] = self.tables.get(self.table, 0) + 1
-        self.table, self.holders, self.containers = None, False, False
+            self.rereads += needs_reread
+        self.table, self.holders, self.containers, self.unchanged = None, False, False, False
 
     def summary(self) -> str:
         if not self.acts:
             return ""
         how = ", ".join(f"table {k} {v}" for k, v in sorted(self.tables.items()))
+        if self.rereads:
+            how += f", {REREAD} {self.rereads}"
         if self.fresh == self.acts:
             return f" [acts {self.acts}, {FRESH}: {how}]"
         return f" [acts {self.acts}, only {self.fresh} right after their own checks: {how}]"
@@ -258,22 +313,40 @@ class Checks:
         when nothing of this pod is mounted there any more; Refused unless it is the planned
         mount (same mount id, device, root, filesystem type and source: a mount id can be
         reused by a new mount, and a new mount can appear at the same path)."""
-        here = [
-            m
-            for m in self.pod_table(uid).pod_mounts(self.root, uid)
-            if m.mount_point == planned.mount_point
-        ]
+        now = self.at(uid, planned)
+        return None if now is None else now.top
+
+    def at(self, uid: str, planned: Mount) -> AtPoint | None:
+        """`recheck`, with the mounts stacked at the point and below it, from the same read
+        of the table: what the holder scan before an unmount is of."""
+        here, now = at_point(self.pod_table(uid).pod_mounts(self.root, uid), planned.mount_point)
         if not here:
             return None
-        parents = {m.parent_id for m in here}
-        top = [m for m in here if m.mount_id not in parents]  # what umount2 would hit
-        if len(top) != 1 or _identity(top[0]) != _identity(planned):
-            now = ", ".join(f"id {m.mount_id} {m.fstype} {m.source}" for m in here)
+        if now is None or _identity(now.top) != _identity(planned):
+            listed = ", ".join(f"id {m.mount_id} {m.fstype} {m.source}" for m in here)
             raise Refused(
                 f"{planned.mount_point} changed since it was planned (mount id "
-                f"{planned.mount_id} {planned.fstype} {planned.source}; now {now}): not unmounting"
+                f"{planned.mount_id} {planned.fstype} {planned.source}; now {listed}): "
+                "not unmounting"
             )
-        return top[0]
+        return now
+
+    def check_unchanged(self, uid: str, scanned: AtPoint, after: str = "") -> None:
+        """Right before a umount2 at `scanned.top`'s path, after its holder scan: the table
+        re-read, the mount on top there, every mount stacked there and every mount below
+        it must be the ones scanned (mount id and identity, core/model/mount_identity.py),
+        else Refused — a plain umount would take a mount stacked since on top, MNT_DETACH
+        that one or one mounted below, with its users' files."""
+        point = scanned.top.mount_point
+        _, now = at_point(self.pod_table(uid).pod_mounts(self.root, uid), point)
+        if now is None or now.identities() != scanned.identities():
+            was = _words((*scanned.stack, *scanned.below))
+            is_ = _words((*now.stack, *now.below)) if now is not None else "not one mount on top"
+            raise Refused(
+                f"{after}{point} changed since the holder scan (scanned: {was}; now: {is_}): "
+                "not unmounting"
+            )
+        self.acts.unchanged = True
 
     def volume_lock(self, driver: str, handle: str) -> contextlib.AbstractContextManager[None]:
         """Held around a volume's CSI calls (NodeUnpublishVolume, NodeUnstageVolume)."""

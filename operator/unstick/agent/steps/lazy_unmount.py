@@ -6,12 +6,15 @@ on the dead server, never MNT_FORCE) re-derives the mount from the pod UID and r
 right before acting: it is a mount of this pod, of a network or FUSE filesystem, a
 complete holder scan finds nobody holding it nor any mount below it (MNT_DETACH detaches
 the whole subtree: an NFSv4 submount, or anything mounted inside the volume, goes with it),
-no container of the pod runs.
+no container of the pod runs; and, after that scan, right before MNT_DETACH, the mount on
+top at the path and the mounts below it are re-read and must be the ones scanned
+(`Checks.check_unchanged`: a mount stacked on it or inside it meanwhile would be detached
+instead, or with it).
 """
 
 from __future__ import annotations
 
-from unstick.agent.steps.checks import Checks, Refused
+from unstick.agent.steps.checks import Checks, Refused, at_point
 from unstick.agent.steps.umount2 import MNT_DETACH, umount2
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise
 from unstick.core.rules.hung_mounts import family
@@ -24,24 +27,21 @@ def run(checks: Checks, uid: str, target: str, dry_run: bool) -> str:
         raise Refused(f"target {target!r} is not a normalised absolute mount point")
     if not is_pod_volume_path(wanted, checks.root, uid):
         raise Refused(f"{wanted} is not under this pod's volumes/ or volume-subpaths/")
-    mounts = checks.pod_table(uid).pod_mounts(checks.root, uid)
-    here = [m for m in mounts if m.mount_point == wanted]
+    here, scanned = at_point(checks.pod_table(uid).pod_mounts(checks.root, uid), wanted)
     if not here:
         return f"{wanted} is not mounted (nothing to do)"
-    parents = {m.parent_id for m in here}
-    top = [m for m in here if m.mount_id not in parents]
-    if len(top) != 1 or family(top[0].fstype) is None:
+    if scanned is None or family(scanned.top.fstype) is None:
         kinds = ", ".join(m.fstype for m in here)
         raise Refused(f"{wanted} is not one network or FUSE mount ({kinds}): not lazily unmounted")
-    mount = top[0]
-    # MNT_DETACH takes the whole subtree: every mount below the point goes with it, so
-    # their holders count too (an NFSv4 submount, a mount stacked in the volume)
-    below = [m for m in mounts if m.mount_point.startswith(wanted.rstrip("/") + "/")]
+    mount = scanned.top
     checks.check_pod(uid)
     checks.check_path(uid, mount)
-    checks.check_no_holders(mount, *below)
+    # MNT_DETACH takes the whole subtree: every mount below the point goes with it, so
+    # their holders count too (an NFSv4 submount, a mount stacked in the volume)
+    checks.check_no_holders(mount, *scanned.below)
     if dry_run:
         return f"would lazily unmount {wanted} ({mount.fstype} from {mount.source})"
-    checks.acts.act(needs_holders=True)
+    checks.check_unchanged(uid, scanned)
+    checks.acts.act(needs_holders=True, needs_reread=True)
     umount2(wanted, MNT_DETACH)
     return f"lazily unmounted {wanted} ({mount.fstype} from {mount.source})"

@@ -2,15 +2,17 @@
 first (stacked mounts top first). Before the first act all of them are checked (a dry run
 stops there); right before each umount2 its own mount is re-read and re-checked: still the
 planned mount, under this pod's volume dirs with no symlink, no holder, no container of the
-pod running, no task blocked in a path lookup through it (agent/steps/checks.py)."""
+pod running, no task blocked in a path lookup through it (agent/steps/checks.py); then,
+after that holder scan, the mount on top at the path and the mounts below it are re-read
+once more and must be the ones scanned (`Checks.check_unchanged`: a mount stacked there
+meanwhile is what umount2 would take)."""
 
 from __future__ import annotations
 
 import errno
 
-from unstick.agent.steps.checks import Checks
+from unstick.agent.steps.checks import AtPoint, Checks
 from unstick.agent.steps.umount2 import MNT_DETACH, umount2
-from unstick.core.model.mountinfo import Mount
 
 
 def run(checks: Checks, uid: str, target: str, dry_run: bool, *, lazy: bool = False) -> str:
@@ -34,13 +36,14 @@ def run(checks: Checks, uid: str, target: str, dry_run: bool, *, lazy: bool = Fa
         return "would unmount " + ", ".join(m.mount_point for m in todo)
     done = []
     for mount in todo:
-        current = checks.recheck(uid, mount)
-        if current is None:
+        scanned = checks.at(uid, mount)
+        if scanned is None:
             continue  # gone meanwhile
+        current = scanned.top
         checks.check_pod(uid)
         checks.check_mount(uid, current)
         checks.check_no_waiters(current)
-        done.append(_umount(checks, uid, current, lazy))
+        done.append(_umount(checks, uid, scanned, lazy))
     left = {(m.mount_id, m.mount_point) for m in checks.pod_table(uid).mounts} & {
         (m.mount_id, m.mount_point) for m in todo
     }
@@ -49,21 +52,29 @@ def run(checks: Checks, uid: str, target: str, dry_run: bool, *, lazy: bool = Fa
     return "unmounted " + ", ".join(done)
 
 
-def _umount(checks: Checks, uid: str, mount: Mount, lazy: bool) -> str:
-    """Plain umount of the re-read mount; with `lazy`, MNT_DETACH after EBUSY only if the
-    planned mount is still the one on top (re-read: MNT_DETACH takes whatever is
-    mounted there now, and its whole subtree) and a fresh, complete holder scan still
-    finds nobody (a hold that is not a process, e.g. an fd in flight)."""
-    checks.acts.act(needs_holders=True)
+def _umount(checks: Checks, uid: str, scanned: AtPoint, lazy: bool) -> str:
+    """Plain umount of the re-read mount, if what is at and below its path is still what
+    was scanned; with `lazy`, MNT_DETACH after EBUSY only if the planned mount is still
+    the one on top (re-read: MNT_DETACH takes whatever is mounted there now, and its whole
+    subtree), a fresh, complete holder scan of it and of every mount below it still finds
+    nobody (a hold that is not a process, e.g. an fd in flight), no container of the pod
+    runs, and after that scan the top and the mounts below are still the ones scanned."""
+    mount = scanned.top
+    checks.check_unchanged(uid, scanned)
+    checks.acts.act(needs_holders=True, needs_reread=True)
     try:
         umount2(mount.mount_point)
         return mount.mount_point
     except OSError as exc:
         if not (lazy and exc.errno == errno.EBUSY):
             raise
-    current = checks.recheck(uid, mount)
-    if current is None:
+    busy = "busy (EBUSY) and "
+    again = checks.at(uid, mount)
+    if again is None:
         return f"{mount.mount_point} (gone meanwhile)"
-    checks.check_no_holders(current, after="busy (EBUSY) and ")
-    umount2(current.mount_point, MNT_DETACH)
-    return f"{current.mount_point} (lazy)"
+    checks.check_pod(uid)
+    checks.check_no_holders(again.top, *again.below, after=busy)
+    checks.check_unchanged(uid, again, after=busy)
+    checks.acts.act(needs_holders=True, needs_reread=True)
+    umount2(again.top.mount_point, MNT_DETACH)
+    return f"{again.top.mount_point} (lazy)"
