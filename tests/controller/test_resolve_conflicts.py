@@ -106,7 +106,7 @@ def _remediating(kube: Kube, pod: TerminatingPod) -> tuple[PodRecords, JSON]:
     requests = ProbeRequests()
     requests.asked(pod.uid, time.time() - 5)  # node steps were asked of the agent
     pod_records = PodRecords(
-        kube, time.time, writer=status, requests=requests, has_remediation=lambda uid: True
+        time.time, writer=status, requests=requests, has_remediation=lambda uid: True
     )
     return pod_records, rem
 

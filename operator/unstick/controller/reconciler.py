@@ -12,11 +12,13 @@ twice), and only within the rate-limit budget; the API server guards again (uid
 precondition, JSON-patch test).
 
 The Reconciler decides and holds its collaborators, each with a small interface (its
-frozen settings and the callables it needs): `NodeSide` (nodeside.py: node steps and
-probes through the agent), `PodActions` (podactions.py: a per-pod force-delete or
-finalizer removal, re-checked, intent first), `IncidentPath` (incidentpath.py: a pod its
-node holds, in the node's incident), all writing through one `RecordWriter`
-(statuswriter.py) and taking slots of one `Grants` budget (grants.py).
+frozen settings and the callables it needs): `NodeSide` (agent_channel/node_steps.py:
+node steps and probes through the agent), `PodActions` (acting/pod_actions.py: a per-pod
+force-delete or finalizer removal, re-checked, intent first), `IncidentPath`
+(incidents/path.py: a pod its node holds, in the node's incident), `PodRecords`
+(records/pod_record.py: the pod's own record found, created, refused, resolved), all
+writing through one `RecordWriter` (records/writer.py) and taking slots of one `Grants`
+budget (acting/grants.py).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class ActionInputs:
     has_remediation: Callable[[str], bool]  # a Remediation for this pod uid is known
     events: EventQueue  # Events are posted off the action path
     fresh: NodeInputs  # Node (shared GET, <= 1 s old) and CSINode for the re-check
-    incidents: Incidents  # one record for the pods a node-level fact holds (incidents.py)
+    incidents: Incidents  # one record for the pods a node-level fact holds
 
 
 class Reconciler:
@@ -117,7 +119,6 @@ class Reconciler:
         # When this process asked the agent about each pod (trust.ProbeRequests).
         self.requests = trust.ProbeRequests()
         self.pod_records = PodRecords(
-            kube,
             clock,
             writer=self.writer,
             requests=self.requests,
@@ -163,7 +164,7 @@ class Reconciler:
         """One pass, decided from memory (the watcher's record, the caches and the
         Remediation's copy); right before an action the pod and Node are read again. A
         write from a copy older than the record (409) or of a record gone (404) wrote
-        nothing: the pass is made again at once from a fresh read (statuswriter.Stale)."""
+        nothing: the pass is made again at once from a fresh read (records/writer.py Stale)."""
         for _ in range(STALE_RETRIES):
             try:
                 return self._pass(record)
@@ -378,22 +379,24 @@ class Reconciler:
 
     def release_recorded(self, node: str, at: float) -> None:
         """A grant put back by `rebuild_budget` from a record of time `at` whose act did
-        not take effect after all (adoption.py: the pod is there, never force-deleted)."""
+        not take effect after all (incidents/adoption.py: the pod is there, never
+        force-deleted)."""
         self.grants.give_back(node, at)
 
     # -- the pod is gone ------------------------------------------------------------------
 
     def record_late_answer(self, uid: str, namespace: str, name: str) -> None:
-        """The agent answered node steps of a pod gone meanwhile (podrecord.py)."""
+        """The agent answered node steps of a pod gone meanwhile (records/pod_record.py)."""
         self.pod_records.record_late_answer(uid, namespace, name)
 
     def refuse_record(self, rem: JSON, why: str, now: float) -> None:
-        """Mark a Remediation that is not the record of its pod `Refused` (podrecord.py)."""
+        """Mark a Remediation that is not the record of its pod `Refused`
+        (records/pod_record.py)."""
         self.pod_records.refuse(rem, why, now)
 
     def resolve(self, record: TerminatingPod) -> bool:
         """The pod is gone: forgotten here, noted in its node's incident, or its own
-        Remediation marked Resolved (podrecord.py; kept as the audit trail). False when
+        Remediation marked Resolved (records/pod_record.py; kept as the audit trail). False when
         that record kept changing under the write: call again later."""
         now = self.clock()
         self._final_delete_seen.pop(record.uid, None)

@@ -186,16 +186,16 @@ class Runtime:
 
     def remediation_changed(self, uid: str, body: Any | None) -> None:
         """From Kopf's Remediation watch: index the pod uid, keep the agent's probe."""
-        copies = self.reconciler.writer.copies  # a pass reads the record from these
+        writer = self.reconciler.writer  # a pass reads the record from its copies
         if body is None:
             self.remediations.discard(uid)
             self.probes.pop(uid, None)
             if (known := self.reconciler.known.get(uid)) is not None:
-                copies.drop(known[0], known[1])
+                writer.drop(known[0], known[1])
             return
         self.remediations.add(uid)
         if uid in self.pods:  # offered before the poke below: a poked pass sees this version
-            copies.offer(body)
+            writer.offer(body)
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if uid in self.reconciler.awaiting_agent and (body.get("status") or {}).get(

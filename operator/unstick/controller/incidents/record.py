@@ -26,7 +26,7 @@ from unstick.core.remediation import (
     rfc3339,
 )
 from unstick.core.vocabulary import Action, Cause
-from unstick.kube.client import JSON, Kube, remediation_path
+from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod
 
 INCIDENT_CAUSES = frozenset({Cause.NodeGone, Cause.NodeUnreachable})
@@ -156,7 +156,7 @@ def create_record(
         "spec": {NODE_NAME: inc.node, INCIDENT: inc.cause, DRY_RUN: False},
     }
     try:
-        created = kube.request("POST", remediation_path(inc.namespace), body=body)
+        created = records.post_remediation(kube, inc.namespace, body)
     except ApiException as exc:
         if exc.status != 409:
             raise
@@ -212,9 +212,4 @@ def announce_resolved(
 
 def patch_labels(kube: Kube, inc: Incident, labels: dict[str, str]) -> None:
     """Add the `pod.unstick.dev/<pod>` labels of pods that joined the incident."""
-    kube.request(
-        "PATCH",
-        remediation_path(inc.namespace, inc.name),
-        body={"metadata": {"labels": labels}},
-        content_type="application/merge-patch+json",
-    )
+    records.patch_labels(kube, inc.namespace, inc.name, labels)

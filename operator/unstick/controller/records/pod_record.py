@@ -1,12 +1,13 @@
 """The pod's own Remediation, from its first pass to the pod leaving: found (only the
-record whose identity is the pod's — trust.identity_mismatch), created at the pod's name
-or, when a record that is not the pod's holds it, at the alternate name; a record that is
-not the pod's marked `Refused`; and, when the pod is gone, marked `Resolved` with the
-agent's results no pass recorded yet (a late answer of the agent is recorded when it
-lands). Node incidents keep their own records (incidents.py).
+record whose identity is the pod's — identity.identity_mismatch), created at the pod's
+name or, when a record that is not the pod's holds it, at the alternate name; a record
+that is not the pod's marked `Refused`; and, when the pod is gone, marked `Resolved` with
+the agent's results no pass recorded yet (a late answer of the agent is recorded when it
+lands). Node incidents keep their own records (controller/incidents/registry.py).
 
-`PodRecords` is the reconciler's collaborator for that: it gets the status writer (which
-remembers the records this process keeps), the record of our own requests to the agent
+`PodRecords` is the reconciler's collaborator for that: it reads and writes only through
+the one writer (writer.py `RecordWriter`, which remembers the records this process keeps
+and their copies), and gets the record of our own requests to the agent (`AgentRequests`)
 and the Remediation index — nothing else of the reconciler.
 """
 
@@ -14,20 +15,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics
-from unstick.controller.agent_channel import trust
 from unstick.controller.records import identity
-from unstick.controller.records import writer as records
 from unstick.controller.records.agent_answers import (
     LateActions,
     late_agent_actions,
     steps_pending,
 )
-from unstick.controller.records.writer import RecordWriter, Stale
+from unstick.controller.records.writer import (
+    RecordWriter,
+    Stale,
+    get_remediation,
+    patch_status,
+    remediation_names,
+)
 from unstick.core.remediation import (
     FINAL_PHASES,
     INCIDENT,
@@ -128,12 +133,12 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     pod = kube.get(pod_path(namespace, str(spec[POD_NAME])))
     if pod is not None and (pod.get("metadata") or {}).get("uid") == spec[POD_UID]:
-        return False  # the pod is there: decided by its pass (or checked: recordcheck.py)
+        return False  # the pod is there: decided by its pass (or checked: stray_records.py)
     for attempt in range(1, RESOLVE_ATTEMPTS + 1):
         final, late = resolved_status(rem, now)
         version = str((rem.get("metadata") or {}).get("resourceVersion") or "")
         try:
-            records.patch_status(kube, rem, final, resource_version=version)
+            patch_status(kube, rem, final, resource_version=version)
             if late is not None:
                 late.count()
         except ApiException as exc:
@@ -141,7 +146,7 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
                 return False  # deleted meanwhile: nothing to mark
             if exc.status != 409 or attempt == RESOLVE_ATTEMPTS:
                 raise
-            fresh = records.get_remediation(kube, namespace, name)  # changed: decide again
+            fresh = get_remediation(kube, namespace, name)  # changed: decide again
             if fresh is None or (fresh.get("status") or {}).get("phase") in FINAL_PHASES:
                 return False
             rem = fresh
@@ -158,17 +163,24 @@ def _resolve_left_behind(kube: Kube, rem: JSON, now: float) -> bool:
     return False
 
 
+class AgentRequests(Protocol):
+    """When this controller asked the agent about each pod, in memory
+    (controller/agent_channel/trust.py `ProbeRequests`)."""
+
+    def asked(self, uid: str, now: float) -> None: ...
+    def last(self, uid: str) -> float | None: ...
+    def forget(self, uid: str) -> None: ...
+
+
 class PodRecords:
     def __init__(
         self,
-        kube: Kube,
         clock: Callable[[], float],
         *,
         writer: RecordWriter,
-        requests: trust.ProbeRequests,
+        requests: AgentRequests,
         has_remediation: Callable[[str], bool],
     ) -> None:
-        self.kube = kube
         self.clock = clock
         self.writer = writer
         self.known = writer.known  # the Remediations this process read or wrote, by pod uid
@@ -185,11 +197,10 @@ class PodRecords:
         not the pod's is found there (marked Refused); (None, None) when every name is
         taken so. With `ask_probe` the creation is the probe request too
         (`spec.probeRequestedAt`), remembered as ours only when this POST created it."""
-        names = records.remediation_names(record.name, record.uid)
+        names = remediation_names(record.name, record.uid)
         asked = {PROBE_REQUESTED_AT: rfc3339(now)} if ask_probe else {}
         for candidate in names[names.index(name) :] if name in names else (name,):
-            rem = records.create_remediation(
-                self.kube,
+            rem = self.writer.create(
                 record.namespace,
                 record.name,
                 record.uid,
@@ -198,7 +209,6 @@ class PodRecords:
                 name=candidate,
                 spec=asked,
             )
-            self.writer.copies.offer(rem)
             why = identity.identity_mismatch(rem, record)
             if why is None:
                 spec = rem.get("spec") or {}
@@ -217,14 +227,14 @@ class PodRecords:
     def find(self, record: TerminatingPod, now: float) -> tuple[JSON | None, str | None]:
         """(the pod's Remediation or None, the name it has or gets); name None when every
         name is taken by a record that is not the pod's (each is marked Refused)."""
-        names: tuple[str, ...] = records.remediation_names(record.name, record.uid)
+        names: tuple[str, ...] = remediation_names(record.name, record.uid)
         known = self.known.get(record.uid)
         if known is None and not self.has_remediation(record.uid):
             return None, names[0]
         if known is not None:
             names = (known[1], *[n for n in names if n != known[1]])
         for name in names:
-            rem = self.read(record.namespace, name)
+            rem = self.writer.read(record.namespace, name)
             if rem is None:
                 return None, name
             why = identity.identity_mismatch(rem, record)
@@ -232,18 +242,6 @@ class PodRecords:
                 return rem, name
             self.refuse(rem, why, now)
         return None, None
-
-    def read(self, namespace: str, name: str) -> JSON | None:
-        """The record from its copy (remcopies.py: the watch's or our own write's answer),
-        else a GET. A copy may be older than the server's version: every write from it is
-        guarded by its resourceVersion (statuswriter.py), so deciding from it is safe."""
-        rem = self.writer.copies.get(namespace, name)
-        if rem is not None:
-            return rem
-        rem = records.get_remediation(self.kube, namespace, name)
-        if rem is not None:
-            self.writer.copies.offer(rem)
-        return rem
 
     def refuse(self, rem: JSON, why: str, now: float) -> None:
         """Mark a Remediation that is not the record of its pod `Refused`, saying why."""
@@ -274,13 +272,13 @@ class PodRecords:
         its results in the Resolved Remediation (once)."""
         if uid not in self.awaiting_agent:
             return
-        rem = records.get_remediation(self.kube, namespace, name)
+        rem = self.writer.get(namespace, name)
         if rem is None or (rem.get("spec") or {}).get(POD_UID) != uid or steps_pending(rem):
             return
         self.awaiting_agent.pop(uid, None)
         late = late_agent_actions(rem, self.clock())
         if late is not None:
-            records.patch_status(self.kube, rem, {"actions": late.actions})
+            self.writer.patch_status(rem, {"actions": late.actions})
             late.count()
 
     def resolve(self, record: TerminatingPod, now: float) -> bool:
@@ -295,9 +293,7 @@ class PodRecords:
         try:
             return self._resolve(record, now, known, asked_agent=asked_agent)
         finally:  # the pod is gone: its record's copy is not needed any more
-            self.known.pop(record.uid, None)
-            if known is not None:
-                self.writer.copies.drop(known[0], known[1])
+            self.writer.forget(record.uid)
 
     def _resolve(
         self,
@@ -311,7 +307,7 @@ class PodRecords:
             # The agent may have reported node steps that no pass has recorded yet (the
             # kubelet removes the pod right after them): read the record once to count them.
             namespace, name, phase = known
-            found = self.read(namespace, name)  # its copy: the write below is guarded
+            found = self.writer.read(namespace, name)  # its copy: the write below is guarded
             rem: JSON | None = (
                 found
                 if found is not None and identity.identity_mismatch(found, record) is None
@@ -322,8 +318,8 @@ class PodRecords:
             rem = {"metadata": {"namespace": namespace, "name": name}, "status": {}}
         elif self.has_remediation(record.uid):
             rem = None
-            for name in records.remediation_names(record.name, record.uid):
-                found = records.get_remediation(self.kube, record.namespace, name)
+            for name in remediation_names(record.name, record.uid):
+                found = self.writer.get(record.namespace, name)
                 if found is not None and identity.identity_mismatch(found, record) is None:
                     rem = found
                     break
@@ -339,9 +335,7 @@ class PodRecords:
                 self._mark_resolved(record, rem, now)
                 break
             except Stale as exc:  # the copy was older than the record: read it again
-                fresh = (
-                    None if exc.status == 404 else records.get_remediation(self.kube, *exc.record)
-                )
+                fresh = None if exc.status == 404 else self.writer.get(*exc.record)
                 if fresh is None:  # someone deleted the Remediation meanwhile: nothing to mark
                     break
                 if attempt == RESOLVE_ATTEMPTS:
@@ -365,7 +359,7 @@ class PodRecords:
 
     def _mark_resolved(self, record: TerminatingPod, rem: JSON, now: float) -> None:
         """Phase Resolved, with the agent's results no pass recorded yet; written onto the
-        version `rem` is a copy of when it has one (statuswriter.py)."""
+        version `rem` is a copy of when it has one (writer.py)."""
         final, late = resolved_status(rem, now)
         if steps_pending(rem):  # the agent's answer comes after the pod went: await it
             self.awaiting_agent[record.uid] = (record.namespace, record.name)

@@ -1,17 +1,27 @@
-"""Writes of the controller's Remediations: the requests (a GET, the POST of a pod's record,
-merge patches of spec and of status) and how a pass writes the pod's record.
+"""The one writer of the controller's Remediations (docs/controller.md, "Records").
 
-One Remediation per stuck pod (docs/contracts.md), except the pods a node incident holds
-(controller/incidents/registry.py: one Remediation for the pods of one node). Status is written
-with a JSON merge patch on the status subresource touching only the controller's keys;
-the agent writes `probe`, `nodeActions` and `nodeStepsDoneAt` the same way.
+Every write of a Remediation by the controller goes through this module, and every read
+but one (the start-up's LIST, acting/budget_rebuild.py); its two collaborators are below
+it and call nothing back: `copies.py` (the newest copy of each pod's record) and the API
+client.
 
-How a pass writes the pod's Remediation: its status keys (a merge patch of only the
-keys that changed) and its `status.actions` (each counted once in
-`unstick_remediations_total`). The reconciler and its collaborators (nodeside.py,
-podactions.py) write through one RecordWriter, which also remembers which Remediation
-this process keeps for each pod (`known`), so resolving a pod needs no read, and keeps the
-newest copy of each record (`copies`, remcopies.py), so a pass needs no GET either.
+- The requests (module functions): a GET, the POST of a record (a pod's, or a node
+  incident's as it is), merge patches of spec, of status and of the labels. Status is
+  written with a JSON merge patch on the status subresource touching only the
+  controller's keys; the agent writes `probe`, `nodeActions` and `nodeStepsDoneAt` the
+  same way. Used as they are for the records no pass keeps a copy of: a node
+  incident's (controller/incidents/registry.py: one Remediation for the pods of one
+  node), the waiters on a holder's record (controller/aftermath/watcher.py), the
+  start-up's marks (pod_record.resolve_left_behind, incidents/adoption.py) and the check
+  of stray records (stray_records.py).
+- `RecordWriter`: a pod's own record, as the passes keep it. The reconciler and its
+  collaborators (agent_channel/node_steps.py, acting/pod_actions.py, pod_record.py) read,
+  create and write it only here: its status keys (a merge patch of only the keys that
+  changed), its `status.actions` (each counted once in `unstick_remediations_total`) and
+  the requests to the agent in its spec. It remembers which Remediation this process
+  keeps for each pod (`known`), so resolving a pod needs no read, and keeps the newest
+  copy of each record (`copies`: Kopf's watch offers them too), so a pass needs no GET
+  either.
 
 A write made from a copy carries the copy's resourceVersion (`guarded`): when the record
 changed meanwhile the API server answers 409 and nothing is written; the copy is dropped
@@ -74,6 +84,21 @@ def create_remediation(
     return existing
 
 
+def post_remediation(kube: Kube, namespace: str, body: JSON) -> JSON:
+    """POST a Remediation as it is (a node incident's record: controller/incidents/record.py)."""
+    return kube.request("POST", remediation_path(namespace), body=body)
+
+
+def patch_labels(kube: Kube, namespace: str, name: str, labels: dict[str, str]) -> JSON:
+    """Add `labels` to the record (a merge patch of its metadata.labels)."""
+    return kube.request(
+        "PATCH",
+        remediation_path(namespace, name),
+        body={"metadata": {"labels": labels}},
+        content_type="application/merge-patch+json",
+    )
+
+
 def _body(key: str, value: dict[str, Any], resource_version: str) -> JSON:
     """A merge patch; with a resourceVersion the API server applies it only onto that
     version of the object (409 Conflict otherwise: optimistic concurrency)."""
@@ -120,12 +145,74 @@ class Stale(ApiException):
 
 
 class RecordWriter:
+    """A pod's own record: read from its copy, created, written by the passes, forgotten
+    when the pod is gone."""
+
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         # Remediations this process read or wrote, by pod uid: (namespace, name, phase).
         # Lets `resolve` write without reading it again.
         self.known: dict[str, tuple[str, str, str]] = {}
         self.copies = RemediationCopies()  # the newest version of each record seen here
+
+    # -- reading and creating -----------------------------------------------------------
+
+    def read(self, namespace: str, name: str) -> JSON | None:
+        """The record from its copy (copies.py: the watch's or our own write's answer),
+        else a GET. A copy may be older than the server's version: every write from it is
+        guarded by its resourceVersion, so deciding from it is safe."""
+        rem = self.copies.get(namespace, name)
+        if rem is not None:
+            return rem
+        rem = get_remediation(self.kube, namespace, name)
+        if rem is not None:
+            self.copies.offer(rem)
+        return rem
+
+    def get(self, namespace: str, name: str) -> JSON | None:
+        """The record as the API server has it now (a GET; the copy is left as it is)."""
+        return get_remediation(self.kube, namespace, name)
+
+    def create(
+        self,
+        namespace: str,
+        pod_name: str,
+        uid: str,
+        *,
+        node: str,
+        dry_run: bool,
+        name: str,
+        spec: dict[str, Any],
+    ) -> JSON:
+        """`create_remediation`, its answer kept as the record's copy."""
+        rem = create_remediation(
+            self.kube, namespace, pod_name, uid, node=node, dry_run=dry_run, name=name, spec=spec
+        )
+        self.copies.offer(rem)
+        return rem
+
+    # -- the watch and the pod's going ----------------------------------------------------
+
+    def offer(self, rem: JSON) -> None:
+        """A version of a record from Kopf's Remediation watch (kept if newer)."""
+        self.copies.offer(rem)
+
+    def drop(self, namespace: str, name: str) -> None:
+        """The record was deleted: its copy goes."""
+        self.copies.drop(namespace, name)
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone: which record is its, and that record's copy, are not needed."""
+        known = self.known.pop(uid, None)
+        if known is not None:
+            self.copies.drop(known[0], known[1])
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def patch_status(self, rem: JSON, status: dict[str, Any]) -> None:
+        """A status merge patch of `status` as it is, onto whatever version the record has,
+        its answer not kept (the agent's late answer on a pod gone: no pass reads it)."""
+        patch_status(self.kube, rem, status)
 
     def count_once(
         self,
@@ -150,7 +237,7 @@ class RecordWriter:
 
     def write(self, p: Pass, phase: Phase, *, guarded: bool = True, **extra: Any) -> None:
         """The pass's status: its summary, `phase`, status.actions and `extra` keys.
-        `guarded=False` only for the answer of an act already carried out (podactions.py:
+        `guarded=False` only for the answer of an act already carried out (acting/pod_actions.py:
         it records what happened, it decides nothing)."""
         # a copy: p.done changes after this write (an intent replaced by its answer)
         desired = {**p.summary, "phase": phase, "actions": list(p.done), **extra}
