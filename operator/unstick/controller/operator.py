@@ -140,7 +140,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
         state: State = memo.state
         # The raw object of the event, a plain dict: Kopf's `body` is a view that resolves
         # every key it is asked for (~5 % of the controller's GIL samples in a burst of 100
-        # stuck pods, issue 23). Nothing here changes it (the copies are copies).
+        # stuck pods, docs/benchmark.md). Nothing here changes it (the copies are copies).
         body: dict[str, Any] = event.get("object") or {}
         uid = (body.get("spec") or {}).get(POD_UID)
         if not uid or state.runtime is None:
@@ -195,13 +195,13 @@ class LeanDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf's "essence" of an object (spec, labels, annotations: for changing handlers)
     built without copying `status` first. Kopf deep-copies the whole body on every event
     and then drops status — for a Remediation (probe, actions) most of it: ~12 % of the
-    controller's CPU in a burst of 100 stuck pods (issue 23). The essence is the same:
+    controller's CPU in a burst of 100 stuck pods (docs/benchmark.md). The essence is the same:
     status is never part of it unless a handler names a field.
 
     With `needed=False` (a registry with no changing or spawning handler: `essence_needed`)
     no essence is built at all — Kopf builds one for every event of every watched
     resource and, without such handlers, uses it for nothing: the rest of the deep copy,
-    ~11 % of the controller's GIL samples in that burst (issue 23, fifth round)."""
+    ~11 % of the controller's GIL samples in that burst (docs/benchmark.md)."""
 
     def __init__(self, *, needed: bool = True) -> None:
         super().__init__()

@@ -15,7 +15,7 @@
 
 The parts it drives are built in wiring.py; what happens before the first pass (policies,
 the budget rebuilt, incidents adopted) is startup.py; the check of records that no stuck
-pod backs is recordcheck.py.
+pod backs is records/stray_records.py.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.watchers: list[PodWatcher] = []
-        # design.md §9: blocked replacements and namespaces (controller/aftermath/blocked.py).
+        # design.md §9: blocked replacements and namespaces (controller/aftermath/watcher.py).
         self.aftermath = Aftermath(
             kube,
             Sources(
@@ -238,7 +238,7 @@ class Runtime:
             object_watcher.start()
         self.aftermath.start()
         self.incidents.start()
-        self.kill_events.start()  # issue #25: FailedKillPod Events for the bundles
+        self.kill_events.start()  # the kubelet's FailedKillPod Events, for the bundles
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(

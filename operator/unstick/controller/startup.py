@@ -1,8 +1,9 @@
 """What a controller does before its first pass (docs/controller.md, "What survives a
 crash"): it reads the RemediationPolicies, rebuilds the action budget from the
-Remediations once it is the active replica (budget.py), adopts the node incidents a
-dead controller left unresolved (adoption.py), settled against the pod list, and marks
-`Resolved` the pods' own records whose pods went while no controller ran (podrecord.py)
+Remediations once it is the active replica (acting/budget_rebuild.py), adopts the node
+incidents a dead controller left unresolved (incidents/adoption.py), settled against the
+pod list, and marks `Resolved` the pods' own records whose pods went while no controller
+ran (records/pod_record.py)
 — so no pod is taken for one without a policy, no grant is forgotten, no pod gets a
 second record, and no record of a pod that is gone stays on display as unresolved."""
 
@@ -44,7 +45,7 @@ async def before_first_pass(
     before any pod is dispatched. `synced`: every pod watcher has delivered its first list
     into `pods`."""
     await asyncio.to_thread(load_policies, kube, policies)
-    # Invariant 6: the action budget survives a restart or failover (budget.py).
+    # Invariant 6: the action budget survives a restart or failover (budget_rebuild.py).
     found = await rebuild_from_remediations(kube, reconciler, namespaces, clock, gate)
     adopted, empty = adoption.unresolved(found)
     incidents.adopt(adopted)
@@ -71,7 +72,7 @@ async def before_first_pass(
         )
     failpoints.reached("incidents-adopted")
     # A pod's own record is resolved when the pod watch sees the pod go: not for a pod
-    # that went while no controller ran. A fresh GET tells (podrecord.resolve_left_behind).
+    # that went while no controller ran. A fresh GET tells (pod_record.resolve_left_behind).
     left = podrecord.left_behind(found, pods.__contains__)
     if left:
         resolved = await asyncio.to_thread(podrecord.resolve_left_behind, kube, left, clock())

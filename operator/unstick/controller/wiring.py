@@ -35,7 +35,7 @@ class Parts:
     incidents: Incidents  # node incidents and their writer thread
     detector: Detector
     reconciler: Reconciler
-    kill_events: KillPodEvents  # the kubelet's FailedKillPod Events per pod (issue #25)
+    kill_events: KillPodEvents  # the kubelet's FailedKillPod Events per pod (CNI teardown)
 
 
 def wire(
@@ -52,7 +52,7 @@ def wire(
     events = EventQueue(kube)
     incidents = Incidents(kube, events, clock)
     kill_events = KillPodEvents(kube, clock)
-    # issue #25: whose finalizer, is its controller (lease, policy-mapped Deployment) alive
+    # finalizer triage: whose finalizer, is its controller (lease, policy-mapped Deployment) alive
     leases = OwnerLeases(  # a gap of 3 re-checks without a read breaks a "gone since" run
         kube, policies.finalizer_owners, max_gap_s=max(MAX_GAP_S, 3 * settings.recheck_s)
     )

@@ -70,7 +70,7 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
         node = str(spec.get(NODE_NAME) or "") or "(none)"
         policy = str(status.get("policy") or "")
         times = [_time(spec.get(NODE_STEPS_REQUESTED_AT))]
-        # per-pod records: status.actions; node incidents: status.pods (incidents.py)
+        # per-pod records: status.actions; node incidents: status.pods (incidents/registry.py)
         for entry in [*(status.get("actions") or []), *(status.get("pods") or [])]:
             if (
                 isinstance(entry, dict)

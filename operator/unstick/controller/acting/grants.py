@@ -25,7 +25,7 @@ class Grants:
     def take(self, policy: Policy, node: str, now: float) -> float:
         """One slot (0.0) or the seconds to wait. The slot counts from `now` +
         ACT_WITHIN_S: the act follows within that long, and a restarted controller counts
-        the grant recorded at `now` as made then too (budget.py)."""
+        the grant recorded at `now` as made then too (budget_rebuild.py)."""
         limits = (policy.cluster_per_minute, policy.node_per_minute)
         with self.lock:
             wait = self.budget.peek(node or NO_NODE, now, *limits)
@@ -42,7 +42,7 @@ class Grants:
 
     def give_back(self, node: str, slot: float) -> None:
         """The act taken at `slot` was not carried out (the API server refused it, or a
-        rebuilt grant's act did not take effect: adoption.py)."""
+        rebuilt grant's act did not take effect: incidents/adoption.py)."""
         with self.lock:
             self.budget.release(node or NO_NODE, slot + budget.ACT_WITHIN_S)
 

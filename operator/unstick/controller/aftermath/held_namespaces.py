@@ -1,8 +1,8 @@
-"""Namespaces held by an unavailable aggregated API (issue #25, kubernetes#83332): the
+"""Namespaces held by an unavailable aggregated API (kubernetes#83332): the
 controller's side of `unstick.core.rules.unavailable_api`.
 
 From the namespaces the aftermath thread already keeps in memory
-(`controller/aftermath/blocked.py`):
+(`controller/aftermath/watcher.py`):
 a Terminating namespace whose condition `NamespaceDeletionDiscoveryFailure` names failing
 group/versions gets one Event (reason `NamespaceBlockedByUnavailableAPI`, in namespace
 `default`: a Terminating namespace accepts no new objects) naming each APIService, its

@@ -100,7 +100,7 @@ class Aftermath:
         self.namespaces = DictStore()
         self.waiting: dict[str, Waiting] = {}
         self.ns_announced: dict[str, tuple[tuple[str, str], ...]] = {}
-        self.api_blocked = ApiBlockedNamespaces(kube)  # issue #25: a dead aggregated API
+        self.api_blocked = ApiBlockedNamespaces(kube)  # namespaces a dead aggregated API holds
         self._due: dict[str, tuple[str, str, str, float, str]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()

@@ -4,7 +4,8 @@
 plan); `Pass` is one reconcile pass over one pod (controller/reconciler.py) — what it
 decided and what it has recorded so far; `status_summary` is the part of the
 Remediation's status every write of a pass carries. The reconciler and its collaborators
-(nodeside.py, podactions.py, incidentpath.py) all speak in these.
+(agent_channel/node_steps.py, acting/pod_actions.py, incidents/path.py) all speak in
+these.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def status_summary(record: TerminatingPod, dec: Decision) -> dict[str, Any]:
 
 
 def _owner_wait(dec: Decision) -> dict[str, Any]:
-    """FinalizerBlocked (issue #25): `waitingFor` names the owner an allowlisted finalizer
+    """FinalizerBlocked, finalizer triage: `waitingFor` names the owner an allowlisted finalizer
     waits for (alive, or not gone for spec.finalizerOwnerGoneSeconds yet), else null."""
     d, parsed = dec.diagnosis, dec.policy.parsed
     if str(d.cause) != "FinalizerBlocked" or parsed is None or not dec.opted_in:

@@ -1,5 +1,5 @@
-"""The kubelet's `FailedKillPod` Events, kept in memory per pod UID (issue #25: CNI teardown
-failing, `unstick.core.rules.cni`), so that each diagnosis of a stuck pod sees them without a
+"""The kubelet's `FailedKillPod` Events, kept in memory per pod UID (CNI teardown
+failing: `unstick.core.rules.cni`), so that each diagnosis of a stuck pod sees them without a
 LIST of its own.
 
 One list+watch of Events with `fieldSelector=reason=FailedKillPod` (the controller's RBAC

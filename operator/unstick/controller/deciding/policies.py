@@ -45,7 +45,7 @@ class Policy:
             slack_s=self.slack_s,
             node_lost_after_s=self.node_lost_after_s,
             probe_max_age_s=self.probe_max_age_s,
-            finalizer_owners=getattr(self.parsed, "finalizer_owners", ()),  # issue #25
+            finalizer_owners=getattr(self.parsed, "finalizer_owners", ()),  # finalizer triage
         )
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
@@ -139,7 +139,7 @@ class PolicyBook:
         return None, f"RemediationPolicy {name!r} does not exist"
 
     def finalizer_owners(self) -> list[Any]:
-        """Every valid policy's `spec.finalizerOwners` entries (issue #25): whose owners
+        """Every valid policy's `spec.finalizerOwners` entries (finalizer triage): whose owners
         the controller reads for a FinalizerBlocked pod (each pod's evidence then uses
         its own policy's entries only)."""
         with self._lock:

@@ -69,7 +69,7 @@ class Incidents:
         self._current: dict[tuple[str, str, str, str], Incident] = {}  # taking pods
         self._live: list[Incident] = []  # every incident not forgotten yet
         self._by_uid: dict[str, Incident] = {}
-        # pods also listed by a second record of a dead controller (adoption.py): that
+        # pods also listed by a second record of a dead controller (incidents/adoption.py): that
         # record notes when they go too, but never carries their action
         self._others: dict[str, list[Incident]] = {}
         self._sending: set[str] = set()  # intents whose DELETE's answer is still to come
