@@ -1,4 +1,5 @@
-"""What is known about one pod: the API objects of a snapshot bundle and the node probe.
+"""What is known about one pod: the API objects of a snapshot bundle and the node probe
+(whose facts are `unstick.core.model.probe`'s).
 
 Only the parts the diagnosis needs, already type-checked by `unstick.core.model.snapshot`.
 """
