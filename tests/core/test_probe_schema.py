@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from unstick.core.model.probe import (
     VolumeDir,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 UID = "6f1d2c3b-4a5e-4f60-8a7b-9c0d1e2f3a4b"
 POD = f"/var/lib/kubelet/pods/{UID}"
 LINE = f"812 29 0:52 / {POD}/volumes/kubernetes.io~nfs/data rw,relatime - nfs4 10.0.0.5:/x rw\n"
@@ -253,3 +256,12 @@ def test_the_generated_probes_set_every_field() -> None:
     """A new field of Probe fails here until `_PROBE_FIELDS` generates it (then the round
     trip above covers it)."""
     assert {x.name for x in dataclasses.fields(Probe) if x.init} == set(_PROBE_FIELDS)
+
+
+def test_the_crd_bounds_every_key_the_probe_writes() -> None:
+    """The Remediation CRD's `status.probe` lists exactly the keys of `Probe.to_json` (a new
+    probe field is given its bounds there too)."""
+    crd = yaml.safe_load((REPO / "operator/unstick/crds/remediations.yaml").read_text())
+    schema_ = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    listed = schema_["properties"]["status"]["properties"]["probe"]["properties"]
+    assert set(listed) == set(Probe.from_json(AGENT_PROBE).to_json())
