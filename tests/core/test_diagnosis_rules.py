@@ -17,7 +17,8 @@ from tests.support.bundles import (
 )
 from unstick.core.durations import human
 from unstick.core.model.snapshot import BundleError, parse_bundle, parse_probe
-from unstick.core.rules.diagnosis import DiagnosisSettings, diagnose
+from unstick.core.rules.diagnosis import diagnose
+from unstick.core.rules.settings import DiagnosisSettings
 from unstick.core.vocabulary import Cause
 
 

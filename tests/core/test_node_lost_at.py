@@ -10,7 +10,8 @@ from typing import Any
 
 from tests.support.bundles import bundle, node
 from unstick.core.model.snapshot import parse_bundle
-from unstick.core.rules.diagnosis import DiagnosisSettings, diagnose
+from unstick.core.rules.diagnosis import diagnose
+from unstick.core.rules.settings import DiagnosisSettings
 from unstick.core.vocabulary import Cause
 
 # the bundles' capturedAt is 2026-11-20T10:00:00Z

@@ -1,7 +1,7 @@
 """One opt-in rule (design.md §4, issue #22 finding 7): every caller that decides whether a pod
 opted in — the core's `mandate` (the agent's `read_mandate` before every probe and node
 step), the controller's `opt_in`, policy book and scheduler timing, and
-`core.safety.opted_in` (`unstick diagnose`) — agrees with the rule as written in the docs,
+`core.policy.mandate.opted_in` (`unstick diagnose`) — agrees with the rule as written in the docs,
 for any annotation and any namespace label. An explicit pod "false" opts out even in a
 labelled namespace."""
 
@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 from unstick.agent.authority.rederive import PolicySources, read_mandate
 from unstick.controller.deciding.policies import PolicyBook, opt_in
 from unstick.controller.runtime import _policy_name as timing_policy
-from unstick.core.policy.mandate import PolicyLookup, mandate, policy_name
+from unstick.core.policy.mandate import PolicyLookup, mandate, opted_in, policy_name
 from unstick.core.policy.remediation_policy import parse_policy
-from unstick.core.policy.safety import opted_in
 from unstick.core.vocabulary import Refusal
 
 KEY = "unstick.dev/remediate"

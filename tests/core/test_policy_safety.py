@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from unstick.core.policy.mandate import opted_in
 from unstick.core.policy.ratelimit import ActionBudget
 from unstick.core.policy.remediation_policy import PolicyError, RemediationPolicy, parse_policy
-from unstick.core.policy.safety import (
+from unstick.core.safety import (
     finalizer_allowed,
     force_delete_safe,
     fresh_probe,
-    opted_in,
     replay_unpublish_safe,
     restart_kubelet_allowed,
     rmdir_safe,

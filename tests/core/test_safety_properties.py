@@ -41,8 +41,8 @@ from unstick.core.model.snapshot import parse_bundle
 from unstick.core.policy.planner import Plan, plan
 from unstick.core.policy.ratelimit import ActionBudget
 from unstick.core.policy.remediation_policy import RemediationPolicy, parse_policy
-from unstick.core.policy.safety import MAX_CLOCK_SKEW_S
 from unstick.core.rules.diagnosis import diagnose
+from unstick.core.safety import MAX_CLOCK_SKEW_S
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Cause
 
 SEEN: set[Cause] = set()  # causes the generated cases reached

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from unstick.core.model.snapshot import parse_bundle
+from unstick.core.policy.mandate import opted_in
 from unstick.core.policy.planner import plan
 from unstick.core.policy.remediation_policy import parse_policy
-from unstick.core.policy.safety import opted_in
 from unstick.core.rules.diagnosis import diagnose
 
 REPO = Path(__file__).resolve().parents[2]
