@@ -4,7 +4,10 @@ finish after node steps), and when that wait ends."""
 
 from __future__ import annotations
 
-from unstick.controller.deciding.decision import KUBELET_FINISHING, OBSERVING, WAITING, announces
+from unstick.controller.deciding.decision import KUBELET_FINISHING, announces
+from unstick.core.remediation import Phase
+
+WAITING, OBSERVING = Phase.WaitingForAgent, Phase.Observing
 
 OBSERVED = [{"action": "observe", "result": "succeeded"}]
 

@@ -22,6 +22,7 @@ from urllib.parse import quote
 from unstick.commands import options
 from unstick.core.remediation import (
     ALL_REMEDIATIONS,
+    FINAL_PHASES,
     INCIDENT,
     NODE_NAME,
     POD_NAME,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 EXIT_FAILED = 1
 REMEDIATIONS = ALL_REMEDIATIONS
-FINAL = ("Resolved", "Refused")
+FINAL = FINAL_PHASES
 
 
 def add_parser(sub: Any) -> None:

@@ -27,7 +27,6 @@ from unstick.kube.podwatch import TerminatingPod
 RATE_LIMITED = "rate limit: the policy's action budget is used up; retried when it refills"
 #: `status.waitingFor` while the kubelet gets --kubelet-finish-seconds after node steps.
 KUBELET_FINISHING = "the kubelet to finish the pod itself after the node steps"
-WAITING, OBSERVING = Phase.WaitingForAgent, Phase.Observing  # status.phase
 #: A write that met a newer version of the record, or an act refused by a precondition:
 #: the pod is decided again this long after, from a fresh read.
 RECHECK_AFTER_CONFLICT_S = 1.0
@@ -135,8 +134,12 @@ def announces(before: JSON, after: JSON, cause: str, waiting: bool) -> bool:
             isinstance(a, dict) and a.get("action") == str(Action.OBSERVE)
             for a in before.get("actions") or []
         )
-        return after.get("phase") == OBSERVING and before.get("phase") != OBSERVING and not observed
+        begins = after.get("phase") == Phase.Observing and before.get("phase") != Phase.Observing
+        return begins and not observed
     if after.get("waitingFor") == KUBELET_FINISHING:
         return False
-    held = before.get("phase") == WAITING or before.get("waitingFor") == KUBELET_FINISHING
+    held = (
+        before.get("phase") == Phase.WaitingForAgent
+        or before.get("waitingFor") == KUBELET_FINISHING
+    )
     return before.get("cause") != cause or held
