@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests proto clean help
+.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -22,6 +22,7 @@ help:
 	@echo "make kind-image   (root) build the kind suite's node image into podman (tests/kind builds"
 	@echo "                  it on first use too; docs/kind.md)"
 	@echo "make manifests    render manifests/ from the Helm chart"
+	@echo "make chart-readme charts/unstick/README.md from the comments in values.yaml"
 	@echo "make bench        scale benchmark against peer approaches (long)"
 	@echo "make bench-quick  the same, small (under 5 minutes)"
 
@@ -91,6 +92,10 @@ bench-quick: venv tools
 
 manifests: venv tools
 	bash hack/render-manifests.sh
+
+# charts/unstick/README.md from values.yaml's comments (helm-docs style; a test checks it)
+chart-readme: venv
+	$(PY) hack/chart-readme.py
 
 proto: venv
 	bash hack/gen-proto.sh

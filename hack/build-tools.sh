@@ -75,8 +75,15 @@ fi
 kwok=$(pinned kwok sigs.k8s.io/kwok)
 build kwok "$cache/kwok-$kwok" kwok=sigs.k8s.io/kwok/cmd/kwok
 helm=$(pinned helm helm.sh/helm/v3)
-build helm "$cache/helm-$helm" helm=helm.sh/helm/v3/cmd/helm -- \
-  "-X helm.sh/helm/v3/internal/version.version=$helm"
+# As helm's own Makefile: the Kubernetes version `helm template` and `helm lint` assume
+# (without a cluster) is that of its client-go, not the source's fallback v1.20.0, which
+# the chart's kubeVersion (>=1.30) refuses.
+helmk8s=$(pinned helm k8s.io/client-go); helmk8s=${helmk8s#v0.}; helmk8s=${helmk8s%%.*}
+build helm "$cache/helm-$helm-k8s1.$helmk8s" helm=helm.sh/helm/v3/cmd/helm -- \
+  "-X helm.sh/helm/v3/internal/version.version=$helm $(
+  for p in chartutil lint/rules; do
+    printf -- '-X helm.sh/helm/v3/pkg/%s.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/%s.k8sVersionMinor=%s ' "$p" "$p" "$helmk8s"
+  done)"
 promtool=$(pinned promtool github.com/prometheus/prometheus)
 # remove_all_sd: without the cloud service discoveries (only rule files are checked): half the build
 GOFLAGS="$GOFLAGS -tags=remove_all_sd" build promtool "$cache/promtool-$promtool-nosd" promtool=github.com/prometheus/prometheus/cmd/promtool

@@ -73,7 +73,8 @@ metadata:
     # The agent is privileged (hostPID, hostNetwork, Bidirectional mounts).
     pod-security.kubernetes.io/enforce: privileged
 NS
-  "$helm" template unstick "$out/chart" --namespace unstick
+  # --skip-tests: the `helm test` hook is for `helm test`, not for kubectl apply
+  "$helm" template unstick "$out/chart" --namespace unstick --skip-tests
 } > "$out/manifests/unstick.yaml"
 
 if [ $check = 1 ]; then

@@ -46,8 +46,11 @@ def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedP
 
 
 def template(helm: str, *args: str) -> list[dict[str, Any]]:
-    """`helm template` the chart (release unstick, namespace unstick) into objects."""
-    proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *args)
+    """`helm template` the chart (release unstick, namespace unstick) into objects; without
+    the `helm test` hook (tests/chart/test_helm_test.py renders that)."""
+    proc = run_helm(
+        helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--skip-tests", *args
+    )
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
