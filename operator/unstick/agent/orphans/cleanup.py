@@ -19,7 +19,12 @@ One pass (`OrphanPass.run`, from the agent's summary thread):
    fd (`safepath.rmdir_at`: never through a symlink, even one swapped in after listing).
    A file is never removed, nothing is removed recursively: a dir with data stays and is
    reported with its size and paths. Each dir cleaned is one action of this node's budget
-   (`authority.NodeBudget`).
+   (`authority.NodeBudget`), taken only when there is an act to do (a mount, or an empty
+   directory to remove), and the orphan pass takes at most half of it (`ORPHAN_SHARE`):
+   the rest is the stuck pods'. A dir that one clean left as it was (its directories and
+   mounts: `tree_state`) — data only, a directory that cannot be removed, a refused
+   unmount — is not cleaned again until it changes (or `RELOOK_S` passed): its report
+   keeps the words of that clean.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from unstick.agent.steps.executor import DRY_RUN, FAILED, REFUSED, Executor
 from unstick.agent.steps.safepath import UnsafePath, rmdir_at
 from unstick.core.model.kubelet_paths import classify, normalise, pod_dir
 from unstick.core.model.mountinfo import Mount
+from unstick.core.policy.ratelimit import Grant, SlidingWindow
 from unstick.core.policy.remediation_policy import (
     DEFAULT_POLICY,
     PolicyError,
@@ -62,6 +68,12 @@ log = logging.getLogger(__name__)
 
 JSON = dict[str, object]
 MAX_FILES = 10_000  # files looked at per orphaned dir (a report, not an inventory)
+ORPHAN_SHARE = 2  # the orphan pass takes at most 1/ORPHAN_SHARE of the node's budget
+RELOOK_S = 600.0  # a dir a clean left unchanged is cleaned again once it changes, or then
+NOTHING_TO_DO = (
+    "not cleaned: nothing to do (no mount, no empty directory; files are never removed); "
+    "looked at again when the directory changes"
+)
 
 
 def pod_dir_ages(kubelet_root: str, now: float) -> dict[str, float]:
@@ -105,6 +117,38 @@ def files_left(top: str, mount_points: frozenset[str]) -> list[tuple[str, int]]:
         except OSError:
             continue
     return sorted(found)
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """What a clean of a pod dir could change: its directories (path, inode, mtime — a
+    directory's mtime changes with every entry added or removed in it) and the mount points
+    under it; `has_empty`: some directory in it is empty (an rmdir to do)."""
+
+    fingerprint: frozenset[tuple[str, int, int]]
+    has_empty: bool
+
+
+def tree_state(top: str, mount_points: frozenset[str]) -> TreeState:
+    """The `TreeState` of `top`, walked with lstat (no symlink followed, no mount point
+    entered)."""
+    seen = {(p, 0, 0) for p in mount_points if p.startswith(top.rstrip("/") + "/")}
+    has_empty = False
+    stack = [top]
+    while stack:
+        path = stack.pop()
+        try:
+            st = os.lstat(path)
+            with os.scandir(path) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        seen.add((path, st.st_ino, st.st_mtime_ns))
+        has_empty = has_empty or not entries
+        for e in entries:
+            if e.path not in mount_points and e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+    return TreeState(frozenset(seen), has_empty)
 
 
 def _dirs_below(top: str, mount_points: frozenset[str]) -> list[str]:
@@ -173,6 +217,10 @@ class OrphanPass:
     clock: Callable[[], float] = time.time
     min_age_s: float = ORPHAN_MIN_AGE_S
     mode: str = field(default="observe", init=False)  # the policy's word, last pass
+    # the orphan pass's own grants of the node budget (its share: ORPHAN_SHARE)
+    grants: SlidingWindow = field(default_factory=SlidingWindow, init=False)
+    # uid -> (the dir's state after a clean that changed nothing, when, that clean's words)
+    idle: dict[str, tuple[TreeState, float, str]] = field(default_factory=dict, init=False)
 
     @property
     def root(self) -> str:
@@ -236,6 +284,7 @@ class OrphanPass:
             return None
         table = read_mount_table(self.settings.mountinfo)
         found = [self.inspect(uid, ages[uid], table) for uid in uids]
+        self.idle = {uid: v for uid, v in self.idle.items() if uid in uids}
         if not found:
             return found
         policy, why = self.policy()
@@ -247,7 +296,43 @@ class OrphanPass:
         return [self.clean(d, policy) if d.state != "held" else d for d in found]
 
     def clean(self, d: OrphanDir, policy: RemediationPolicy) -> OrphanDir:
-        """The safe steps for one orphaned dir; the report of what is left afterwards."""
+        """The safe steps for one orphaned dir, when there is one to do; the report of what
+        is left afterwards. A dir the last clean left as it was is skipped until it
+        changes (or RELOOK_S passed), with that clean's words."""
+        before = tree_state(d.path, self._table_points())
+        idle = self.idle.get(d.uid)
+        if idle is not None and idle[0] == before and self.clock() - idle[1] < RELOOK_S:
+            return replace(d, result=idle[2])
+        if not d.mounts and not before.has_empty:  # no act to do: no budget taken
+            self.idle[d.uid] = (before, self.clock(), NOTHING_TO_DO)
+            return replace(d, result=NOTHING_TO_DO)
+        self.idle.pop(d.uid, None)
+        done = self._clean(d, policy)
+        if done.result.startswith("not cleaned") or done.result.startswith("rate limit"):
+            return done  # nothing was tried: looked at again next pass
+        if os.path.lexists(d.path) and tree_state(d.path, self._table_points()) == before:
+            self.idle[d.uid] = (before, self.clock(), done.result)
+        return done
+
+    def _take_budget(self, policy: RemediationPolicy) -> str:
+        """'' when this dir may take one action of the node's budget (recorded), else why
+        not: the orphan pass's share (at most 1/ORPHAN_SHARE of the strictest limit in
+        force, rounded down) is used up, or the node's budget is."""
+        now, limit = self.clock(), policy.rate_limits.node_per_minute
+        share = min(limit, self.budget.cap) // ORPHAN_SHARE
+        if share == 0 or self.grants.wait_s(now, share) > 0:
+            return (
+                f"rate limit: the orphan pass's share of this node's budget ({share} per "
+                f"minute: half of {min(limit, self.budget.cap)}, the rest is the stuck pods') "
+                "is used up"
+            )
+        wait = self.budget.try_take(now, limit)
+        if wait > 0:
+            return f"rate limit: this node's budget is used up for {wait:.0f}s"
+        self.grants.add(Grant(now, share))
+        return ""
+
+    def _clean(self, d: OrphanDir, policy: RemediationPolicy) -> OrphanDir:
         live = self._live()  # right before acting: the pod may exist after all
         if live is None or d.uid in live:
             return replace(d, result="not cleaned: the pod list does not prove it gone")
@@ -263,12 +348,10 @@ class OrphanPass:
             names = ", ".join(str(a) for a in refused)
             return replace(d, result=f"not cleaned: policy {policy.name!r} does not permit {names}")
         if not policy.dry_run:
-            wait = self.budget.try_take(self.clock(), policy.rate_limits.node_per_minute)
-            if wait > 0:
+            busy = self._take_budget(policy)
+            if busy:
                 self.on_refusal(Refusal.POLICY_FORBIDS)
-                return replace(
-                    d, result=f"rate limit: this node's budget is used up for {wait:.0f}s"
-                )
+                return replace(d, result=busy)
         results = []
         for action in steps:
             r = self.executor.run_step(
