@@ -1,7 +1,7 @@
 """Fail points: named places where a test makes the real controller process die or fail.
 
 Crash safety (design.md §3 invariant 10) is tested by SIGKILLing the real controller at
-chosen points of a node incident (tests/envtest/test_incident_crashes.py). Waiting for a
+chosen points of a node incident (tests/controller/test_incident_crashes.py). Waiting for a
 moment by time would be flaky; instead the process kills itself the Nth time it reaches
 a named point. Off unless the environment variable `UNSTICK_TEST_FAILPOINTS` is set, e.g.
 

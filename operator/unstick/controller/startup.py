@@ -45,7 +45,7 @@ async def before_first_pass(
     before any pod is dispatched. `synced`: every pod watcher has delivered its first list
     into `pods`."""
     await asyncio.to_thread(load_policies, kube, policies)
-    # Invariant 6: the action budget survives a restart or failover (budget_rebuild.py).
+    # Invariant 6: the action budget survives a restart or failover (acting/budget_rebuild.py).
     found = await rebuild_from_remediations(kube, reconciler, namespaces, clock, gate)
     adopted, empty = adoption.unresolved(found)
     incidents.adopt(adopted)

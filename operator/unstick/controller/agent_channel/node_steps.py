@@ -128,7 +128,7 @@ class NodeSide:
 
     def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
         """Write a request to the agent and remember, in memory, that we made it."""
-        self.writer.patch_spec(p.rem, spec)  # onto the version decided from (statuswriter)
+        self.writer.patch_spec(p.rem, spec)  # onto the version decided from (records/writer.py)
         self.requests.asked(p.record.uid, p.now)
 
     def steps(self, p: Pass) -> float | None:

@@ -64,7 +64,7 @@ class NodeInputs:
     node: Lookup | None = None
     csi_node: Lookup | None = None
     get: Lookup | None = None  # claims and volumes, by path (controller/deciding/caches.py Bound)
-    # the pod's FailedKillPod Events by pod UID, from memory (controller/aftermath/kill_events.py)
+    # the pod's FailedKillPod Events by pod UID, from memory (controller/deciding/kill_events.py)
     events: Callable[[str], list[JSON]] | None = None
     # a FinalizerBlocked pod's finalizer owners, as `OwnerLeases.for_pod` reads them
     leases: Callable[[JSON], list[JSON]] | None = None
