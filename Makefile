@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help
+.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -23,6 +23,11 @@ help:
 	@echo "                  it on first use too; docs/kind.md)"
 	@echo "make manifests    render manifests/ from the Helm chart"
 	@echo "make chart-readme charts/unstick/README.md from the comments in values.yaml"
+	@echo "make image        (root) the release image from the Dockerfile with buildah, this machine's"
+	@echo "                  arch (ARCHES=\"amd64 arm64\" where it can run both): dist/unstick-VERSION.oci.tar"
+	@echo "make chart        the chart, linted and packaged: dist/unstick-VERSION.tgz"
+	@echo "make dist         the sdist and the wheel: dist/unstick-VERSION.tar.gz, dist/unstick-VERSION-*.whl"
+	@echo "make release-notes VERSION=X.Y.Z  the CHANGELOG.md section of that version"
 	@echo "make bench        scale benchmark against peer approaches (long)"
 	@echo "make bench-quick  the same, small (under 5 minutes)"
 
@@ -96,6 +101,26 @@ manifests: venv tools
 # charts/unstick/README.md from values.yaml's comments (helm-docs style; a test checks it)
 chart-readme: venv
 	$(PY) hack/chart-readme.py
+
+# What a release publishes, built here (tests/packaging checks each; the release workflow
+# runs the same targets): the image archive, the chart package, the sdist and the wheel.
+DIST ?= dist
+image:
+	DIST="$(abspath $(DIST))" bash hack/build-image.sh
+
+chart:
+	@test -x bin/helm || bash hack/build-tools.sh
+	$(if $(wildcard $(PY)),$(PY),python3) hack/chart-readme.py --check
+	bin/helm lint --strict charts/unstick
+	bin/helm package charts/unstick --destination "$(DIST)"
+
+dist:
+	@test -x $(PY) || $(MAKE) --no-print-directory venv
+	$(PY) hack/build-dist.py "$(DIST)"
+
+# The CHANGELOG.md section of VERSION (the GitHub release's notes)
+release-notes:
+	@python3 hack/release-notes.py "$(VERSION)"
 
 proto: venv
 	bash hack/gen-proto.sh

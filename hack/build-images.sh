@@ -10,6 +10,8 @@
 # unstick: the base, Dockerfile, .dockerignore, pyproject.toml, README.md, operator/;
 # for every image: the shell function that builds it), so a second run only checks.
 # Writes bin/node-images.json (name -> image reference and archive) for the harness.
+# With --base: only the Python base, its reference on standard output (hack/build-image.sh,
+# `make image`, builds the release image on it).
 #
 # Root only (buildah mounts, mmdebstrap): elsewhere it says so and exits 0 (the node
 # suite skips there). PIP_CA (default: the machine's CA bundle) is passed to the build
@@ -29,11 +31,13 @@ done
 
 if [ "$(id -u)" != 0 ]; then
   echo "images for the node suite: not root, not built (the node tests will be skipped)" >&2
+  [ "${1:-}" = --base ] && exit 1
   exit 0
 fi
 for cmd in mmdebstrap buildah busybox go; do
   if ! command -v "$cmd" >/dev/null; then
     echo "images for the node suite: $cmd missing (hack/install-node-deps.sh installs it); not built" >&2
+    [ "${1:-}" = --base ] && exit 1
     exit 0
   fi
 done
@@ -148,6 +152,11 @@ if ! bah inspect --type image "$base_ref" >/dev/null 2>&1; then
   say "building the Python base ($base_ref) with mmdebstrap"
   build_base "$base_ref"
   say "base built in $((SECONDS - t0)) s"
+fi
+
+if [ "${1:-}" = --base ]; then
+  echo "$base_ref"
+  exit 0
 fi
 
 unstick_key=$(
