@@ -8,6 +8,7 @@ the plan is `observe` (observing is always permitted).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from unstick.core import safety
@@ -21,6 +22,8 @@ from unstick.core.verdict import SAFE, Verdict, refuse
 from unstick.core.vocabulary import CHANGING_ACTIONS, NODE_ACTIONS, Action, Cause
 
 NOT_OPTED_IN = "pod has not opted in"
+#: steps that take a mount away (the rmdir of a dir above it may follow)
+_EMPTIES_A_MOUNT = (Action.UNMOUNT, Action.LAZY_UNMOUNT, Action.REPLAY_UNPUBLISH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +55,14 @@ def _order(actions: frozenset[Action]) -> list[Action]:
 
 class _Builder:
     def __init__(
-        self, d: Diagnosis, allowlist: tuple[str, ...], owner_gone_s: float | None = None
+        self,
+        d: Diagnosis,
+        allowlist: tuple[str, ...],
+        owner_gone_s: float | None = None,
+        permits: Callable[[Action], bool] = lambda _: True,
     ) -> None:
         self.d = d
+        self.permits = permits  # the policy's spec.actions (filtered after the cause's plan)
         self.allowlist = allowlist
         self.owner_gone_s = owner_gone_s  # spec.finalizerOwnerGoneSeconds
         self.steps: list[Step] = []
@@ -111,14 +119,7 @@ class _Builder:
                 containers_running=bool(d.running_containers),
             )
         if action is Action.RMDIR_STALE:
-            # Emptiness as probed, unless a mount or dir at/below it goes first: then the
-            # agent's rmdir(2) decides (it never removes a non-empty dir).
-            listed = next((v.empty for v in d.volume_dirs if v.path == target), None)
-            below = [m.mount_point for m in d.mounts] + [
-                v.path for v in d.volume_dirs if v.path != target
-            ]
-            covers = any(p == target or p.startswith(target + "/") for p in below)
-            return safety.rmdir_safe(target, root, d.uid, None if covers else listed)
+            return self._rmdir_safe(target, root)
         if action is Action.REPLAY_UNPUBLISH:
             registered = next(
                 (m.driver_registered for m in d.mounts if m.mount_point == target), None
@@ -136,6 +137,31 @@ class _Builder:
                 return allowed
             return owner_gone_for(target, d.finalizer_owners, self.owner_gone_s, d.now)
         return SAFE
+
+    def _rmdir_safe(self, target: str, root: str) -> Verdict:
+        """Emptiness as probed, unless the mounts and dirs the probe saw at/below it all go
+        first by planned steps (permitted ones): then the agent's rmdir(2) decides (it never
+        removes a non-empty dir). One of them left — its unmount or rmdir refused, or not
+        permitted — and the dir is not empty: refused here, not left to the agent."""
+        d = self.d
+
+        def inside(path: str) -> bool:
+            return path == target or path.startswith(target + "/")
+
+        planned = [s for s in self.steps if self.permits(s.action)]
+        unmounted = {s.target for s in planned if s.action in _EMPTIES_A_MOUNT}
+        removed = {s.target for s in planned if s.action is Action.RMDIR_STALE}
+        mounts = [m.mount_point for m in d.mounts if inside(m.mount_point)]
+        dirs = {p for p in mounts + [v.path for v in d.volume_dirs] if p != target and inside(p)}
+        left = [p for p in mounts if p not in unmounted] + sorted(dirs - removed)
+        if left:
+            return refuse(
+                f"{target} is not empty: {left[0]} stays (its step is refused or not "
+                "permitted); unstick never deletes data"
+            )
+        below = mounts or dirs
+        listed = next((v.empty for v in d.volume_dirs if v.path == target), None)
+        return safety.rmdir_safe(target, root, d.uid, None if below else listed)
 
     def finalizers(self) -> None:
         for name in self.d.finalizers:
@@ -273,6 +299,7 @@ def plan(diagnosis: Diagnosis, policy: RemediationPolicy | None, opted_in: bool 
         diagnosis,
         policy.finalizer_allowlist if policy else (),
         policy.finalizer_owner_gone_seconds if policy else None,
+        policy.permits if policy else (lambda _: True),
     )
     _cause_plan(b)
     steps = b.steps
