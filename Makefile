@@ -5,8 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# bin/ tools built by `make tools`; CI may point these at the same versions installed its way
+HELM ?= bin/helm
+ACTIONLINT ?= bin/actionlint
 
-.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes
+.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes test-chart version krew
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -14,7 +17,8 @@ help:
 	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
 	@echo "                  (three pytest runs side by side, ~16 min: hack/run-tests.sh)"
 	@echo "make test-serial  the same tests in one pytest process (~23 min)"
-	@echo "make lint         ruff, mypy (strict on the core), import contract"
+	@echo "make test-chart   the chart tests (tests/chart)"
+	@echo "make lint         ruff, mypy (strict on the core), import contract, actionlint (workflows)"
 	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
 	@echo "                  kube-scheduler, kubelet into bin/"
 	@echo "make node-deps    (root) apt-get install containerd, runc, CNI plugins, mmdebstrap, buildah, podman"
@@ -27,6 +31,7 @@ help:
 	@echo "                  arch (ARCHES=\"amd64 arm64\" where it can run both): dist/unstick-VERSION.oci.tar"
 	@echo "make chart        the chart, linted and packaged: dist/unstick-VERSION.tgz"
 	@echo "make dist         the sdist and the wheel: dist/unstick-VERSION.tar.gz, dist/unstick-VERSION-*.whl"
+	@echo "make krew         the krew plugin archive and manifest: dist/krew/"
 	@echo "make release-notes VERSION=X.Y.Z  the CHANGELOG.md section of that version"
 	@echo "make bench        scale benchmark against peer approaches (long)"
 	@echo "make bench-quick  the same, small (under 5 minutes)"
@@ -66,6 +71,8 @@ lint: venv
 	$(VENV)/bin/ruff format --check operator devcluster tests bench hack
 	$(VENV)/bin/mypy operator/unstick devcluster
 	$(VENV)/bin/lint-imports
+	@test -x $(ACTIONLINT) || bash hack/build-tools.sh
+	$(ACTIONLINT) -no-color .github/workflows/*.yml
 
 # Every test in three pytest runs side by side (hack/run-tests.sh: the real machines,
 # tests/envtest, the rest), ~15-16 min instead of ~22 in one; with PYTEST_ARGS one plain
@@ -109,14 +116,27 @@ image:
 	DIST="$(abspath $(DIST))" bash hack/build-image.sh
 
 chart:
-	@test -x bin/helm || bash hack/build-tools.sh
+	@test -x $(HELM) || command -v $(HELM) >/dev/null || bash hack/build-tools.sh
 	$(if $(wildcard $(PY)),$(PY),python3) hack/chart-readme.py --check
-	bin/helm lint --strict charts/unstick
-	bin/helm package charts/unstick --destination "$(DIST)"
+	$(HELM) lint --strict charts/unstick
+	$(HELM) package charts/unstick --destination "$(DIST)"
+
+# The chart tests (tests/chart: render, lint, schema, a real helm install into the test API server)
+test-chart: venv tools
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest tests/chart $(PYTEST_ARGS)
+
+# The version in pyproject.toml (= the chart's appVersion; the release tag is v<version>)
+version:
+	@sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -1
 
 dist:
 	@test -x $(PY) || $(MAKE) --no-print-directory venv
 	$(PY) hack/build-dist.py "$(DIST)"
+
+# The krew plugin: its archive (a launcher that installs unstick from PyPI on first use)
+# and its manifest, for the GitHub release
+krew:
+	$(if $(wildcard $(PY)),$(PY),python3) hack/krew.py "$(DIST)"
 
 # The CHANGELOG.md section of VERSION (the GitHub release's notes)
 release-notes:

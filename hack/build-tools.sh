@@ -101,4 +101,8 @@ build kind "$cache/kind-$kind" kind=sigs.k8s.io/kind
 # CoreDNS, at the version kubeadm deploys, for the same node image
 coredns=$(pinned coredns github.com/coredns/coredns)
 build coredns "$cache/coredns-$coredns" coredns=github.com/coredns/coredns
+# actionlint, run by `make lint` on .github/workflows/*.yml
+actionlint=$(pinned actionlint github.com/rhysd/actionlint)
+build actionlint "$cache/actionlint-$actionlint" actionlint=github.com/rhysd/actionlint/cmd/actionlint -- \
+  "-X github.com/rhysd/actionlint.version=$actionlint"
 echo "tools ready in $bin" >&2
