@@ -38,3 +38,55 @@ def test_the_real_kubelets_words_name_the_plugin_sandbox_and_error() -> None:
         f"fails to delete its network (2 times): {ERROR}"
     )
     assert diagnose(facts).cause is Cause.CNITeardownFailed
+
+
+# CRI-O's words (server/sandbox_network.go: `failed to destroy network for pod sandbox
+# %s(%s): %w` with the sandbox's name and id; ocicni: `error removing pod %s_%s from CNI
+# network %q: %v`; libcni's `plugin type=%q failed (delete): %w` only when the plugin ran),
+# as the kubelet quotes them in FailedKillPod (issue 33 finding 10)
+CRIO_SANDBOX = "1e4af534df58a2b0353cd13e220f36e32b99a85c7d0dc9ae0a826f4fa4cd91ac"
+CILIUM_ERROR = (
+    "unable to connect to Cilium daemon: failed to create cilium agent client after "
+    "30.000000 seconds timeout: Get http:///var/run/cilium/cilium.sock/v1/config: dial unix "
+    "/var/run/cilium/cilium.sock: connect: no such file or directory"
+)
+
+
+def _crio(rest: str) -> str:
+    return (
+        'error killing pod: failed to "KillPodSandbox" for "' + UID + '" with '
+        'KillPodSandboxError: "rpc error: code = Unknown desc = failed to destroy network for '
+        "pod sandbox k8s_app-0_default_" + UID + "_0(" + CRIO_SANDBOX + "): error removing pod "
+        'default_app-0 from CNI network \\"cilium\\": ' + rest + '"'
+    )
+
+
+def _failure(message: str) -> object:
+    b = bundle(the_pod=pod(statuses=[("c", "terminated")]))
+    b["events"] = [kill_pod_event(UID, "2026-11-20T09:50:00Z", 3) | {"message": message}]
+    facts = parse_bundle(b)
+    assert diagnose(facts).cause is Cause.CNITeardownFailed
+    return teardown_failure(facts.pod, facts.events)
+
+
+def test_crio_names_the_sandbox_id_and_the_cni_network() -> None:
+    failure = _failure(_crio(CILIUM_ERROR))
+    assert failure is not None
+    assert (failure.plugin, failure.network, failure.sandbox) == ("", "cilium", CRIO_SANDBOX)
+    assert failure.error == CILIUM_ERROR
+    assert failure_words(failure) == (
+        f"the kubelet cannot remove the pod's sandbox {CRIO_SANDBOX}: the CNI plugin (network "
+        f"cilium) fails to delete its network (3 times): {CILIUM_ERROR}"
+    )
+
+
+def test_crio_with_libcnis_plugin_words_names_plugin_network_and_sandbox() -> None:
+    said = 'plugin type=\\"cilium-cni\\" failed (delete): ' + CILIUM_ERROR
+    failure = _failure(_crio(said))
+    assert failure is not None
+    assert (failure.plugin, failure.network, failure.sandbox) == (
+        "cilium-cni",
+        "cilium",
+        CRIO_SANDBOX,
+    )
+    assert failure.error == CILIUM_ERROR

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from unstick.core.safety import MAX_CLOCK_SKEW_S
+
 # Into PID 1's namespaces: a command after this prefix runs on the host.
 HOST_NAMESPACES = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
 # What no configured command means: the systemd unit `kubelet` (only where there is one:
@@ -35,7 +37,7 @@ class AgentSettings:
     # node steps requested longer ago than this are refused (the controller re-requests)
     max_request_age_s: float = 120.0
     # a request time further than this in the future is refused too (clock skew)
-    max_request_skew_s: float = 10.0
+    max_request_skew_s: float = MAX_CLOCK_SKEW_S  # core's one rule: docs/diagnosis.md#clock-skew
     # the controller's namespace scope (empty: all namespaces): Remediations elsewhere are
     # refused on record (agent/authority/scope.py)
     namespace_scope: tuple[str, ...] = ()

@@ -21,8 +21,24 @@ _MINUTE = timedelta(minutes=1)
 
 
 # 1. No node action without a fresh probe of that node.
-#: How far in the future a probe or request time may lie (clocks of nodes differ a little).
+#: The clock-skew rule (docs/diagnosis.md#clock-skew), the one definition: a time another
+#: clock wrote (a probe's probedAt, a request's nodeStepsRequestedAt) may lie at most this
+#: far ahead of the reader's clock and still be read as "now".
 MAX_CLOCK_SKEW_S = 10.0
+CLOCK_SKEW_DOC = "docs/diagnosis.md#clock-skew"
+
+
+def clock_skew(at: datetime, now: datetime) -> Verdict:
+    """The clock-skew rule: `at`, written by another clock, is at most MAX_CLOCK_SKEW_S
+    ahead of `now`, the reader's clock; further ahead it is no evidence of now. The reason
+    says how far ahead and the rule ("30s in the future of the reader's clock, more ...")."""
+    ahead = (at - now).total_seconds()
+    if ahead > MAX_CLOCK_SKEW_S:
+        return refuse(
+            f"{human(ahead)} in the future of the reader's clock, more than the "
+            f"{human(MAX_CLOCK_SKEW_S)} of clock skew allowed ({CLOCK_SKEW_DOC})"
+        )
+    return SAFE
 
 
 def fresh_probe(
@@ -31,11 +47,10 @@ def fresh_probe(
     node: str | None,
     now: datetime,
     max_age_s: float,
-    *,
-    max_skew_s: float = MAX_CLOCK_SKEW_S,
 ) -> Verdict:
-    """A probe of the pod's node, at most `max_age_s` old and at most `max_skew_s` in the
-    future (a probe from further ahead is no evidence of the node's state now)."""
+    """A probe of the pod's node, at most `max_age_s` old and not from the future beyond
+    the clock-skew rule (a probe from further ahead is no evidence of the node's state
+    now). `now` is the reader's clock: the controller's, or a snapshot's capturedAt."""
     if probed_at is None or probe_node is None:
         return refuse("no probe of the node: node-side state is unknown")
     if node is None or probe_node != node:
@@ -46,10 +61,12 @@ def fresh_probe(
             f"the probe of node {node} is {human(age)} old (probeMaxAge {human(max_age_s)}): "
             "node-side state is unknown"
         )
-    if -age > max_skew_s:
+    skew = clock_skew(probed_at, now)
+    if not skew:
         return refuse(
-            f"the probe of node {node} is {human(age)} in the future, more than the allowed "
-            f"clock skew ({human(max_skew_s)}): node-side state is unknown"
+            f"the probe of node {node} is {skew.reason}: node-side state is unknown — is "
+            "the reader's clock (capturedAt: the workstation that took a snapshot?) behind "
+            "the node's?"
         )
     return SAFE
 
@@ -64,14 +81,14 @@ def bound_probe(
     pod_uid: str,
     node: str | None,
     requested_at: datetime | None,
-    max_skew_s: float = MAX_CLOCK_SKEW_S,
 ) -> Verdict:
     """The probe answers this controller's request about this pod on this node.
 
     `requested_at` is the time of the first probe (or node-step) request this controller
     itself made for the pod, from its own memory — never from the record; None: it has
-    asked nothing yet, so no probe can be an answer. A probe taken up to `max_skew_s`
-    before the request still counts (the agent's clock may be a little behind)."""
+    asked nothing yet, so no probe can be an answer. A probe taken before the request
+    still counts within the clock-skew rule (the agent's clock may be a little behind:
+    the request's time is then ahead of the probe's clock)."""
     if not probe_uid:
         return refuse("the probe names no pod UID: it cannot be bound to this pod")
     if probe_uid != pod_uid:
@@ -82,8 +99,8 @@ def bound_probe(
         return refuse("the probe has no probedAt time")
     if requested_at is None:
         return refuse("this controller has not asked for a probe of the pod yet")
-    early = (requested_at - probed_at).total_seconds()
-    if early > max_skew_s:
+    if not clock_skew(requested_at, probed_at):
+        early = (requested_at - probed_at).total_seconds()
         return refuse(
             f"the probe was taken {human(early)} before this controller asked for it: an old "
             "or replayed answer"

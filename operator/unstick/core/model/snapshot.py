@@ -161,7 +161,7 @@ def _pv_drivers(bundle: Mapping[str, object]) -> dict[str, str | None]:
 
 def parse_events(bundle: Mapping[str, object], uid: str) -> tuple[PodEvent, ...]:
     """The bundle's `events` about pod `uid` (others are ignored): reason, message, count,
-    last time."""
+    last time — read as core/v1 or as events.k8s.io/v1."""
     out = []
     for i, raw in enumerate(f.opt_list(bundle, "events", "")):
         where = f"events[{i}]"
@@ -171,12 +171,19 @@ def parse_events(bundle: Mapping[str, object], uid: str) -> tuple[PodEvent, ...]
         if f.opt_string(about, "uid", f"{where}.involvedObject") not in (uid, None):
             continue
         series = f.as_object(ev.get("series") or {}, f"{where}.series")
+        # core/v1 `count`/`lastTimestamp` are events.k8s.io/v1's `deprecatedCount`/
+        # `deprecatedLastTimestamp` (the same Event read as the other version)
         last = (
             f.opt_time(series, "lastObservedTime", f"{where}.series")
             or f.opt_time(ev, "lastTimestamp", where)
+            or f.opt_time(ev, "deprecatedLastTimestamp", where)
             or f.opt_time(ev, "eventTime", where)
         )
-        count = f.opt_int(series, "count", f"{where}.series") or f.opt_int(ev, "count", where)
+        count = (
+            f.opt_int(series, "count", f"{where}.series")
+            or f.opt_int(ev, "count", where)
+            or f.opt_int(ev, "deprecatedCount", where)
+        )
         out.append(
             PodEvent(
                 reason=f.opt_string(ev, "reason", where) or "",

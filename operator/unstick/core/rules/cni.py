@@ -8,6 +8,12 @@ The kubelet says so in an Event on the pod (reason `FailedKillPod`), e.g.:
     "rpc error: code = Unknown desc = failed to destroy network for sandbox \\"<id>\\":
     plugin type=\\"calico\\" failed (delete): error getting ClusterInformation: ..."
 
+or, over CRI-O (the sandbox's name and id, and the CNI network; libcni's `plugin type=`
+only when the plugin ran):
+
+    ... desc = failed to destroy network for pod sandbox k8s_<pod>_<ns>_<uid>_0(<id>):
+    error removing pod <ns>_<pod> from CNI network \\"cilium\\": <the plugin's error>"
+
 The bundle's `events` (Events about this pod, as the API returns them; optional; read by
 `unstick.core.model.snapshot`) are searched for that; `CNITeardownFailed` names the
 plugin, the sandbox and the plugin's error. Observe only: the kubelet retries the
@@ -26,7 +32,13 @@ from unstick.core.model.facts import PodEvent, PodFacts
 KILL_POD_REASONS = ("FailedKillPod",)
 DESTROY = "failed to destroy network"
 _PLUGIN = re.compile(r'plugin type=\\*"([^"\\]+)\\*"(?:\s+name=\\*"([^"\\]+)\\*")?')
-_SANDBOX = re.compile(r'failed to destroy network for sandbox \\*"([0-9a-zA-Z]+)\\*"')
+# containerd: `for sandbox "<id>"`; CRI-O: `for pod sandbox k8s_<name>_<ns>_<uid>_<n>(<id>)`
+_SANDBOX = re.compile(
+    r'failed to destroy network for (?:sandbox \\*"([0-9a-zA-Z]+)\\*"'
+    r"|pod sandbox [^\s(]*\(([0-9a-zA-Z]+)\))"
+)
+# CRI-O (ocicni): `error removing pod <ns>_<name> from CNI network "<network>": <error>`
+_NETWORK = re.compile(r'from CNI network \\*"([^"\\]+)\\*":\s*(.+)$', re.DOTALL)
 _ERROR = re.compile(r"failed \((?:delete|del)\):\s*(.+)$", re.DOTALL)
 HISTORY_SLACK = timedelta(minutes=1)
 MAX_ERROR_CHARS = 400
@@ -59,12 +71,13 @@ def teardown_failure(pod: PodFacts, events: tuple[PodEvent, ...]) -> CNIFailure 
     latest = max(found, key=lambda e: (e.last is not None, e.last.timestamp() if e.last else 0.0))
     plugin = _PLUGIN.search(latest.message)
     sandbox = _SANDBOX.search(latest.message)
-    error = _ERROR.search(latest.message)
-    said = error.group(1) if error else latest.message.split(DESTROY, 1)[-1]
+    network = _NETWORK.search(latest.message)
+    error = _ERROR.search(latest.message) or network
+    said = error.group(error.lastindex or 1) if error else latest.message.split(DESTROY, 1)[-1]
     return CNIFailure(
         plugin=plugin.group(1) if plugin else "",
-        network=(plugin.group(2) or "") if plugin else "",
-        sandbox=sandbox.group(1) if sandbox else "",
+        network=((plugin.group(2) if plugin else None) or (network.group(1) if network else "")),
+        sandbox=(sandbox.group(1) or sandbox.group(2)) if sandbox else "",
         error=said.strip().rstrip('"\\').replace('\\"', '"').strip()[:MAX_ERROR_CHARS],
         count=sum(e.count for e in found),
     )
