@@ -105,7 +105,8 @@ IN_FORCE = {
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "resourceRules": [
-                    {"apiGroups": ["unstick.dev"], "resources": ["remediations"],
+                    {"apiGroups": ["unstick.dev"], "apiVersions": ["*"],
+                     "resources": ["remediations", "remediations/status"],
                      "operations": ["CREATE", "UPDATE", "DELETE"]}
                 ]
             },

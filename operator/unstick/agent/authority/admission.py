@@ -7,22 +7,31 @@ chart passes it when `admission.enabled`), the agent reads the policy and its bi
 name) at start-up and on every relist and watch cycle, and refuses every request on record
 while they are not in force everywhere it listens: the policy missing, not failing closed,
 not guarding Remediations, or the binding missing, not denying, or narrowed to some
-namespaces or objects. A policy it cannot read counts as not in force (never act on a fact
-that could not be read) — except that the agent keeps a verdict "in force" through read
-errors for up to `READ_GRACE_S` (an API server restart must not refuse every request of a
-node; removing or narrowing the policy is a successful read). Without the flag (admission
-disabled) nothing is checked.
+namespaces or objects. Narrowed means any of what the chart does not render: a selector
+(namespaceSelector, objectSelector) or excludeResourceRules in the policy's
+matchConstraints or the binding's matchResources; resource rules (the policy's, and the
+binding's when it has any) that do not cover CREATE, UPDATE and DELETE of remediations and
+remediations/status in every version, at namespace scope, by any name (apiVersions,
+resourceNames, scope); matchConditions other than the chart's two — the controller's own
+ServiceAccount, and break-glass groups, none of them a group every user or every
+ServiceAccount is in. (What the validations say is not judged here: that is the chart's,
+tests/chart/test_remediation_boundary.py.) A policy it cannot read counts as not in force
+(never act on a fact that could not be read) — except that the agent keeps a verdict "in
+force" through read errors for up to `READ_GRACE_S` (an API server restart must not refuse
+every request of a node; removing or narrowing the policy is a successful read). Without
+the flag (admission disabled) nothing is checked.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from unstick.core.remediation import GROUP, PLURAL
+from unstick.core.remediation import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +48,107 @@ def _obj(value: object) -> JSON:
     return value if isinstance(value, dict) else {}
 
 
+STATUS = f"{PLURAL}/status"
+# the resource names of an admission rule that match remediations / remediations/status
+# ('*' is every resource but no subresource, '*/*' every resource and subresource)
+MATCHING = {PLURAL: {"*", "*/*", PLURAL}, STATUS: {"*/*", f"{PLURAL}/*", "*/status", STATUS}}
+# the chart's two matchConditions (charts/unstick/templates/remediation-admission.yaml)
+NOT_THE_CONTROLLER = re.compile(
+    r"request\.userInfo\.username != 'system:serviceaccount:[^':]+:[^':]+'"
+)
+NOT_EXEMPT = re.compile(
+    r"!has\(request\.userInfo\.groups\) \|\| "
+    r"!request\.userInfo\.groups\.exists\(g, g in \[('[^']*'(?:, ?'[^']*')*)\]\)"
+)
+# groups no break-glass exemption may name: every user, or every ServiceAccount, is in one
+EVERYONE = ("system:authenticated", "system:unauthenticated", "system:serviceaccounts")
+
+
+def _rules_problem(rules: object, match_policy: object) -> str | None:
+    """None when the resource rules guard CREATE, UPDATE and DELETE of remediations and
+    remediations/status, in every version, at namespace scope, by any name; else what
+    they leave out (and how the rules that name them are narrowed)."""
+    covered: dict[str, set[str]] = {PLURAL: set(), STATUS: set()}
+    narrowed: list[str] = []
+    for raw in rules if isinstance(rules, list) else []:
+        rule = _obj(raw)
+        groups, resources = rule.get("apiGroups") or [], rule.get("resources") or []
+        hit = [r for r, names in MATCHING.items() if names & set(resources)]
+        if not hit or not ({GROUP, "*"} & set(groups)):
+            continue
+        versions = rule.get("apiVersions") or []
+        if "*" not in versions and not (VERSION in versions and match_policy != "Exact"):
+            narrowed.append(f"apiVersions {versions!r}")
+        elif rule.get("resourceNames"):
+            narrowed.append(f"resourceNames {rule.get('resourceNames')!r}")
+        elif rule.get("scope", "*") not in ("*", "Namespaced"):
+            narrowed.append(f"scope {rule.get('scope')!r}")
+        else:
+            ops = {str(op) for op in rule.get("operations") or []}
+            for r in hit:
+                covered[r] |= GUARDED if "*" in ops else ops & GUARDED
+    missing = [
+        f"{', '.join(sorted(GUARDED - ops))} of {r}.{GROUP}"
+        for r, ops in covered.items()
+        if ops != GUARDED
+    ]
+    if not missing:
+        return None
+    how = f" (narrowed: {'; '.join(narrowed)})" if narrowed else ""
+    return f"does not guard {'; '.join(missing)}{how}"
+
+
+def _match_problem(match: JSON, where: str) -> str | None:
+    """A selector or exclusion in `where` (matchConstraints, matchResources)."""
+    for selector in ("namespaceSelector", "objectSelector"):
+        if _obj(match.get(selector)):
+            return f"is narrowed by {where}.{selector}: not every namespace is guarded"
+    if match.get("excludeResourceRules"):
+        return f"excludes resources ({where}.excludeResourceRules)"
+    return None
+
+
+def _conditions_problem(conditions: object) -> str | None:
+    """None when the matchConditions are the chart's (the controller's ServiceAccount, and
+    break-glass groups that are not everyone's); else which are not."""
+    strange: list[str] = []
+    for raw in conditions if isinstance(conditions, list) else []:
+        cond = _obj(raw)
+        text = " ".join(str(cond.get("expression", "")).split())
+        if NOT_THE_CONTROLLER.fullmatch(text):
+            continue
+        exempt = NOT_EXEMPT.fullmatch(text)
+        if exempt:
+            groups = re.findall(r"'([^']*)'", exempt.group(1))
+            everyone = [
+                g for g in groups if g in EVERYONE or g.startswith("system:serviceaccounts:")
+            ]
+            if not everyone:
+                continue
+            strange.append(f"{cond.get('name')!r} exempts groups everyone is in {everyone!r}")
+            continue
+        strange.append(f"{cond.get('name')!r}: {text[:120]!r}")
+    if strange:
+        return (
+            "has matchConditions the chart does not render, which can exempt any request: "
+            + "; ".join(strange)
+        )
+    return None
+
+
 def _policy_problem(policy: JSON | None) -> str | None:
     if policy is None:
         return "does not exist"
     spec = _obj(policy.get("spec"))
     if spec.get("failurePolicy", "Fail") != "Fail":
         return f"has failurePolicy {spec.get('failurePolicy')!r}, not 'Fail'"
-    rules = _obj(spec.get("matchConstraints")).get("resourceRules") or []
-    covered: set[str] = set()
-    for raw in rules if isinstance(rules, list) else []:
-        rule = _obj(raw)
-        if GROUP in (rule.get("apiGroups") or []) and PLURAL in (rule.get("resources") or []):
-            covered |= {str(op) for op in rule.get("operations") or []}
-    if "*" not in covered and not covered >= GUARDED:
-        missing = ", ".join(sorted(GUARDED - covered))
-        return f"does not guard {missing} of {PLURAL}.{GROUP}"
-    return None
+    match = _obj(spec.get("matchConstraints"))
+    problem = _rules_problem(match.get("resourceRules"), match.get("matchPolicy"))
+    if problem:
+        return f"{problem} (matchConstraints.resourceRules)"
+    return _match_problem(match, "matchConstraints") or _conditions_problem(
+        spec.get("matchConditions")
+    )
 
 
 def _binding_problem(binding: JSON | None, name: str) -> str | None:
@@ -66,11 +160,13 @@ def _binding_problem(binding: JSON | None, name: str) -> str | None:
     if "Deny" not in (spec.get("validationActions") or []):
         return f"has validationActions {spec.get('validationActions')!r}, without Deny"
     match = _obj(spec.get("matchResources"))
-    for selector in ("namespaceSelector", "objectSelector"):
-        if _obj(match.get(selector)):
-            return f"is narrowed by matchResources.{selector}: not every namespace is guarded"
-    if match.get("excludeResourceRules"):
-        return "excludes resources (matchResources.excludeResourceRules)"
+    problem = _match_problem(match, "matchResources")
+    if problem:
+        return problem
+    if match.get("resourceRules"):  # the chart renders none: the policy's rules hold
+        problem = _rules_problem(match.get("resourceRules"), match.get("matchPolicy"))
+        if problem:
+            return f"is narrowed by matchResources.resourceRules: {problem}"
     return None
 
 
