@@ -14,8 +14,10 @@ kubelet; a configured program that is missing — the agent's own (`$PATH`), or,
 `nsenter --target N --mount`, the host's (looked up in `<host-proc>/N/root`).
 
 The time of the last attempt is kept in `<state_dir>/last-kubelet-restart` (RFC3339) so
-the limit survives an agent restart, and in memory when the state dir is not writable.
-An attempt counts whether or not the command succeeded.
+the limit survives an agent restart — and a crash or power cut right after: it is written
+to a new file, fsynced, renamed over the old one and the directory fsynced, all before the
+command runs (record before act; a crash-looping agent forgets its memory). When it cannot
+be written the restart is refused. An attempt counts whether or not the command succeeded.
 """
 
 from __future__ import annotations
@@ -52,13 +54,31 @@ def _last(settings: AgentSettings) -> datetime | None:
 
 
 def _record(settings: AgentSettings, now: datetime) -> None:
-    _last_in_memory[settings.node_name] = now
+    """The attempt on disk, durably, before it is made: a new file written and fsynced,
+    renamed over the old one (never a torn or empty record), the directory fsynced (the
+    rename is an entry of it). Refused when it cannot be written."""
+    path = os.path.join(settings.state_dir, _STATE_FILE)
+    tmp = f"{path}.tmp"
     try:
         os.makedirs(settings.state_dir, exist_ok=True)
-        with open(os.path.join(settings.state_dir, _STATE_FILE), "w", encoding="utf-8") as f:
-            f.write(now.isoformat())
-    except OSError:
-        pass  # the in-memory record still limits this agent process
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, now.isoformat().encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(settings.state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise Refused(
+            f"cannot record the attempt in {path} ({exc}): not restarting the kubelet (a "
+            "restarted agent would not know it was restarted)"
+        ) from None
+    _last_in_memory[settings.node_name] = now
 
 
 # --- where the command's program is ------------------------------------------------------
