@@ -17,15 +17,19 @@ COPY operator ./operator
 # as the optional secret `pip-ca`; without it pip uses its own.
 RUN --mount=type=secret,id=pip-ca,required=false \
     if [ -f /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi; \
-    pip wheel --wheel-dir /wheels .
+    pip wheel --wheel-dir /wheels ".[server]"
 
 # --- runtime: wheels only, no compilers, no pip cache -----------------------------
 FROM ${BASE}
 # nsenter (restart-kubelet enters PID 1's namespaces) comes with util-linux, which
 # Debian images always include.
 # The wheels are bind-mounted from the build stage, so they are in no layer.
+# The `server` extra: Kopf, gRPC, the metrics and JSON-log libraries the controller and the
+# agent need (`pip install unstick` alone is the CLI). Unpinned on purpose (DL3013): with
+# --no-index the only candidates are the wheels the build stage made from this source.
+# hadolint ignore=DL3013
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/unstick-*.whl
+    pip install --no-cache-dir --no-index --find-links=/wheels "unstick[server]"
 # Non-root by default (the controller); the agent's DaemonSet runs it as root,
 # privileged, explicitly.
 USER 65532:65532

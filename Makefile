@@ -41,7 +41,7 @@ all: test
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	$(PY) -m pip install --quiet -e '.[server,test,dev]'
 	# The dev harness (devcluster/) and bench/ live beside the package, not in it: the
 	# development venv has the repository root on its path so every process it starts
 	# (the demo, the benchmark, a test's subprocess) imports them.

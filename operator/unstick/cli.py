@@ -18,7 +18,9 @@ from typing import Any, NoReturn
 
 #: What a kubectl user runs: `kubectl unstick` lists (and accepts) only these.
 USER_COMMANDS = ("status", "why", "diagnose", "snapshot")
-COMMANDS = (*USER_COMMANDS, "controller", "agent", "demo")
+#: The long-running parts: they need the `server` extra (Kopf, gRPC, prometheus-client).
+SERVER_COMMANDS = ("controller", "agent")
+COMMANDS = (*USER_COMMANDS, *SERVER_COMMANDS, "demo")
 KUBECTL_PROG = "kubectl unstick"
 EXIT_USAGE = 2
 
@@ -69,6 +71,19 @@ def main(argv: list[str] | None = None, prog: str = "unstick") -> int:
         return int(module.run(args))
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as err:
+        if (
+            args.command not in SERVER_COMMANDS
+            or err.name is None
+            or err.name.startswith("unstick")
+        ):
+            raise
+        print(
+            f"{prog} {args.command}: needs the server parts of unstick (missing: {err.name}): "
+            "pip install 'unstick[server]'",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
 
 def kubectl_main() -> int:

@@ -100,7 +100,7 @@ def test_package_index_ca_is_an_optional_build_secret() -> None:
 def test_wheels_built_first_and_only_installed_last() -> None:
     build, final = _stages()
     build_runs = [args for word, args in build if word == "RUN"]
-    assert any("pip wheel --wheel-dir /wheels ." in args for args in build_runs)
+    assert any('pip wheel --wheel-dir /wheels ".[server]"' in args for args in build_runs)
     final_runs = [args for word, args in final if word == "RUN"]
     assert len(final_runs) == 1
     (install,) = final_runs

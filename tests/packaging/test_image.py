@@ -77,6 +77,9 @@ def test_the_image_runs_unstick(archive: Path, tmp_path: Path) -> None:
     try:
         version = buildah("run", "--isolation", "chroot", ctr, "--", "unstick", "--version")
         uid = buildah("run", "--isolation", "chroot", ctr, "--", "id", "-u")
+        # the server extra: what the controller and the agent import
+        server = "import kopf, grpc, google.protobuf, prometheus_client, pythonjsonlogger"
+        buildah("run", "--isolation", "chroot", ctr, "--", "python3", "-c", server)
     finally:
         buildah("rm", ctr)
         buildah("rmi", "--all", "--force")
