@@ -3,8 +3,12 @@
 One pass (`OrphanPass.run`, from the agent's summary thread):
 1. a fresh LIST of this node's pods (field selector `spec.nodeName`) — never a cache; if it
    fails, nothing is an orphan this pass;
-2. the pod dirs older than `ORPHAN_MIN_AGE_S` whose UID is not in that list (a mirror pod's
-   config hash counts as the static pod's UID) are orphans;
+2. the pod dirs whose UID is not in that list (a mirror pod's config hash counts as the
+   static pod's UID) are orphans once they are older than `ORPHAN_MIN_AGE_S` AND this
+   agent has seen them without their pod for that long (`OrphanPass.seen`, in memory: a
+   restarted agent waits again). The dir's own age says nothing about when its pod left
+   the API — a long-lived pod force-deleted now has an old dir, and the kubelet is tearing
+   it down right then;
 3. each is inspected: its volume/subpath mounts (from the mount table, never a stat of a
    mount point), their holders (a complete scan, or "held: cannot tell"), and the files
    left in it (walked with lstat, never following symlinks, never crossing a mount point);
@@ -221,6 +225,9 @@ class OrphanPass:
     grants: SlidingWindow = field(default_factory=SlidingWindow, init=False)
     # uid -> (the dir's state after a clean that changed nothing, when, that clean's words)
     idle: dict[str, tuple[TreeState, float, str]] = field(default_factory=dict, init=False)
+    # uid -> when this agent first saw the dir without its pod in a fresh list (forgotten
+    # when the pod is listed again or the dir goes)
+    seen: dict[str, float] = field(default_factory=dict, init=False)
 
     @property
     def root(self) -> str:
@@ -234,10 +241,19 @@ class OrphanPass:
             return None
 
     def find(self) -> tuple[dict[str, float], tuple[str, ...] | None]:
-        """(ages of all pod dirs, the orphaned UIDs or None when the pods are unknown)."""
-        ages = pod_dir_ages(self.root, self.clock())
+        """(ages of all pod dirs, the orphaned UIDs or None when the pods are unknown). The
+        age of a dir without its pod is the younger of the dir's own and the time since
+        this agent first saw it so (`seen`)."""
+        now = self.clock()
+        ages = pod_dir_ages(self.root, now)
         live = self._live()
-        return ages, None if live is None else orphan_uids(ages, live, self.min_age_s)
+        if live is None:
+            return ages, None
+        podless = orphan_uids(ages, live, -float("inf"))
+        self.seen = {uid: self.seen.get(uid, now) for uid in podless}
+        for uid in podless:
+            ages[uid] = min(ages[uid], now - self.seen[uid])
+        return ages, orphan_uids(ages, live, self.min_age_s)
 
     def inspect(self, uid: str, age_s: float, table: MountTable) -> OrphanDir:
         """What is left in the orphaned dir of `uid`, from the mount table and lstat."""
