@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.bundles import (
+    CLOUD_SHUTDOWN,
     DRIVER,
     OTHER_UID,
     PV,
@@ -26,6 +27,7 @@ from tests.support.bundles import (
     claimed_volume,
     csi_mount_path,
     csi_node,
+    far,
     holder,
     hung_mount,
     inline_csi_volume,
@@ -37,6 +39,7 @@ from tests.support.bundles import (
     pv,
     pvc,
     pvc_volume,
+    snr,
     staging_line,
 )
 from tests.support.cni_events import kill_pod_event
@@ -74,6 +77,94 @@ def frozen(path: str, container: str = "id-app") -> dict[str, Any]:
 
 
 NFS_VOLUME = pod_path(f"volumes/kubernetes.io~nfs/{PV}")
+
+
+def with_records(b: dict[str, Any], **records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`b` with the optional keys `fenceAgentsRemediations`/`selfNodeRemediations` (given
+    by their names), `expect` kept last."""
+    expect = b.pop("expect")
+    return b | records | {"expect": expect}
+
+
+LOST = {"ready": "Unknown", "since": "2026-11-20T09:40:00Z", "reason": "NodeStatusUnknown"}
+#: a policy that trusts every fencing source, FARs from namespace medik8s
+ALL_FENCING = EVERYTHING | {
+    "fencingEvidence": [
+        "outOfServiceTaint",
+        "cloudShutdown",
+        "fenceAgentsRemediation",
+        "selfNodeRemediation",
+    ],
+    "fenceAgentsRemediationNamespaces": ["medik8s"],
+}
+
+
+def fencing_cases(c: dict[str, dict[str, Any]]) -> None:
+    """NodeUnreachable fenced by each source the policy may trust (docs/fencing.md), and
+    the same record when it proves nothing."""
+    fenced = e("NodeUnreachable", plan=["force-delete"], never=ALL_NODE, policy=ALL_FENCING)
+    observed = e(
+        "NodeUnreachable",
+        plan=["observe"],
+        never=CHANGING,
+        refused=["force-delete"],
+        policy=ALL_FENCING,
+    )
+    c["node-unreachable-fenced-by-cloud-shutdown"] = bundle(
+        the_node=node(**LOST, taints=[CLOUD_SHUTDOWN]),
+        expect=fenced | {"evidence": ["fenced by cloudShutdown", CLOUD_SHUTDOWN["key"]]},
+    )
+    c["node-unreachable-cloud-shutdown-not-trusted"] = bundle(
+        the_node=node(**LOST, taints=[CLOUD_SHUTDOWN]),
+        expect=observed
+        | {
+            "policy": EVERYTHING,
+            "evidence": ["NOT fenced", "the policy does not list cloudShutdown"],
+        },
+    )
+    c["node-unreachable-fenced-by-fence-agents-remediation"] = with_records(
+        bundle(
+            the_node=node(**LOST),
+            expect=fenced
+            | {
+                "evidence": [
+                    "fenced by fenceAgentsRemediation",
+                    "FenceAgentsRemediation medik8s/node-1",
+                    "2026-11-20T09:44:00Z",
+                ]
+            },
+        ),
+        fenceAgentsRemediations=[far(succeeded="2026-11-20T09:44:00Z")],
+    )
+    c["node-unreachable-fence-agents-remediation-before-last-ready"] = with_records(
+        bundle(
+            the_node=node(**LOST),
+            expect=observed | {"evidence": ["NOT fenced", "predates the node's last Ready"]},
+        ),
+        fenceAgentsRemediations=[far(succeeded="2026-11-19T09:44:00Z")],
+    )
+    c["node-unreachable-fence-agents-remediation-namespace-not-named"] = with_records(
+        bundle(
+            the_node=node(**LOST),
+            expect=observed | {"evidence": ["NOT fenced", "namespace tenant is not one"]},
+        ),
+        fenceAgentsRemediations=[far(namespace="tenant")],
+    )
+    c["node-unreachable-fenced-by-self-node-remediation"] = with_records(
+        bundle(
+            the_node=node(**LOST),
+            expect=fenced
+            | {"evidence": ["fenced by selfNodeRemediation", "SelfNodeRemediation medik8s/node-1"]},
+        ),
+        selfNodeRemediations=[snr(rebooted="2026-11-20T09:46:00Z")],
+    )
+    c["node-unreachable-self-node-remediation-not-yet-rebooted"] = with_records(
+        bundle(
+            the_node=node(**LOST),
+            expect=observed | {"evidence": ["NOT fenced", "has not passed yet"]},
+        ),
+        selfNodeRemediations=[snr(rebooted="2026-11-20T10:03:00Z")],
+    )
 
 
 def e(cause: str, **kw: Any) -> dict[str, Any]:
@@ -158,6 +249,7 @@ def cases() -> dict[str, dict[str, Any]]:
             evidence=["NOT fenced"],
         ),
     )
+    fencing_cases(c)
     c["node-without-ready-condition"] = bundle(
         the_node=node(ready=None, created="2026-11-20T09:50:00Z", fenced=True),
         expect=e("NodeUnreachable", plan=["force-delete"], evidence=["no Ready condition"]),

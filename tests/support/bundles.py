@@ -87,6 +87,7 @@ def node(
     created: str = "2026-10-01T00:00:00Z",
     fenced: bool = False,
     reason: str = "KubeletReady",
+    taints: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     conditions = [
         {"type": "MemoryPressure", "status": "False", "lastTransitionTime": "2026-11-01T00:00:00Z"}
@@ -110,6 +111,8 @@ def node(
                 "effect": "NoExecute",
             }
         ]
+    if taints:
+        spec["taints"] = [*spec.get("taints", []), *taints]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -249,6 +252,69 @@ def claimed_volume(driver: str | None = DRIVER) -> dict[str, Any]:
     `driver`; None: NFS) and the node's CSINode with DRIVER registered. For
     `bundle(**claimed_volume(), ...)`."""
     return {"pvcs": [pvc()], "pvs": [pv(driver=driver)], "the_csi_node": csi_node([DRIVER])}
+
+
+CLOUD_SHUTDOWN = {"key": "node.cloudprovider.kubernetes.io/shutdown", "effect": "NoSchedule"}
+FAR_API = "fence-agents-remediation.medik8s.io/v1alpha1"
+SNR_API = "self-node-remediation.medik8s.io/v1alpha1"
+
+
+def far(
+    *,
+    name: str = NODE,
+    namespace: str = "medik8s",
+    succeeded: str | None = "2026-11-20T09:44:00Z",
+    status: str = "True",
+    node: str | None = None,
+) -> dict[str, Any]:
+    """A medik8s FenceAgentsRemediation (v0.7.0) for `name` (or the annotation's `node`)
+    whose conditions say, at `succeeded`, that the fence action succeeded (`status`)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if node is not None:
+        meta["annotations"] = {"remediation.medik8s.io/node-name": node}
+    conditions = []
+    if succeeded is not None:
+        conditions = [
+            {
+                "type": "Processing",
+                "status": "True",
+                "reason": "RemediationStarted",
+                "message": "FAR CR was found",
+                "lastTransitionTime": "2026-11-20T09:41:00Z",
+            },
+            {
+                "type": "FenceAgentActionSucceeded",
+                "status": status,
+                "reason": "FenceAgentSucceeded" if status == "True" else "FenceAgentFailed",
+                "message": "FAR taint was added and the fence agent command has been created "
+                "and executed successfully",
+                "lastTransitionTime": succeeded,
+            },
+        ]
+    return {
+        "apiVersion": FAR_API,
+        "kind": "FenceAgentsRemediation",
+        "metadata": meta,
+        "spec": {"agent": "fence_ipmilan", "remediationStrategy": "ResourceDeletion"},
+        "status": {"conditions": conditions},
+    }
+
+
+def snr(
+    *, name: str = NODE, namespace: str = "medik8s", rebooted: str | None = "2026-11-20T09:46:00Z"
+) -> dict[str, Any]:
+    """A medik8s SelfNodeRemediation (v0.13.0) for node `name` that assumes the node
+    rebooted by `rebooted`."""
+    status: dict[str, Any] = {"phase": "Pre-Reboot-Completed"}
+    if rebooted is not None:
+        status["timeAssumedRebooted"] = rebooted
+    return {
+        "apiVersion": SNR_API,
+        "kind": "SelfNodeRemediation",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"remediationStrategy": "Automatic"},
+        "status": status,
+    }
 
 
 def bundle(

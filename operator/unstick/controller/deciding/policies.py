@@ -19,6 +19,7 @@ from typing import Any
 
 from unstick.core.policy import mandate
 from unstick.core.policy.remediation_policy import PolicyError, parse_policy
+from unstick.core.rules.fencing import FencingSettings
 from unstick.core.rules.settings import DiagnosisSettings
 
 DEFAULT_POLICY = mandate.DEFAULT_POLICY
@@ -46,6 +47,7 @@ class Policy:
             node_lost_after_s=self.node_lost_after_s,
             probe_max_age_s=self.probe_max_age_s,
             finalizer_owners=getattr(self.parsed, "finalizer_owners", ()),  # finalizer triage
+            fencing=getattr(self.parsed, "fencing", FencingSettings()),  # docs/fencing.md
         )
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:

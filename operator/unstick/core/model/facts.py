@@ -13,6 +13,9 @@ from datetime import datetime
 from unstick.core.model.probe import Probe
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+#: set by the cloud node lifecycle controller (k8s.io/cloud-provider) while the provider
+#: says the instance is shut down (docs/fencing.md)
+CLOUD_SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
 LEASE, DEPLOYMENT = "Lease", "Deployment"  # the kinds of a finalizer's owner
 
 
@@ -68,11 +71,19 @@ class NodeFacts:
     created: datetime | None
     ready: ReadyCondition | None  # None: the node has no Ready condition at all
     taints: tuple[str, ...] = ()  # taint keys
+    taints_added: Mapping[str, datetime] = field(default_factory=dict)  # key → timeAdded
 
     @property
     def fenced(self) -> bool:
-        """Taint `node.kubernetes.io/out-of-service` present: the node is known to be down."""
+        """Taint `node.kubernetes.io/out-of-service` present (whether the policy trusts it,
+        and the other proofs, are `unstick.core.rules.fencing`'s)."""
         return OUT_OF_SERVICE_TAINT in self.taints
+
+    @property
+    def last_ready_transition(self) -> datetime | None:
+        """When the Ready condition last changed (for a node not Ready: when it stopped
+        being Ready); a node with no Ready condition counts from its creation."""
+        return (self.ready.last_transition if self.ready is not None else None) or self.created
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +117,34 @@ class DeploymentFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class FenceAgentsRemediationFacts:
+    """A medik8s FenceAgentsRemediation (v1alpha1) from the bundle's
+    `fenceAgentsRemediations`. `node`: the annotation `remediation.medik8s.io/node-name`,
+    else the object's name (FAR's GetNodeName). `fence_succeeded_at`: the
+    lastTransitionTime of its condition `FenceAgentActionSucceeded` while that is True
+    (None otherwise)."""
+
+    namespace: str
+    name: str
+    node: str
+    fence_succeeded_at: datetime | None = None
+    reason: str | None = None  # the condition's reason (FenceAgentSucceeded)
+
+
+@dataclass(frozen=True, slots=True)
+class SelfNodeRemediationFacts:
+    """A medik8s SelfNodeRemediation (v1alpha1) from the bundle's `selfNodeRemediations`.
+    `node`: the annotation `remediation.medik8s.io/node-name`, else the object's name;
+    None when a Machine owns it (and no NodeHealthCheck does): its node is the Machine's,
+    not known from the object. `assumed_rebooted`: `status.timeAssumedRebooted`."""
+
+    namespace: str
+    name: str
+    node: str | None
+    assumed_rebooted: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """Everything one diagnosis looks at; `now` is the bundle's capturedAt."""
 
@@ -121,3 +160,6 @@ class Facts:
     deployments: Mapping[tuple[str, str], DeploymentFacts] = field(default_factory=dict)
     # bundle's `ownersGoneSince`: (kind, ns, name) → seen gone (missing, 0 available) since
     owners_gone_since: Mapping[tuple[str, str, str], datetime] = field(default_factory=dict)
+    # fencing records of medik8s' operators (optional in a bundle; docs/fencing.md)
+    fence_agents_remediations: tuple[FenceAgentsRemediationFacts, ...] = ()
+    self_node_remediations: tuple[SelfNodeRemediationFacts, ...] = ()

@@ -17,14 +17,20 @@ from unstick.core.model.facts import (
     ContainerStatus,
     DeploymentFacts,
     Facts,
+    FenceAgentsRemediationFacts,
     LeaseFacts,
     NodeFacts,
     PodEvent,
     PodFacts,
     PodVolume,
     ReadyCondition,
+    SelfNodeRemediationFacts,
 )
 from unstick.core.model.probe import Probe
+
+#: medik8s' annotation naming the node a remediation is for (else the object's name)
+NODE_NAME_ANNOTATION = "remediation.medik8s.io/node-name"
+FENCE_SUCCEEDED = "FenceAgentActionSucceeded"  # FAR v0.7.0 pkg/utils/conditions.go
 
 
 class BundleError(f.FieldError):
@@ -107,14 +113,20 @@ def parse_node(obj: object) -> NodeFacts:
                 message=f.opt_string(cond, "message", where),
             )
     taints = []
+    added = {}
     for i, raw in enumerate(f.opt_list(spec, "taints", "node.spec")):
         where = f"node.spec.taints[{i}]"
-        taints.append(f.string(f.as_object(raw, where), "key", where))
+        taint = f.as_object(raw, where)
+        taints.append(f.string(taint, "key", where))
+        at = f.opt_time(taint, "timeAdded", where)
+        if at is not None:
+            added[taints[-1]] = at
     return NodeFacts(
         name=f.string(meta, "name", "node.metadata"),
         created=f.opt_time(meta, "creationTimestamp", "node.metadata"),
         ready=ready,
         taints=tuple(taints),
+        taints_added=added,
     )
 
 
@@ -251,6 +263,65 @@ def parse_gone_since(bundle: Mapping[str, object]) -> Mapping[tuple[str, str, st
     return out
 
 
+def _remediation_target(obj: Mapping[str, object], where: str) -> tuple[str, str, str]:
+    """(namespace, name, node) of a medik8s remediation object: its node is the annotation
+    remediation.medik8s.io/node-name, else its name (medik8s' GetNodeName)."""
+    meta = f.as_object(f.get(obj, "metadata", where), f"{where}.metadata")
+    annotations = f.opt_object(meta, "annotations", f"{where}.metadata")
+    name = f.string(meta, "name", f"{where}.metadata")
+    node = f.opt_string(annotations, NODE_NAME_ANNOTATION, f"{where}.metadata.annotations")
+    return f.opt_string(meta, "namespace", f"{where}.metadata") or "", name, node or name
+
+
+def parse_fence_agents_remediations(
+    bundle: Mapping[str, object],
+) -> tuple[FenceAgentsRemediationFacts, ...]:
+    """The bundle's optional `fenceAgentsRemediations` (medik8s FAR v1alpha1, as the API
+    returns them): each one's node and when its fence action succeeded, if it did."""
+    out = []
+    for i, raw in enumerate(f.opt_list(bundle, "fenceAgentsRemediations", "")):
+        where = f"fenceAgentsRemediations[{i}]"
+        obj = f.as_object(raw, where)
+        namespace, name, node = _remediation_target(obj, where)
+        status = f.opt_object(obj, "status", where)
+        succeeded_at, reason = None, None
+        for j, cond in enumerate(f.opt_list(status, "conditions", f"{where}.status")):
+            at = f"{where}.status.conditions[{j}]"
+            c = f.as_object(cond, at)
+            if c.get("type") == FENCE_SUCCEEDED and c.get("status") == "True":
+                succeeded_at = f.opt_time(c, "lastTransitionTime", at)
+                reason = f.opt_string(c, "reason", at)
+        out.append(FenceAgentsRemediationFacts(namespace, name, node, succeeded_at, reason))
+    return tuple(out)
+
+
+def _owned_by(meta: Mapping[str, object], kind: str, where: str) -> bool:
+    refs = f.opt_list(meta, "ownerReferences", where)
+    return any(f.as_object(r, f"{where}.ownerReferences").get("kind") == kind for r in refs)
+
+
+def parse_self_node_remediations(
+    bundle: Mapping[str, object],
+) -> tuple[SelfNodeRemediationFacts, ...]:
+    """The bundle's optional `selfNodeRemediations` (medik8s SNR v1alpha1): each one's node
+    (None when a Machine owns it and no NodeHealthCheck does) and timeAssumedRebooted."""
+    out = []
+    for i, raw in enumerate(f.opt_list(bundle, "selfNodeRemediations", "")):
+        where = f"selfNodeRemediations[{i}]"
+        obj = f.as_object(raw, where)
+        namespace, name, node = _remediation_target(obj, where)
+        meta = f.as_object(f.get(obj, "metadata", where), f"{where}.metadata")
+        by_machine = _owned_by(meta, "Machine", f"{where}.metadata") and not _owned_by(
+            meta, "NodeHealthCheck", f"{where}.metadata"
+        )
+        status = f.opt_object(obj, "status", where)
+        rebooted = f.opt_time(status, "timeAssumedRebooted", f"{where}.status")
+        out.append(
+            SelfNodeRemediationFacts(namespace, name, None if by_machine else node, rebooted)
+        )
+    return tuple(out)
+
+
 def _key_and_spec(raw: object, where: str) -> tuple[tuple[str, str], Mapping[str, object]]:
     obj = f.as_object(raw, where)
     meta = f.as_object(obj.get("metadata") or {}, f"{where}.metadata")
@@ -293,6 +364,8 @@ def parse_bundle(obj: object) -> Facts:
             leases=parse_leases(bundle),
             deployments=parse_deployments(bundle),
             owners_gone_since=parse_gone_since(bundle),
+            fence_agents_remediations=parse_fence_agents_remediations(bundle),
+            self_node_remediations=parse_self_node_remediations(bundle),
         )
     except BundleError:
         raise

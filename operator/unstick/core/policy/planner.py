@@ -243,7 +243,8 @@ def _cause_plan(b: _Builder) -> None:
             b.finalizers()
             b.refuse_all(node_actions, f"node {d.node} does not exist: no agent there")
         case Cause.NodeUnreachable if d.fenced:
-            b.force_delete(f"node {d.node} is unreachable and fenced (out-of-service taint)")
+            by = ", ".join(d.fenced_by) or "out-of-service taint"
+            b.force_delete(f"node {d.node} is unreachable and fenced ({by})")
             b.refuse_all(node_actions, f"node {d.node} is unreachable: its agent cannot act")
         case Cause.NodeUnreachable:
             b.refuse(

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from unstick.core import fields as f
 from unstick.core.policy.finalizer_fields import finalizer_owners, owner_gone_seconds
 from unstick.core.remediation import POLICY_KIND
+from unstick.core.rules.fencing import DEFAULT_SOURCES, FencingSettings, FencingSource
 from unstick.core.rules.finalizer_owners import FinalizerOwner
 from unstick.core.rules.settings import DiagnosisSettings
 from unstick.core.vocabulary import Action
@@ -46,6 +47,8 @@ SPEC_KEYS = (
     "orphanedPodDirs",
     "finalizerOwners",
     "finalizerOwnerGoneSeconds",
+    "fencingEvidence",
+    "fenceAgentsRemediationNamespaces",
 )
 #: What the agent does with a pod directory whose pod is gone from the API (design.md §9).
 ORPHANED_POD_DIRS = ("observe", "clean")
@@ -116,6 +119,8 @@ class RemediationPolicy:
     finalizer_owners: tuple[FinalizerOwner, ...] = ()
     #: None: the allowlist alone decides; else also the owner gone for longer than this
     finalizer_owner_gone_seconds: float | None = None
+    #: which sources prove a NotReady node is off (docs/fencing.md)
+    fencing: FencingSettings = field(default_factory=FencingSettings)
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
         """May a pod in `namespace` (with these labels) use this policy? `default` serves
@@ -141,6 +146,7 @@ class RemediationPolicy:
             node_lost_after_s=self.node_lost_after_seconds,
             probe_max_age_s=self.probe_max_age_seconds,
             finalizer_owners=self.finalizer_owners,
+            fencing=self.fencing,
         )
 
 
@@ -224,6 +230,35 @@ def _allowlist(spec: Mapping[str, object]) -> tuple[str, ...]:
     return names
 
 
+def _fencing(spec: Mapping[str, object]) -> FencingSettings:
+    """`fencingEvidence` (default: outOfServiceTaint only; [] trusts nothing) and
+    `fenceAgentsRemediationNamespaces` (default: none, FARs are not read)."""
+    known = [s.value for s in FencingSource]
+    sources = DEFAULT_SOURCES
+    if spec.get("fencingEvidence") is not None:
+        chosen = set()
+        for i, raw in enumerate(f.as_list(spec["fencingEvidence"], "spec.fencingEvidence")):
+            if raw not in known:
+                raise f.FieldError(
+                    f"spec.fencingEvidence[{i}]",
+                    f"unknown fencing evidence {raw!r} (known: {', '.join(known)})",
+                )
+            chosen.add(FencingSource(raw))
+        sources = frozenset(chosen)
+    key = "fenceAgentsRemediationNamespaces"
+    namespaces = f.string_list(spec, key, "spec")
+    for i, name in enumerate(namespaces):
+        if not re.fullmatch(_DNS_LABEL, name) or len(name) > 63:
+            raise f.FieldError(f"spec.{key}[{i}]", f"{name!r} is not a namespace name")
+    if FencingSource.FENCE_AGENTS_REMEDIATION in sources and not namespaces:
+        raise f.FieldError(
+            f"spec.{key}",
+            "must name the namespaces FenceAgentsRemediations are read from when "
+            "fencingEvidence lists fenceAgentsRemediation",
+        )
+    return FencingSettings(sources, tuple(dict.fromkeys(namespaces)))
+
+
 def _requirement(raw: object, where: str) -> SelectorRequirement:
     obj = f.as_object(raw, where)
     _unknown_keys(obj, EXPRESSION_KEYS, where)
@@ -294,6 +329,7 @@ def _parse(obj: object) -> RemediationPolicy:
         orphaned_pod_dirs=_choice(spec, "orphanedPodDirs", ORPHANED_POD_DIRS),
         finalizer_owners=finalizer_owners(spec),
         finalizer_owner_gone_seconds=owner_gone_seconds(spec),
+        fencing=_fencing(spec),
     )
 
 

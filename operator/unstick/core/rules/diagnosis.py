@@ -20,6 +20,7 @@ from unstick.core.evidence import Evidence
 from unstick.core.model.facts import Facts, NodeFacts
 from unstick.core.model.node_facts import PodMount
 from unstick.core.model.probe import FrozenCgroup, HungMount, VolumeDir
+from unstick.core.rules.fencing import Fencing, fencing
 from unstick.core.rules.finalizer_owners import OwnerView, finalizer_evidence, views
 from unstick.core.rules.node import NodeView, on_the_node
 from unstick.core.rules.settings import DiagnosisSettings
@@ -39,7 +40,7 @@ class Diagnosis:
     stuck: bool
     overdue_seconds: float | None  # None: no deletionTimestamp
     evidence: tuple[Evidence, ...]
-    fenced: bool | None  # None: no Node object
+    fenced: bool | None  # None: no Node object; True: proof from a trusted source (§10)
     probe_fresh: bool  # a fresh probe of the pod's node was used
     kubelet_root: str | None  # from the fresh probe
     mounts: tuple[PodMount, ...] = ()  # deepest first
@@ -56,6 +57,7 @@ class Diagnosis:
     hung_mounts: tuple[HungMount, ...] = ()  # HungMount: the pod's hung mounts
     holders_unknown: bool = False  # HungMount: the holder scan or the runtime was blind
     finalizer_owners: tuple[OwnerView, ...] = ()  # each finalizer's owner: alive, gone, unknown
+    fenced_by: tuple[str, ...] = ()  # the fencing sources whose proof holds (docs/fencing.md)
 
     @property
     def pod(self) -> str:
@@ -66,7 +68,21 @@ def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def _node_lost(node: NodeFacts, facts: Facts, settings: DiagnosisSettings) -> tuple[bool, str]:
+def _fenced_words(fenced: Fencing, settings: DiagnosisSettings) -> str:
+    """The node line's end: fenced (by what), or NOT fenced (which sources were trusted)."""
+    if fenced.proofs:
+        if [p.source.value for p in fenced.proofs] == ["outOfServiceTaint"]:
+            return "fenced: taint node.kubernetes.io/out-of-service is present"
+        return "fenced by " + ", ".join(dict.fromkeys(p.source.value for p in fenced.proofs))
+    return (
+        "NOT fenced: no proof it is off from the sources the policy trusts "
+        f"(fencingEvidence: {settings.fencing.words()}); silence is not proof"
+    )
+
+
+def _node_lost(
+    node: NodeFacts, facts: Facts, settings: DiagnosisSettings, fenced: Fencing
+) -> tuple[bool, str]:
     """(is the node lost for >= nodeLostAfter, what to say about its Ready state)."""
     ready = node.ready
     if ready is not None and ready.status == "True":
@@ -78,12 +94,8 @@ def _node_lost(node: NodeFacts, facts: Facts, settings: DiagnosisSettings) -> tu
     if since is None:
         return False, f"node {node.name} has {what} since an unknown time: not counted as lost"
     lost = (facts.now - since).total_seconds()
-    fenced = (
-        "fenced: taint node.kubernetes.io/out-of-service is present"
-        if node.fenced
-        else "NOT fenced: no node.kubernetes.io/out-of-service taint"
-    )
-    message = f"node {node.name} has {what} for {human(lost)} (since {_iso(since)}); {fenced}"
+    words = _fenced_words(fenced, settings)
+    message = f"node {node.name} has {what} for {human(lost)} (since {_iso(since)}); {words}"
     if lost >= settings.node_lost_after_s:
         return True, message
     return False, f"{message}; under nodeLostAfter {human(settings.node_lost_after_s)}"
@@ -110,7 +122,8 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
     if pod.deletion_timestamp is not None:
         overdue = (facts.now - pod.deletion_timestamp).total_seconds()
     stuck = overdue is not None and overdue > settings.slack_s
-    cause, view = _decide(facts, settings, overdue, stuck, ev)
+    fenced = fencing(facts, settings.fencing)
+    cause, view = _decide(facts, settings, overdue, stuck, ev, fenced=fenced)
     return Diagnosis(
         namespace=pod.namespace,
         name=pod.name,
@@ -121,7 +134,7 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         stuck=stuck,
         overdue_seconds=overdue,
         evidence=tuple(ev),
-        fenced=None if facts.node is None else facts.node.fenced,
+        fenced=None if facts.node is None else fenced.fenced,
         probe_fresh=view.probe_fresh,
         kubelet_root=view.kubelet_root,
         mounts=view.mounts,
@@ -135,6 +148,7 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
         hung_mounts=view.hung_mounts,
         holders_unknown=view.holders_unknown,
         finalizer_owners=views(facts, settings.finalizer_owners),
+        fenced_by=tuple(dict.fromkeys(p.source.value for p in fenced.proofs)),
     )
 
 
@@ -144,6 +158,8 @@ def _decide(
     overdue: float | None,
     stuck: bool,
     ev: list[Evidence],
+    *,
+    fenced: Fencing,
 ) -> tuple[Cause, NodeView]:
     pod = facts.pod
     none = NodeView()
@@ -188,10 +204,16 @@ def _decide(
 
     # 3. NodeUnreachable
     if facts.node is not None:
-        lost, message = _node_lost(facts.node, facts, settings)
+        lost, message = _node_lost(facts.node, facts, settings, fenced)
         if message:
             ev.append(Evidence("node", message))
         if lost:
+            # the proofs, each naming its source, object and time; what proves nothing
+            ev.extend(
+                Evidence("fencing", f"fenced by {p.source.value}: {p.message}")
+                for p in fenced.proofs
+            )
+            ev.extend(Evidence("fencing", n) for n in fenced.notes)
             return Cause.NodeUnreachable, none
 
     # 3a (ContainerFrozen), 3b (HungMount), 4-9. What the pod's node shows

@@ -1,12 +1,13 @@
 """What the diagnosis is told by the RemediationPolicy in force (built by
 `unstick.core.policy.remediation_policy.RemediationPolicy.settings`; the defaults are the
 policy's): when a deleted pod counts as stuck, when a not-Ready node counts as lost, how
-old a probe may be, and who serves which finalizer."""
+old a probe may be, who serves which finalizer, and which sources prove a node is off."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from unstick.core.rules.fencing import FencingSettings
 from unstick.core.rules.finalizer_owners import FinalizerOwner
 
 
@@ -17,3 +18,5 @@ class DiagnosisSettings:
     probe_max_age_s: float = 120.0  # spec.probeMaxAgeSeconds
     # spec.finalizerOwners: finalizer prefix -> its Lease or Deployment
     finalizer_owners: tuple[FinalizerOwner, ...] = ()
+    # spec.fencingEvidence and spec.fenceAgentsRemediationNamespaces (docs/fencing.md)
+    fencing: FencingSettings = field(default_factory=FencingSettings)
