@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from unstick.core.remediation import (
     PROBE,
     PROBED_AT,
     VERSION,
+    rfc3339,
 )
 from unstick.kube.client import ClientSettings, Kube
 
@@ -161,20 +163,25 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
 
 
 def _write_validity(state: State, name: str, body: dict[str, Any], error: str | None) -> None:
-    """status.conditions[type=Valid] of a policy, written only when it changes."""
+    """status.conditions[type=Valid] of a policy in the metav1.Condition shape (type,
+    status, reason, message, lastTransitionTime, observedGeneration), written only when it
+    changes; lastTransitionTime moves only when status does."""
     assert state.kube is not None
     wanted = {
         "type": "Valid",
         "status": "False" if error else "True",
         "reason": "InvalidSpec" if error else "Validated",
         "message": error or "policy is valid",
+        "observedGeneration": (body.get("metadata") or {}).get("generation"),
     }
     current: dict[str, Any] = next(
         (c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Valid"),
         {},
     )
-    if all(current.get(k) == v for k, v in wanted.items()):
+    if current.get("lastTransitionTime") and all(current.get(k) == v for k, v in wanted.items()):
         return
+    same = current.get("status") == wanted["status"] and current.get("lastTransitionTime")
+    wanted["lastTransitionTime"] = current["lastTransitionTime"] if same else rfc3339(time.time())
     state.kube.request(
         "PATCH",
         f"{POLICIES}/{name}/status",
