@@ -5,8 +5,13 @@
    restart) answers OK without unmounting: that is reported as "driver answered OK but the
    mount is still there", the step still counts as succeeded, and the next step,
    `unmount`, removes the mount.
-3. NodeUnstageVolume when the driver stages volumes, the staging mount exists and no other
-   pod's mount uses it (same device and root).
+3. NodeUnstageVolume when the driver stages volumes, the staging mount exists, no other
+   pod's mount uses it (same device and root), and no other pod on the node has a volume
+   dir of the same PV or a vol_data.json naming the same driver and volume handle: the
+   kubelet writes those right before its NodePublishVolume for a pod (a replacement on
+   this node), and believes the volume staged until it unstages it itself — unstaged
+   under it, the replacement's publish fails (`not staged`) for ever. Anything unreadable
+   there counts as such a pod. The staging mount is then left to the kubelet.
 
 Right before step 1 the step re-checks the mount as for a plain unmount, no task blocked
 in a path lookup through it included: the driver's unpublish is a plain umount, and on a
@@ -83,6 +88,41 @@ def _used_by_other_pods(mounts: list[Mount], root: str, uid: str, staging: Mount
     return False
 
 
+def _published_for_other_pod(checks: Checks, uid: str, driver: str, handle: str, pv: str) -> str:
+    """Why another pod on this node may have the volume published, or be about to (the
+    kubelet writes the pod's volume dir and vol_data.json right before NodePublishVolume):
+    '' when no other pod has a CSI volume dir of `pv` or one whose vol_data.json names
+    `driver` and `handle`. Read without following symlinks; what cannot be read counts."""
+    pods = os.path.join(checks.root, "pods")
+    try:
+        uids = sorted(e.name for e in os.scandir(pods) if e.is_dir(follow_symlinks=False))
+    except OSError as exc:
+        return f"cannot list {pods} ({exc}) to tell whether another pod publishes it"
+    for other in uids:
+        if other == uid:
+            continue
+        csi = os.path.join(pods, other, "volumes", "kubernetes.io~csi")
+        try:
+            names = sorted(e.name for e in os.scandir(csi) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot list {csi} ({exc}) to tell whether pod {other} publishes it"
+        if pv in names:
+            return f"pod {other} has a volume dir of {pv} (the kubelet publishes it there)"
+        for name in names:
+            volume_dir = os.path.join(csi, name)
+            if not os.path.lexists(os.path.join(volume_dir, VOL_DATA)):
+                continue
+            try:
+                data = checks.read_vol_data(volume_dir)
+            except Refused as exc:
+                return f"pod {other}'s {VOL_DATA} cannot be told ({exc})"
+            if (data["driverName"], data["volumeHandle"]) == (driver, handle):
+                return f"pod {other} has {handle} of {driver} at {volume_dir}"
+    return ""
+
+
 def replay_volume(
     checks: Checks, uid: str, mount: Mount, plugins: dict[str, Plugin], dry_run: bool
 ) -> str:
@@ -137,6 +177,9 @@ def _unstage(
     staging = staged[0]
     if _used_by_other_pods(list(mounts), checks.root, uid, staging):
         return f"; staging {staging.mount_point} is used by another pod: not unstaged"
+    other = _published_for_other_pod(checks, uid, plugin.name, handle, pv)
+    if other:
+        return f"; staging {staging.mount_point} not unstaged: {other}"
     try:
         if not csi_client.supports_staging(plugin.endpoint, timeout):
             return "; driver does not stage volumes"
