@@ -10,10 +10,7 @@ by its id at the end.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -21,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.processes import run_unshared
 
 HERE = Path(__file__).parent
 SCENARIOS = HERE / "mountns_scenarios.py"
@@ -58,26 +57,11 @@ def run_scenario(
 ) -> dict[str, Any]:
     """Run one scenario of `script` in a private mount namespace; its JSON result."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, str(script), name]
-    proc = subprocess.Popen(
-        [*cmd, str(workdir), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the scenario and everything it started
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    if proc.returncode != 0:
-        pytest.fail(f"scenario {name} exited {proc.returncode}:\n{err[-4000:]}")
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    assert lines, f"scenario {name} printed no result:\n{out}\n{err[-4000:]}"
+    done = run_unshared([sys.executable, str(script), name, str(workdir), *args], timeout)
+    if done.returncode != 0:
+        pytest.fail(f"scenario {name} exited {done.returncode}:\n{done.stderr[-4000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"scenario {name} printed no result:\n{done.stdout}\n{done.stderr[-4000:]}"
     result: dict[str, Any] = json.loads(lines[-1])
     return result
 

@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from tests.agent.policy_sources import opted_in
+from tests.support.processes import PIDS_CGROUP, pod_container_cgroup, process_in
 from unstick.agent.handler import Handler
 from unstick.agent.probe.containers import cgroup_containers, pod_containers
 from unstick.agent.probe.kubelet_health import kubelet_healthy
@@ -300,18 +301,11 @@ def test_target_text_from_the_cr_is_never_used_as_a_path(tmp_path: Path) -> None
 
 # --- containers from a real cgroup -----------------------------------------------------
 
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
-
 
 @pytest.mark.mountns
 @pytest.mark.skipif(not os.access(PIDS_CGROUP, os.W_OK), reason="needs a writable pids cgroup")
 def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) -> None:
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    container = top / "kubepods" / "besteffort" / f"pod{UID}" / "cri-containerd-abc123.scope"
-    container.mkdir(parents=True)
-    proc = subprocess.Popen(["sleep", "600"])
-    try:
-        (container / "cgroup.procs").write_text(str(proc.pid))
+    with pod_container_cgroup(UID, "abc123") as container, process_in(container) as proc:
         found = cgroup_containers("/proc", UID)
         assert found is not None
         assert [(c.id, c.state) for c in found] == [("abc123", "running")]
@@ -321,13 +315,6 @@ def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) 
         (tmp_path / "proc").symlink_to("/proc")
         result = handler.executor.run_step(UID, "unmount", "", dry_run=False, lazy_unmount=False)
         assert result.result == "refused" and "still run" in result.message
-    finally:
-        proc.kill()
-        proc.wait()
-        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if path.is_dir():
-                path.rmdir()
-        top.rmdir()
 
 
 # --- containers from the CRI -----------------------------------------------------------

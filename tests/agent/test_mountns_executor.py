@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.processes import PIDS_CGROUP, pod_container_cgroup
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.checks import Checks
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.mountns
 
 EXECUTOR = Path(__file__).parent / "mountns_executor.py"
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
 
 
 @pytest.mark.parametrize("case", ["id_reuse_same_path", "id_reuse_other_path"])
@@ -48,16 +47,8 @@ def pod_cgroup() -> Iterator[Path]:
     """A real pids cgroup named like a kubelet pod's container (removed afterwards)."""
     if not os.access(PIDS_CGROUP, os.W_OK):
         pytest.skip("needs a writable pids cgroup")
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    container = top / "kubepods" / "besteffort" / f"pod{UID}" / "cri-containerd-abc123.scope"
-    container.mkdir(parents=True)
-    try:
+    with pod_container_cgroup(UID, "abc123") as container:
         yield container
-    finally:
-        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if path.is_dir():
-                path.rmdir()
-        top.rmdir()
 
 
 class _StartsAContainer(Checks):

@@ -7,7 +7,6 @@ not touched even when it has no volume dirs (issue #22 finding 2)."""
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +14,11 @@ import pytest
 
 from tests.agent.mountns_orphans import UID_C, UID_R
 from tests.agent.mountns_scenarios import UID_A, UID_B
+from tests.support.processes import PIDS_CGROUP, pod_container_cgroup
 
 pytestmark = pytest.mark.mountns
 
 ORPHANS = Path(__file__).parent / "mountns_orphans.py"
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
 
 
 @pytest.fixture
@@ -27,16 +26,8 @@ def container_cgroup() -> Iterator[Path]:
     """A real pids cgroup named like a container of pod UID_R (removed afterwards)."""
     if not os.access(PIDS_CGROUP, os.W_OK):
         pytest.skip("needs a writable pids cgroup")
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    container = top / "kubepods" / "besteffort" / f"pod{UID_R}" / "cri-containerd-dbg42.scope"
-    container.mkdir(parents=True)
-    try:
+    with pod_container_cgroup(UID_R, "dbg42") as container:
         yield container
-    finally:
-        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if path.is_dir():
-                path.rmdir()
-        top.rmdir()
 
 
 def test_clean_never_touches_a_pod_whose_container_runs(

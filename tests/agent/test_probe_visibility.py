@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.support.processes import PIDS_CGROUP, pod_container_cgroup, process_in
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import runtime_answer, scan_cgroups
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
@@ -30,7 +31,6 @@ from unstick.core.vocabulary import Cause
 
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
 NOW = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
 
 
 def _pod() -> dict[str, Any]:
@@ -236,20 +236,8 @@ def _container(cid: str, state: int, name: str = "app") -> Any:
 def test_a_container_the_cri_calls_exited_but_whose_cgroup_has_processes_runs(
     tmp_path: Path, cri: str
 ) -> None:
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-abc123.scope"
-    cgroup.mkdir(parents=True)
-    proc = subprocess.Popen(["sleep", "600"])
-    try:
-        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+    with pod_container_cgroup(UID, "abc123", qos=None) as cgroup, process_in(cgroup):
         probe = probe_pod(_node(tmp_path, cri_socket=cri), UID, now=NOW, plugins={})
-    finally:
-        proc.kill()
-        proc.wait()
-        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if path.is_dir():
-                path.rmdir()
-        top.rmdir()
     assert probe["runtime"] == "cri+cgroup"
     assert probe["containers"] == [
         {"podUID": UID, "name": "app", "id": "abc123", "state": "running", "runtimeState": "exited"}
@@ -276,20 +264,8 @@ def test_a_running_debug_container_is_containers_still_running(tmp_path: Path, c
     """Issue #22 finding 8: the app container exited, a `kubectl debug` container still runs
     (a real process in its container cgroup, and the runtime lists it): the probe shows it
     running and the diagnosis is ContainersStillRunning — also when pod.status lags."""
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-dbg456.scope"
-    cgroup.mkdir(parents=True)
-    proc = subprocess.Popen(["sleep", "600"])
-    try:
-        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+    with pod_container_cgroup(UID, "dbg456", qos=None) as cgroup, process_in(cgroup):
         probe = probe_pod(_node(tmp_path, cri_socket=cri), UID, now=NOW, plugins={})
-    finally:
-        proc.kill()
-        proc.wait()
-        for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-            if path.is_dir():
-                path.rmdir()
-        top.rmdir()
     assert probe["runtime"] == "cri+cgroup"
     assert [(c["name"], c["state"]) for c in probe["containers"]] == [
         ("app", "exited"),

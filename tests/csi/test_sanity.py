@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -20,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.processes import run_unshared
 
 pytestmark = [pytest.mark.mountns, pytest.mark.csi, pytest.mark.timeout(180)]
 
@@ -60,24 +60,9 @@ def work() -> Iterator[Path]:
 
 def run(work: Path, *args: str) -> dict[str, Any]:
     """mountns_sanity.py in its own mount namespace and process group, killed at the end."""
-    cmd = ["unshare", "-m", "--propagation", "private", sys.executable, str(SCRIPT)]
-    proc = subprocess.Popen(
-        [*cmd, args[0], str(work), *args[1:]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=150)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the plugin, csi-sanity, everything
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, f"{args[0]} exited {proc.returncode}:\n{err[-4000:]}"
-    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    done = run_unshared([sys.executable, str(SCRIPT), args[0], str(work), *args[1:]], 150)
+    assert done.returncode == 0, f"{args[0]} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
