@@ -112,19 +112,6 @@ def test_invalid_policy_is_kept_as_error_naming_the_field() -> None:
     assert book.lookup("missing")[1] == "RemediationPolicy 'missing' does not exist"
 
 
-def test_peering_gate_follows_kopf_rule() -> None:
-    from unstick.controller.peering import is_active
-
-    now = 1_000_000.0
-    seen = "1970-01-12T13:46:30+00:00"  # now - 10 s
-    assert is_active({}, "me", 0, now)
-    assert is_active({"me": {"priority": 0, "lastseen": seen, "lifetime": 60}}, "me", 0, now)
-    assert not is_active({"other": {"priority": 0, "lastseen": seen, "lifetime": 60}}, "me", 0, now)
-    assert not is_active({"other": {"priority": 5, "lastseen": seen, "lifetime": 60}}, "me", 1, now)
-    assert is_active({"other": {"priority": 0, "lastseen": seen, "lifetime": 60}}, "me", 1, now)
-    assert is_active({"other": {"priority": 9, "lastseen": seen, "lifetime": 5}}, "me", 0, now)
-
-
 # -- log levels: a retried 429/5xx answer is a WARNING ----------------------------------
 
 

@@ -42,12 +42,12 @@ class Controller:
         self,
         cp: ControlPlane,
         log_path: Path,
-        peering: str | None = None,
+        lease: str | None = None,
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> None:
         self.cp = cp
-        self.peering = peering
+        self.lease = lease  # leader election on this Lease (in `default`), else --standalone
         self.extra_args = extra_args
         self.env = env  # added to the environment (e.g. fail points: controller/failpoints.py)
         self.log_path = log_path
@@ -61,7 +61,7 @@ class Controller:
             "controller",
             "--kubeconfig",
             str(self.cp.kubeconfig),
-            *(["--peering", self.peering] if self.peering else ["--standalone"]),
+            *(["--leader-elect-lease-name", self.lease] if self.lease else ["--standalone"]),
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",
@@ -170,13 +170,13 @@ def controller_started(
     log_path: Path,
     *,
     valid: Iterable[str] = (),
-    peering: str | None = None,
+    lease: str | None = None,
     extra_args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> Iterator[Controller]:
     """`unstick controller` started, and each policy named in `valid` seen Valid (so the
     controller has it); stopped at the end, the tail of its log printed for a failure."""
-    ctl = Controller(cp, log_path, peering=peering, extra_args=extra_args, env=env)
+    ctl = Controller(cp, log_path, lease=lease, extra_args=extra_args, env=env)
     try:
         ctl.start()
         for name in valid:
@@ -197,7 +197,7 @@ def running_controller(
     log_dir: Path,
     policies: dict[str, dict[str, Any]],
     *,
-    peering: str | None = None,
+    lease: str | None = None,
     extra_args: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> Iterator[tuple[Controller, Objects]]:
@@ -215,7 +215,7 @@ def running_controller(
             objects,
             log_dir / "controller.log",
             valid=policies,
-            peering=peering,
+            lease=lease,
             extra_args=extra_args,
             env=env,
         ) as ctl,

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unstick.commands import logs
 from unstick.core.policy.ratelimit import DEFAULT_CLUSTER_CAP, DEFAULT_NODE_CAP
 
-#: Kopf renews a peering record `lifetime - randint(5, 10)` s after the last renewal (at
-#: least 1 s): with 20 s a renewal is due 10-15 s after the last one, 5-10 s before the
-#: record runs out; at 10 s every 1-5 s.
-DEFAULT_PEERING_LIFETIME_S = 20
-MIN_PEERING_LIFETIME_S = 10
+if TYPE_CHECKING:
+    from unstick.controller.leader import LeaseSettings
+
+#: client-go's defaults (kube-controller-manager's --leader-elect-* flags).
+DEFAULT_LEASE_DURATION = "15s"
+DEFAULT_RENEW_DEADLINE = "10s"
+DEFAULT_RETRY_PERIOD = "2s"
+DEFAULT_LEASE_NAME = "unstick-controller"
 
 DESCRIPTION = """\
 Run the unstick controller. It watches pods with a lean paginated list+watch that keeps
@@ -61,28 +66,50 @@ def add_parser(sub: Any) -> None:
         metavar="PORT",
         help="Kopf liveness endpoint on http://0.0.0.0:PORT/healthz (0: off; default 8080)",
     )
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--peering",
-        metavar="NAME",
-        default="unstick",
-        help="Kopf peering name (ClusterKopfPeering) so only one replica is active "
-        "(default: unstick)",
+    p.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while this replica holds the leader Lease, so one of several replicas "
+        "acts and the others stand by with warm caches (default: on)",
     )
     p.add_argument(
-        "--peering-lifetime",
-        type=int,
-        default=DEFAULT_PEERING_LIFETIME_S,
-        metavar="S",
-        help="seconds this replica's peering record stays valid; Kopf renews it 5-10 s "
-        "before it runs out. After a replica is killed without saying goodbye (SIGKILL, "
-        f"node lost) the next one waits up to S seconds (default {DEFAULT_PEERING_LIFETIME_S}"
-        f", at least {MIN_PEERING_LIFETIME_S}; Kopf's own default is 60)",
-    )
-    mode.add_argument(
         "--standalone",
         action="store_true",
-        help="no peering: for a single replica, tests and local runs",
+        help="no leader election (--no-leader-elect): for a single replica, tests and local runs",
+    )
+    p.add_argument(
+        "--leader-elect-lease-duration",
+        default=DEFAULT_LEASE_DURATION,
+        metavar="DURATION",
+        help="a standby takes the Lease when its holder has not renewed it for this long, "
+        f"measured on the standby's own clock (default {DEFAULT_LEASE_DURATION})",
+    )
+    p.add_argument(
+        "--leader-elect-renew-deadline",
+        default=DEFAULT_RENEW_DEADLINE,
+        metavar="DURATION",
+        help="the leader stops writing when no renew succeeded for this long; shorter than "
+        f"the lease duration (default {DEFAULT_RENEW_DEADLINE})",
+    )
+    p.add_argument(
+        "--leader-elect-retry-period",
+        default=DEFAULT_RETRY_PERIOD,
+        metavar="DURATION",
+        help=f"the leader renews, a standby tries, this often (default {DEFAULT_RETRY_PERIOD})",
+    )
+    p.add_argument(
+        "--leader-elect-lease-name",
+        default=DEFAULT_LEASE_NAME,
+        metavar="NAME",
+        help="the Lease (coordination.k8s.io/v1) the replicas share "
+        f"(default {DEFAULT_LEASE_NAME})",
+    )
+    p.add_argument(
+        "--leader-elect-lease-namespace",
+        default=None,
+        metavar="NS",
+        help="the Lease's namespace (default: $POD_NAMESPACE, else default)",
     )
     p.add_argument(
         "--workers",
@@ -148,12 +175,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    if args.peering_lifetime < MIN_PEERING_LIFETIME_S:
-        print(
-            f"unstick controller: --peering-lifetime must be at least {MIN_PEERING_LIFETIME_S} "
-            "(a renewal must arrive before the record expires)",
-            file=sys.stderr,
-        )
+    election, problem = lease_settings(args)
+    if problem:
+        print(f"unstick controller: {problem}", file=sys.stderr)
         return 2
     for count_flag in ("workers", "max_actions_per_minute", "max_node_actions_per_minute"):
         if getattr(args, count_flag) < 1:
@@ -166,10 +190,15 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
-    from unstick.controller.peering import PeeringSettings, own_identity
     from unstick.controller.reconciler import ReconcileSettings
     from unstick.controller.runtime import RuntimeSettings
-    from unstick.kube.client import POOL_EXTRA, POOL_SIZE, ClientSettings, load_configuration
+    from unstick.kube.client import (
+        POOL_EXTRA,
+        POOL_SIZE,
+        USER_AGENT,
+        ClientSettings,
+        load_configuration,
+    )
 
     try:
         load_configuration(args.kubeconfig)
@@ -181,10 +210,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     namespaces = tuple(args.namespace_scope)
-    identity = own_identity()
+    # Which replica sent a request: the audit log's userAgent names it.
+    agent = USER_AGENT if election is None else f"{USER_AGENT} ({election.identity})"
     settings = ControllerSettings(
         client=ClientSettings(
-            kubeconfig=args.kubeconfig, pool_size=max(POOL_SIZE, args.workers + POOL_EXTRA)
+            kubeconfig=args.kubeconfig,
+            pool_size=max(POOL_SIZE, args.workers + POOL_EXTRA),
+            user_agent=agent,
         ),
         runtime=RuntimeSettings(
             namespaces=namespaces,
@@ -197,28 +229,73 @@ def run(args: argparse.Namespace) -> int:
             ),
         ),
         metrics_port=args.metrics_port,
-        peering=None if args.standalone else PeeringSettings(args.peering, identity),
+        election=election,
     )
     kopf_settings = kopf.OperatorSettings()
     registry = build_registry()
     configure(kopf_settings, args.log_level == "DEBUG", registry)
-    kopf_settings.peering.lifetime = args.peering_lifetime
-    memo = kopf.Memo(state=State(settings=settings))
+    state = State(settings=settings)
+    memo = kopf.Memo(state=state)
     liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
     try:
         asyncio.run(
             kopf.operator(
                 registry=registry,
                 settings=kopf_settings,
-                standalone=args.standalone,
-                peering_name=None if args.standalone else args.peering,
+                standalone=True,  # one replica acts: the Lease decides, not Kopf's peering
                 clusterwide=not namespaces,
                 namespaces=namespaces,
                 liveness_endpoint=liveness,
                 memo=memo,
-                identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType(str)
+                stop_flag=state.stop_flag,
             )
         )
     except KeyboardInterrupt:
         return 130
+    if state.elector is not None and state.elector.lost:
+        return 1  # lost the lease: started again (by the kubelet) as a standby
     return 0
+
+
+def parse_duration(text: str) -> float | None:
+    """client-go's flag durations as far as they are useful here: 15s, 1.5s, 500ms, 1m, or
+    plain seconds. None when it is none of these."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", text)
+    if match is None:
+        return None
+    value, unit = float(match.group(1)), match.group(2) or "s"
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]
+
+
+def lease_settings(args: argparse.Namespace) -> tuple[LeaseSettings | None, str | None]:
+    """The election's settings from the flags (None: no election), or the problem with them
+    in one line naming the flag."""
+    from unstick.controller.leader import LeaseSettings, own_identity
+
+    if args.standalone or not args.leader_elect:
+        return None, None
+    durations: dict[str, float] = {}
+    for flag in ("lease_duration", "renew_deadline", "retry_period"):
+        text = getattr(args, f"leader_elect_{flag}")
+        seconds = parse_duration(str(text))
+        if seconds is None or seconds <= 0:
+            name = "--leader-elect-" + flag.replace("_", "-")
+            return None, f"{name} {text!r}: not a duration (e.g. 15s, 500ms, 1m)"
+        durations[flag] = seconds
+    namespace = args.leader_elect_lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
+    settings = LeaseSettings(
+        identity=own_identity(),
+        name=args.leader_elect_lease_name,
+        namespace=namespace,
+        lease_duration_s=durations["lease_duration"],
+        renew_deadline_s=durations["renew_deadline"],
+        retry_period_s=durations["retry_period"],
+    )
+    problem = settings.problem()
+    if problem:
+        return None, (
+            f"--leader-elect-lease-duration {args.leader_elect_lease_duration}, "
+            f"--leader-elect-renew-deadline {args.leader_elect_renew_deadline}, "
+            f"--leader-elect-retry-period {args.leader_elect_retry_period}: {problem}"
+        )
+    return settings, None

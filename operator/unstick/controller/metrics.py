@@ -11,6 +11,8 @@ from collections import Counter as Tally
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from unstick import __version__
+
 STUCK_PODS = Gauge(
     "unstick_stuck_pods",
     "Pods stuck in Terminating, by namespace and cause",
@@ -46,6 +48,17 @@ BLOCKED_NAMESPACES = Gauge(
     "unstick_blocked_namespaces",
     "Namespaces in Terminating whose deletion waits on stuck pods",
 )
+LEADER = Gauge(
+    "unstick_controller_leader",
+    "1 while this replica holds the leader Lease and may act, 0 on a standby (docs/controller.md "
+    "'Leader election')",
+)
+BUILD_INFO = Gauge(
+    "unstick_build_info",
+    "Always 1; the version of unstick this process runs",
+    ["version"],
+)
+BUILD_INFO.labels(__version__).set(1)
 
 
 class StuckPods:

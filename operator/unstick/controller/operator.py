@@ -1,7 +1,10 @@
 """Kopf wiring: handlers only translate Kopf's world into calls on the Runtime.
 
-Kopf runs: the RemediationPolicy and Remediation watches, peering (one active replica),
-the liveness endpoint. Pods, Nodes and CSINodes get NO Kopf handler at all: the lean
+Kopf runs: the RemediationPolicy and Remediation watches, the liveness endpoint — in
+every replica (Kopf's own peering is not used). Which replica acts is decided by the leader
+election on a Lease (controller/leader.py): its guard refuses every write of the
+controller's client on a standby, and the lean watcher dispatches no pass there.
+Pods, Nodes and CSINodes get NO Kopf handler at all: the lean
 watchers (unstick.kube.podwatch, unstick.kube.objectwatch) feed the controller, started
 by `on.startup` as a background task. Every handler here is `on.event`, which keeps no
 state on the objects and writes nothing to them.
@@ -11,15 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
 
 from unstick.controller import metrics
 from unstick.controller.deciding.policies import PolicyBook
-from unstick.controller.peering import PeeringGate, PeeringSettings
+from unstick.controller.leader import Elector, LeaseSettings, NotLeading
 from unstick.controller.runtime import Runtime, RuntimeSettings
 from unstick.core.remediation import (
     GROUP,
@@ -43,7 +47,7 @@ class ControllerSettings:
     client: ClientSettings = field(default_factory=ClientSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     metrics_port: int = 9100  # 0: no metrics server
-    peering: PeeringSettings | None = None  # None: standalone
+    election: LeaseSettings | None = None  # None: standalone, always the leader
 
 
 @dataclass
@@ -55,8 +59,30 @@ class State:
     kube: Kube | None = None
     runtime: Runtime | None = None
     task: asyncio.Task[None] | None = None
-    gate_task: asyncio.Task[None] | None = None
+    elector: Elector | None = None
+    elector_thread: threading.Thread | None = None
+    # set when this replica lost the lease: Kopf stops, the process exits (and restarts
+    # as a standby)
+    stop_flag: threading.Event = field(default_factory=threading.Event)
     agent_marks: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.leading()
+
+
+def _client(state: State) -> Kube:
+    """The controller's client; with an election, every write it sends is guarded."""
+    if state.kube is None:
+        state.kube = Kube(state.settings.client)
+        election = state.settings.election
+        if election is not None:
+            # The Lease's own client: short timeouts, no retries (the loop retries), and a
+            # connection of its own, never queued behind the workers' requests.
+            timeout = max(1.0, election.renew_deadline_s / 2)
+            own = replace(state.settings.client, timeout_s=timeout, retry_attempts=1, pool_size=2)
+            state.elector = Elector(Kube(own), election)
+            state.kube.write_guard = state.elector.check
+    return state.kube
 
 
 def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per handler)
@@ -65,9 +91,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
     @kopf.on.login(registry=registry)
     def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
         state: State = memo.state
-        if state.kube is None:
-            state.kube = Kube(state.settings.client)
-        cfg = state.kube.configuration
+        cfg = _client(state).configuration
         header = cfg.get_api_key_with_prefix("BearerToken") or ""
         scheme, _sep, token = header.partition(" ")
         return kopf.ConnectionInfo(
@@ -83,26 +107,46 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
     @kopf.on.startup(registry=registry)
     async def startup(memo: Any, **_: Any) -> None:
         state: State = memo.state
-        if state.kube is None:
-            state.kube = Kube(state.settings.client)
+        kube = _client(state)
         if state.settings.metrics_port:
             metrics.serve(state.settings.metrics_port)
-        gate = PeeringGate(state.kube, state.settings.peering)
-        state.runtime = Runtime(state.kube, state.policies, state.settings.runtime, gate=gate)
+        state.runtime = Runtime(kube, state.policies, state.settings.runtime, gate=state.leading)
         state.task = asyncio.create_task(state.runtime.run(), name="unstick lean pod watcher")
-        state.gate_task = asyncio.create_task(gate.run(), name="unstick peering gate")
+        elector = state.elector
+        if elector is None:
+            metrics.LEADER.set(1)
+            return
+        metrics.LEADER.set(0)
+        loop = asyncio.get_running_loop()
+
+        def started() -> None:  # the elector's thread
+            metrics.LEADER.set(1)
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(_revalidate(state)))
+
+        def stopped() -> None:
+            metrics.LEADER.set(0)
+            if elector.lost:
+                state.stop_flag.set()  # Kopf stops; the process exits and restarts as standby
+
+        elector.on_started, elector.on_stopped = started, stopped
+        state.elector_thread = threading.Thread(
+            target=elector.run, name="unstick leader election", daemon=True
+        )
+        state.elector_thread.start()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: Any, **_: Any) -> None:
         state: State = memo.state
-        for task in (state.task, state.gate_task):
-            if task is None:
-                continue
-            task.cancel()
+        if state.elector is not None:
+            state.elector.stop.set()
+        if state.task is not None:
+            state.task.cancel()
             try:
-                await task
+                await state.task
             except (asyncio.CancelledError, Exception):
                 pass
+        if state.elector is not None:  # after the last write: the standby need not wait
+            await asyncio.to_thread(state.elector.release)
 
     @kopf.on.probe(id="pods", registry=registry)
     def pods_probe(memo: Any, **_: Any) -> dict[str, Any]:
@@ -116,7 +160,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             "terminating": len(runtime.pods),
             "scheduled": len(runtime.scheduler),
             "synced": all(w.synced.is_set() for w in runtime.watchers),
-            "active": runtime.gate(),
+            "leader": runtime.gate(),
         }
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
@@ -133,7 +177,11 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
                 logger.error(
                     "RemediationPolicy %s is invalid and will not be used: %s", name, error
                 )
-            await asyncio.to_thread(_write_validity, state, name, dict(body), error)
+            if state.leading():  # the leader writes it (again for every policy: _revalidate)
+                try:
+                    await asyncio.to_thread(_write_validity, state, name, dict(body), error)
+                except NotLeading:
+                    pass  # the lease was lost meanwhile: the next leader writes it
         if state.runtime is not None:
             state.runtime.policies_changed()
 
@@ -160,6 +208,32 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
                 state.runtime.poke(uid)
 
     return registry
+
+
+async def _revalidate(state: State) -> None:
+    """A replica that became the leader writes the Valid condition of every policy (a
+    standby writes none; one changed while no replica led has none yet)."""
+    kube = _client(state)
+    try:
+        items: list[Any] = await asyncio.to_thread(kube.list_all, POLICIES)
+    except Exception as exc:
+        log.warning("cannot list RemediationPolicies to write their Valid condition (%s)", exc)
+        return
+    for item in items:
+        name = str((item.get("metadata") or {}).get("name") or "")
+        if not name:
+            continue
+        error = state.policies.update(
+            name, {"metadata": {"name": name}, "spec": dict(item.get("spec") or {})}
+        )
+        try:
+            await asyncio.to_thread(_write_validity, state, name, item, error)
+        except NotLeading:
+            return
+        except Exception as exc:
+            log.warning("RemediationPolicy %s: Valid condition not written (%s)", name, exc)
+    if state.runtime is not None:
+        state.runtime.policies_changed()
 
 
 def _write_validity(state: State, name: str, body: dict[str, Any], error: str | None) -> None:

@@ -46,7 +46,7 @@ from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 log = logging.getLogger(__name__)
 
-PAUSED_RETRY_S = 5.0  # while peering pauses this replica, look again this often
+PAUSED_RETRY_S = 5.0  # while this replica does not hold the lease, look again this often
 RESOLVE_RETRY_S = 10.0  # a pod gone whose record could not be marked Resolved: again then,
 RESOLVE_TRIES = 30  # at most this many times (5 minutes)
 DEFAULT_WORKERS = 32
@@ -72,7 +72,9 @@ class Runtime:
         gate: Callable[[], bool] = lambda: True,
     ) -> None:
         self.kube = kube
-        self.gate = gate  # False while Kopf's peering says another replica is active
+        # False while this replica does not hold the leader Lease (controller/leader.py): no
+        # pass is dispatched and nothing is resolved; the watches and caches stay warm
+        self.gate = gate
         self.policies = policies
         self.settings = settings
         self.clock = clock
@@ -149,8 +151,10 @@ class Runtime:
                 self.aftermath.poke()  # a holder may have gone: its waiters look again
             if gone is not None and uid in self._running:
                 self._resolve_after[uid] = gone  # never concurrently with its reconcile
-            elif gone is not None:
+            elif gone is not None and self.gate():
                 self._spawn(self._resolve(gone))
+            elif gone is not None:  # a standby: a leader marks it (startup.py, left_behind)
+                self.reconciler.detector.forget(uid)
             return
         known = self.pods.get(uid)
         if known is not None and known.deletion_timestamp < record.deletion_timestamp:

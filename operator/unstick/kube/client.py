@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -326,6 +326,9 @@ class Kube:
         self.configuration.connection_pool_maxsize = settings.pool_size
         self.api = kubernetes.client.ApiClient(self.configuration)
         self.api.user_agent = settings.user_agent
+        # Called right before every request that is not a GET, each attempt (the leader
+        # election's "I hold the lease now", controller/leader.py); it raises to refuse.
+        self.write_guard: Callable[[str, str], None] | None = None
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
             wait=_WaitRetryAfter(settings.retry_max_wait_s),
@@ -351,6 +354,8 @@ class Kube:
         content_type: str = "application/json",
         timeout: Any = None,
     ) -> urllib3.HTTPResponse:
+        if method != "GET" and self.write_guard is not None:
+            self.write_guard(method, path)
         headers = {"Accept": "application/json", "Content-Type": content_type}
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         serialized = self.api.param_serialize(

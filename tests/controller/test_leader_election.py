@@ -1,0 +1,333 @@
+"""Leader election (controller/leader.py): two real controller processes against one API
+server, one Lease. The leader is SIGKILLed, SIGSTOPped past its lease, or cut off the API
+server by a TCP proxy the test closes; each time the other replica takes over and
+force-deletes a NodeGone pod, the old leader writes nothing after it lost the lease (the
+API server's audit log, by each replica's User-Agent), no pod is deleted twice and no
+record is left Remediating. And in-process: a wall clock 20 s ahead changes nothing.
+
+The times printed (kill -> the standby's first write) are a report, not an assertion."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devcluster import ControlPlane
+from devcluster.process import wait_until
+from tests.support.audit_log import WRITES, received_at, requests
+from tests.support.controller import Controller, Objects, policies_in_place, policy_spec
+from tests.support.tcp_proxy import TcpProxy
+from unstick import __version__
+from unstick.controller.leader import Elector, LeaseSettings, NotLeading
+from unstick.kube.client import ClientSettings, Kube
+
+pytestmark = pytest.mark.envtest
+
+LEASE_NS = "default"
+A, B = "replica-a", "replica-b"
+
+
+def user_agent(identity: str) -> str:
+    return f"unstick-controller/{__version__} ({identity})"
+
+
+@pytest.fixture(scope="module")
+def objects(control_plane: ControlPlane) -> Iterator[Objects]:
+    with policies_in_place(control_plane, {"default": policy_spec()}) as objs:
+        yield objs
+
+
+def holder(objects: Objects, lease: str) -> tuple[str, float] | None:
+    """(holderIdentity, acquireTime as epoch seconds) of the Lease, None when absent."""
+    try:
+        obj = client.CoordinationV1Api(objects.api_client).read_namespaced_lease(lease, LEASE_NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    spec = obj.spec
+    acquired = spec.acquire_time.timestamp() if spec.acquire_time else 0.0
+    return (spec.holder_identity or "", acquired)
+
+
+def held_by(objects: Objects, lease: str, identity: str) -> float | None:
+    found = holder(objects, lease)
+    return found[1] if found and found[0] == identity else None
+
+
+@contextmanager
+def replica(
+    cp: ControlPlane, objects: Objects, log_dir: Path, lease: str, identity: str, *args: str
+) -> Iterator[Controller]:
+    ctl = Controller(
+        cp, log_dir / f"{identity}.log", lease=lease, env={"POD_NAME": identity}, extra_args=args
+    )
+    try:
+        ctl.start()
+        yield ctl
+    finally:
+        if ctl.proc is not None and ctl.proc.poll() is None:
+            ctl.proc.send_signal(signal.SIGCONT)  # a stopped process cannot end on SIGTERM
+        ctl.stop()
+        print(f"--- {identity}\n{ctl.log()[-3000:]}")
+
+
+@contextmanager
+def leader_and_standby(
+    cp: ControlPlane,
+    objects: Objects,
+    log_dir: Path,
+    lease: str,
+    leader_args: tuple[str, ...] = (),
+) -> Iterator[tuple[Controller, Controller]]:
+    """A started and holding the Lease, then B started (the standby); the Lease deleted at
+    the end."""
+    with ExitStack() as stack:
+        stack.callback(_delete_lease, objects, lease)
+        a = stack.enter_context(replica(cp, objects, log_dir, lease, A, *leader_args))
+        wait_until(lambda: held_by(objects, lease, A), timeout=60, what="A to take the Lease")
+        b = stack.enter_context(replica(cp, objects, log_dir, lease, B))
+        wait_until(lambda: objects.policy_valid("default") == "True", timeout=30, what="valid")
+        wait_until(lambda: a.sample("unstick_controller_leader") == 1.0, timeout=30, what="A leads")
+        assert b.sample("unstick_controller_leader") == 0.0
+        assert b.sample("unstick_build_info", version=__version__) == 1.0
+        yield a, b
+
+
+def _delete_lease(objects: Objects, lease: str) -> None:
+    try:
+        client.CoordinationV1Api(objects.api_client).delete_namespaced_lease(lease, LEASE_NS)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def node_gone_pod(objects: Objects, namespace: str, node: str) -> dict[str, Any]:
+    """An opted-in pod whose Node is deleted, then the pod: NodeGone once past its slack."""
+    pod = objects.pod(namespace, node, remediate="true")
+    objects.core.delete_node(node)
+    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    return pod
+
+
+def deleted_once(cp: ControlPlane, namespace: str, pod: dict[str, Any]) -> tuple[str, float]:
+    """The pod's one successful DELETE by any controller (asserted): (user agent, when)."""
+    deletes = [
+        e
+        for e in requests(
+            cp,
+            by="unstick-controller/",
+            verbs={"delete"},
+            resource="pods",
+            namespace=namespace,
+            name=pod["name"],
+        )
+        if 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300
+    ]
+    assert len(deletes) == 1, [(e["userAgent"], e["requestReceivedTimestamp"]) for e in deletes]
+    return str(deletes[0]["userAgent"]), received_at(deletes[0])
+
+
+def deleted_once_by(cp: ControlPlane, namespace: str, pod: dict[str, Any], identity: str) -> float:
+    """The pod's one DELETE by any controller (asserted), sent by `identity`; when."""
+    agent, at = deleted_once(cp, namespace, pod)
+    assert agent == user_agent(identity)
+    return at
+
+
+def first_write_after(cp: ControlPlane, identity: str, after: float) -> float | None:
+    times = [received_at(e) for e in requests(cp, by_exactly=user_agent(identity), verbs=WRITES)]
+    later = [t for t in times if t >= after]
+    return min(later) if later else None
+
+
+def writes_after(cp: ControlPlane, identity: str, after: float) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in requests(cp, by_exactly=user_agent(identity), verbs=WRITES)
+        if received_at(e) >= after
+    ]
+
+
+def none_remediating(objects: Objects, namespace: str) -> bool:
+    items = objects.custom.list_namespaced_custom_object(
+        "unstick.dev", "v1alpha1", namespace, "remediations"
+    )["items"]
+    return bool(items) and all((r.get("status") or {}).get("phase") != "Remediating" for r in items)
+
+
+def report(what: str, **times: float | None) -> None:
+    parts = ", ".join(f"{k} {v:.2f} s" if v is not None else f"{k} -" for k, v in times.items())
+    print(f"FAILOVER {what}: {parts}")
+
+
+def test_sigkill_of_the_leader(
+    control_plane: ControlPlane, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    lease = "t-lease-kill"
+    with leader_and_standby(control_plane, objects, tmp_path, lease) as (a, b):
+        node = make_node(kubelet=False)
+        assert a.proc is not None
+        a.proc.kill()
+        a.proc.wait(timeout=10)
+        a.proc = None
+        killed = time.time()
+        pod = node_gone_pod(objects, namespace, node)
+        objects_gone = lambda: objects.read_pod(namespace, pod["name"]) is None  # noqa: E731
+        wait_until(objects_gone, timeout=120, what="the standby to force-delete the pod")
+        deleted = deleted_once_by(control_plane, namespace, pod, B)
+        acquired = held_by(objects, lease, B)
+        assert acquired is not None
+        first = first_write_after(control_plane, B, killed)
+        wait_until(lambda: none_remediating(objects, namespace), timeout=90, what="no Remediating")
+        assert b.sample("unstick_controller_leader") == 1.0
+        report(
+            "SIGKILL",
+            lease_taken=acquired - killed,
+            first_write=None if first is None else first - killed,
+            pod_deleted=deleted - killed,
+        )
+
+
+def test_sigstop_past_the_lease_then_sigcont(
+    control_plane: ControlPlane, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    lease = "t-lease-stop"
+    with leader_and_standby(control_plane, objects, tmp_path, lease) as (a, _b):
+        assert a.proc is not None
+        node = make_node(kubelet=False)
+        # Stuck right as A is stopped: A may have started its pass (it is then stopped in
+        # the middle of it) or not; either way only B may act on it.
+        pod = node_gone_pod(objects, namespace, node)
+        time.sleep(1.5)  # grace 1 s + slack 1 s: A is stopped around the moment it is due
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        stopped = time.time()
+        acquired = wait_until(
+            lambda: held_by(objects, lease, B), timeout=60, what="B to take the Lease"
+        )
+        wait_until(
+            lambda: objects.read_pod(namespace, pod["name"]) is None,
+            timeout=60,
+            what="B to force-delete the pod",
+        )
+        os.kill(a.proc.pid, signal.SIGCONT)
+        wait_until(lambda: "leader election lost" in a.log(), timeout=30, what="A to see it lost")
+        wait_until(lambda: not a.alive(), timeout=60, what="A to exit")
+        assert a.proc.returncode == 1, a.log()[-2000:]
+        # A second stuck pod after A came back: only B.
+        pod2 = node_gone_pod(objects, namespace, make_node(kubelet=False))
+        wait_until(
+            lambda: objects.read_pod(namespace, pod2["name"]) is None,
+            timeout=60,
+            what="B to force-delete the second pod",
+        )
+        assert writes_after(control_plane, A, acquired) == []
+        # The first pod: by A before it was stopped, or by B; once either way.
+        agent, at = deleted_once(control_plane, namespace, pod)
+        assert agent == user_agent(B) or at < acquired
+        deleted_once_by(control_plane, namespace, pod2, B)
+        wait_until(lambda: none_remediating(objects, namespace), timeout=90, what="no Remediating")
+        report("SIGSTOP", lease_taken=acquired - stopped)
+
+
+def test_leader_cut_off_the_api_server(
+    control_plane: ControlPlane, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    lease = "t-lease-cut"
+    config = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
+    server = urlsplit(config["clusters"][0]["cluster"]["server"])
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 443).start()
+    try:
+        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+        proxied = tmp_path / "through-proxy.kubeconfig"
+        proxied.write_text(yaml.safe_dump(config))
+        with leader_and_standby(
+            control_plane, objects, tmp_path, lease, ("--kubeconfig", str(proxied))
+        ) as (a, _b):
+            proxy.close()
+            cut = time.time()
+            wait_until(lambda: "leader election lost" in a.log(), timeout=60, what="A gives up")
+            gave_up = time.time()
+            acquired = wait_until(
+                lambda: held_by(objects, lease, B), timeout=60, what="B to take the Lease"
+            )
+            pod = node_gone_pod(objects, namespace, make_node(kubelet=False))
+            wait_until(
+                lambda: objects.read_pod(namespace, pod["name"]) is None,
+                timeout=60,
+                what="B to force-delete the pod",
+            )
+            deleted_once_by(control_plane, namespace, pod, B)
+            assert writes_after(control_plane, A, acquired) == []
+            wait_until(lambda: not a.alive(), timeout=60, what="A to exit")
+            wait_until(lambda: none_remediating(objects, namespace), timeout=90, what="resolved")
+            report("cut off", gave_up=gave_up - cut, lease_taken=acquired - cut)
+    finally:
+        proxy.close()
+
+
+# -- in-process: two electors, one with a wall clock 20 s ahead ---------------------------
+
+
+def _elector(cp: ControlPlane, name: str, identity: str, skew_s: float = 0.0) -> Elector:
+    settings = LeaseSettings(
+        identity=identity,
+        name=name,
+        namespace=LEASE_NS,
+        lease_duration_s=3.0,
+        renew_deadline_s=2.0,
+        retry_period_s=0.5,
+    )
+    kube = Kube(ClientSettings(kubeconfig=str(cp.kubeconfig), timeout_s=2.0, retry_attempts=1))
+    return Elector(kube, settings, wall=lambda: time.time() + skew_s)
+
+
+@pytest.mark.parametrize("skewed", ["leader", "standby"])
+def test_a_skewed_wall_clock_changes_nothing(
+    control_plane: ControlPlane, objects: Objects, skewed: str
+) -> None:
+    lease = f"t-lease-skew-{skewed}"
+    first = _elector(control_plane, lease, "first", 20.0 if skewed == "leader" else 0.0)
+    second = _elector(control_plane, lease, "second", 20.0 if skewed == "standby" else 0.0)
+    threads = [threading.Thread(target=e.run, daemon=True) for e in (first, second)]
+    try:
+        threads[0].start()
+        wait_until(first.leading, timeout=10, what="the first elector to lead")
+        threads[1].start()
+        # Four lease durations of renewals: the second never takes the lease, whatever
+        # renewTime says against its clock.
+        until = time.monotonic() + 12.0
+        while time.monotonic() < until:
+            assert not second.leading()
+            assert held_by(objects, lease, "first") is not None
+            time.sleep(0.25)
+        # The first stops renewing (as if it were killed): it stops writing within its
+        # renew deadline, and the second takes over only after that.
+        first.stop.set()
+        threads[0].join(timeout=10)
+        stopped = time.monotonic()
+        wait_until(lambda: not first.leading(), timeout=5, what="the first to stop leading")
+        with pytest.raises(NotLeading):
+            first.check("DELETE", "/api/v1/namespaces/x/pods/y")
+        wait_until(second.leading, timeout=15, what="the second to take over")
+        assert not first.leading()
+        print(f"skewed {skewed}: taken over {time.monotonic() - stopped:.2f} s after the stop")
+    finally:
+        for e in (first, second):
+            e.stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        second.release()
+        _delete_lease(objects, lease)
