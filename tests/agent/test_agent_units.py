@@ -305,7 +305,7 @@ def test_target_text_from_the_cr_is_never_used_as_a_path(tmp_path: Path) -> None
 @pytest.mark.mountns
 @pytest.mark.skipif(not os.access(PIDS_CGROUP, os.W_OK), reason="needs a writable pids cgroup")
 def test_running_container_found_from_its_cgroup_blocks_unmount(tmp_path: Path) -> None:
-    with pod_container_cgroup(UID, "abc123") as container, process_in(container) as proc:
+    with pod_container_cgroup(UID, "abc123") as container, process_in(container):
         found = cgroup_containers("/proc", UID)
         assert found is not None
         assert [(c.id, c.state) for c in found] == [("abc123", "running")]
