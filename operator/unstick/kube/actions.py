@@ -9,6 +9,13 @@
 The caller has re-read the pod and re-decided right before calling (see reconciler); a
 refusal by the server (404, 409, 422) is reported as `Outcome.conflict` so the caller
 re-reads and re-decides instead of counting a failure.
+
+Each act is sent ONCE, without the client's retries: when its answer is lost (a read
+timeout, a reset, a 5xx — the API server may have carried it out), a retry would be
+answered 404, 409 or 422 (the pod already gone, the finalizer list already changed) and
+taken for "nothing done". Such an act's outcome is `unknown`: the caller keeps its intent
+and its budget slot, and `settle` looks at the pod (a GET by UID) to tell what happened —
+never retracts it. A request that could not even connect was not sent: `failed`.
 """
 
 from __future__ import annotations
@@ -18,11 +25,16 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from unstick.kube.client import Kube, pod_path
+from unstick.kube.client import JSON, Kube, pod_path
 
-Result = Literal["succeeded", "failed", "refused", "conflict", "rejected"]
+Result = Literal["succeeded", "failed", "refused", "conflict", "rejected", "unknown", "gone"]
+#: An act sent whose answer was lost: it may have been carried out (settled by `settle`).
+UNKNOWN: Literal["unknown"] = "unknown"
+#: An act settled by looking: the pod was gone (the act most likely removed it).
+GONE: Literal["gone"] = "gone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +67,21 @@ def _refused(exc: ApiException, *, patch: bool = False) -> Outcome:
         return Outcome(
             "conflict", f"API server refused ({exc.status}): the pod changed; re-reading"
         )
+    if exc.status is not None and exc.status >= 500:  # it may have been carried out
+        return Outcome(UNKNOWN, f"sent once, answered {exc.status} ({exc.reason})")
     return Outcome("failed", f"API error {exc.status}: {exc.reason}")
+
+
+def _lost(exc: Exception) -> Outcome:
+    """A transport error: not sent when it could not connect, else its answer was lost."""
+    if isinstance(
+        exc, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
+    ):
+        return Outcome("failed", f"not sent: cannot connect to the API server ({exc})")
+    return Outcome(UNKNOWN, f"sent once, its answer lost ({type(exc).__name__}: {exc})")
+
+
+_TRANSPORT = (urllib3.exceptions.HTTPError, OSError)  # ProtocolError, ReadTimeoutError, resets
 
 
 def force_delete(
@@ -73,9 +99,11 @@ def force_delete(
         "preconditions": preconditions,
     }
     try:
-        kube.request("DELETE", pod_path(namespace, name), body=body)
+        kube.request("DELETE", pod_path(namespace, name), body=body, retry=False)
     except ApiException as exc:
         return _refused(exc)
+    except _TRANSPORT as exc:
+        return _lost(exc)
     return Outcome("succeeded", f"deleted {namespace}/{name} (uid {uid}) with gracePeriodSeconds=0")
 
 
@@ -95,7 +123,58 @@ def remove_finalizer(
             pod_path(namespace, name),
             body=patch,
             content_type="application/json-patch+json",
+            retry=False,
         )
     except ApiException as exc:
         return _refused(exc, patch=True)
+    except _TRANSPORT as exc:
+        return _lost(exc)
     return Outcome("succeeded", f"removed finalizer {finalizer} from {namespace}/{name}")
+
+
+def settle(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    action: str,
+    target: str,
+    version: str,
+    sent: Outcome,
+) -> Outcome:
+    """What became of an act whose outcome is unknown (`sent`, sent to the pod's
+    resourceVersion `version`), by looking at the pod: gone (404 or another UID) → `gone`;
+    a force-delete that took effect (the pod, held by its finalizers, changed to
+    deletionGracePeriodSeconds 0) or a finalizer no longer on the pod → `succeeded`; the
+    pod there without it → `failed` (not carried out, decided again by a later pass).
+    `unknown` still when the pod cannot be read."""
+    try:
+        pod = kube.get(pod_path(namespace, name))
+    except (ApiException, *_TRANSPORT) as exc:
+        return Outcome(UNKNOWN, f"{sent.message}; the pod could not be read to settle it ({exc})")
+    return settled(pod, uid, action=action, target=target, version=version, sent=sent)
+
+
+def settled(
+    pod: JSON | None, uid: str, *, action: str, target: str, version: str, sent: Outcome
+) -> Outcome:
+    """`settle`'s verdict on the pod as read (None: not found)."""
+    meta = (pod or {}).get("metadata") or {}
+    if pod is None or meta.get("uid") != uid:
+        return Outcome(
+            GONE,
+            f"{sent.message}; the pod was gone when unstick looked: the act most likely removed it",
+        )
+    if action == "force-delete":
+        changed = not version or str(meta.get("resourceVersion") or "") != version
+        done = changed and meta.get("deletionGracePeriodSeconds") == 0
+        seen = "its deletionGracePeriodSeconds is 0" if done else "it is there, not deleted"
+    else:
+        done = target not in (meta.get("finalizers") or ())
+        seen = f"{target} is no longer on it" if done else f"{target} is still on it"
+    if done:
+        return Outcome("succeeded", f"{sent.message}; settled by looking at the pod: {seen}")
+    return Outcome(
+        "failed", f"{sent.message}; settled by looking at the pod: {seen} (not carried out)"
+    )

@@ -6,6 +6,10 @@ diagnosis core the objects exactly as the API returns them (the snapshot bundle 
 
 Transient errors (429 honouring Retry-After, 5xx, connection resets/timeouts) are retried
 with tenacity. A 409 Conflict is NOT retried here: the caller re-reads and re-decides.
+A write that must not be repeated (an act: the pod DELETE, the finalizer patch) is sent
+once (`request(..., retry=False)`): when its answer is lost the API server may have carried
+it out, and a retry would be answered 404/409/422 as if nothing had been done
+(kube/actions.py settles such an act by looking).
 """
 
 from __future__ import annotations
@@ -382,15 +386,17 @@ class Kube:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        retry: bool = True,
     ) -> JSON:
-        """One call with retries on transient errors; the parsed JSON answer."""
+        """One call with retries on transient errors (`retry=False`: sent once, the error
+        raised as it came); the parsed JSON answer."""
 
         def once() -> JSON:
             resp = self._call(method, path, query=query, body=body, content_type=content_type)
             data = resp.data
             return json.loads(data) if data else {}
 
-        return self._retrying(once)
+        return self._retrying(once) if retry else once()
 
     def get(self, path: str, query: dict[str, Any] | None = None) -> JSON | None:
         """GET an object; None when it does not exist (404)."""

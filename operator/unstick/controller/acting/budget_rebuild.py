@@ -7,7 +7,8 @@ writes (the admission policy keeps the agent and everyone else out of them, docs
   `remove-finalizer`, `by: controller`), or in `status.pods` of a node incident, with
   result `succeeded` or `failed` — it was carried out — or `deleting`/`removing` (an
   intent, written before the act: a controller killed before its answer was recorded may
-  have carried it out) or `gone` (an incident's intent settled later); and
+  have carried it out) or `gone` (an intent settled by looking: its answer was lost or
+  not recorded, and the pod was gone, kube/actions.py); and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
 each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S

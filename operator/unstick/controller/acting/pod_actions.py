@@ -4,7 +4,8 @@ against the pod and its Node read again, within the action budget, and put on re
 an intent (`deleting`/`removing` in status.actions) before the request is sent (record
 before act, design.md §3 invariant 10). The API server guards again: a force-delete
 carries the pod's UID and the resourceVersion just read as preconditions, a finalizer
-removal its JSON-patch `test`.
+removal its JSON-patch `test`. Each is sent once; one whose answer is lost keeps its
+intent and its slot and is settled by looking at the pod (kube/actions.py `settle`).
 
 `PodActions` is the reconciler's collaborator for that: it gets its settings, the fresh
 Node inputs, the detector's `decide`, the pass's status writer, the budget's `take` and
@@ -40,6 +41,9 @@ from unstick.kube.client import Kube
 from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
+
+RETRY_UNSETTLED_S = 30.0  # an act whose outcome not even a look could tell: decided again then
+MAX_MESSAGE = 1024  # of a message on record (the schema allows 2048)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,17 @@ class PodActions:
             outcome = actions.remove_finalizer(
                 self.kube, record.namespace, record.name, finalizers, step.target
             )
+        if outcome.result == actions.UNKNOWN:  # sent once, its answer lost: look at the pod
+            outcome = actions.settle(
+                self.kube,
+                record.namespace,
+                record.name,
+                record.uid,
+                action=str(step.action),
+                target=step.target,
+                version=version,
+                sent=outcome,
+            )
         log.info(
             "pod=%s uid=%s cause=%s action=%s target=%s result=%s %s",
             record.key,
@@ -153,9 +168,15 @@ class PodActions:
             outcome.result,
             outcome.message,
         )
-        p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]  # the answer now
         # The answer records what happened (decided nothing): written whatever the record's
         # version now (guarded=False), so it is not lost to an agent's write meanwhile.
+        if outcome.result == actions.UNKNOWN:  # not even a look told: the intent stays on
+            for entry in p.done:  # record, its slot taken; a later pass decides again
+                if entry.get("result") in INTENTS:
+                    entry["message"] = outcome.message[:MAX_MESSAGE]
+            self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
+            return self.clock() + RETRY_UNSETTLED_S
+        p.done[:] = [a for a in p.done if a.get("result") not in INTENTS]  # the answer now
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
             self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
@@ -174,7 +195,8 @@ class PodActions:
             force=outcome.result == "failed",
         )
         self.writer.write(p, Phase.Remediating, guarded=False, waitingFor=None)
-        return self.clock() + (RECHECK_AFTER_CONFLICT_S if outcome.result == "succeeded" else 30)
+        done = outcome.result in ("succeeded", actions.GONE)  # gone: the watch says so next
+        return self.clock() + (RECHECK_AFTER_CONFLICT_S if done else 30)
 
     def _intend(self, p: Pass, step: Any, slot: float) -> bool:
         """Record before act (design.md §3 invariant 10): the action goes into status.actions

@@ -3,7 +3,9 @@ node holds (NodeGone, fenced NodeUnreachable), recorded in the node's incident
 (controller/incidents/registry.py) — the intent on record before the DELETE, a refused DELETE
 read again and decided again. A worker decides and puts the intent in the incident; a
 sender thread waits for that record and sends the DELETE, so the worker goes on to the
-next pod and the intents of a burst share their incident's writes.
+next pod and the intents of a burst share their incident's writes. The DELETE is sent
+once; one whose answer is lost keeps its intent and its slot and is settled by looking at
+the pod (kube/actions.py `settle`: `gone`, `succeeded` or `failed`).
 
 `IncidentPath` is the reconciler's collaborator for that path: it gets its settings, the
 incidents, the fresh Node inputs, the detector's `decide` and the budget's `take` and
@@ -32,6 +34,7 @@ from unstick.controller.deciding.policies import Policy
 from unstick.controller.incidents.record import takes_incident_path
 from unstick.controller.incidents.registry import Incidents
 from unstick.core import safety
+from unstick.core.remediation import DELETING
 from unstick.core.vocabulary import Action, Refusal
 from unstick.kube import actions
 from unstick.kube.client import Kube
@@ -226,6 +229,17 @@ class IncidentPath:
         outcome = actions.force_delete(
             self.kube, record.namespace, record.name, record.uid, record.resource_version
         )
+        if outcome.result == actions.UNKNOWN:  # sent once, its answer lost: look at the pod
+            outcome = actions.settle(
+                self.kube,
+                record.namespace,
+                record.name,
+                record.uid,
+                action=str(Action.FORCE_DELETE),
+                target=record.name,
+                version=record.resource_version,
+                sent=outcome,
+            )
         failpoints.reached("incident-deleted")
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
@@ -238,8 +252,20 @@ class IncidentPath:
                 outcome.message,
             )
             return self._refresh(record)
-        self._incident_outcome(record, fd, outcome, slot)
-        if outcome.result not in ("succeeded", "gone"):
+        if outcome.result == actions.UNKNOWN:  # not even a look told: the intent stays on
+            # record (`deleting`), its slot taken; the watch settles it when the pod goes
+            # (`gone`), else a later pass decides again
+            log.warning(
+                "pod=%s uid=%s cause=%s action=force-delete result=unknown %s",
+                record.key,
+                record.uid,
+                fd.cause,
+                outcome.message,
+            )
+            incidents.outcome(record.uid, str(Action.FORCE_DELETE), DELETING, outcome.message, slot)
+        else:
+            self._incident_outcome(record, fd, outcome, slot)
+        if outcome.result not in ("succeeded", actions.GONE):
             with self._lock:
                 self._not_before[record.uid] = self.clock() + RETRY_FAILED_S
         else:

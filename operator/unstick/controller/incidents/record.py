@@ -26,6 +26,7 @@ from unstick.core.remediation import (
     rfc3339,
 )
 from unstick.core.vocabulary import Action, Cause
+from unstick.kube.actions import GONE
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod
 
@@ -37,7 +38,9 @@ JOIN_WINDOW_S = 120.0  # pods of the same node join an incident this long after 
 MAX_MESSAGE = 512
 MAX_BACKOFF_S = 60.0
 GIVE_UP_AFTER = 6  # failed writes in a row after which a record whose pods are gone is let go
-GONE = "gone"  # an intent settled by a restarted controller: the pod was gone when it looked
+# GONE: an intent settled by looking, the pod was gone when unstick looked — its DELETE's
+# answer was lost (kube/actions.py settle) or never recorded (a stopped controller,
+# adoption.py).
 
 
 def takes_incident_path(dec: Decision) -> bool:
@@ -194,8 +197,8 @@ def announce_resolved(
     results = [p.get("result") for p in status["pods"] if p.get("action") == "force-delete"]
     done, unanswered = results.count("succeeded"), results.count(GONE)
     also = (
-        f" ({unanswered} more went after a force-delete whose answer a stopped "
-        "controller did not record)"
+        f" ({unanswered} more went after a force-delete whose answer was lost or not "
+        "recorded by a stopped controller)"
         if unanswered
         else ""
     )

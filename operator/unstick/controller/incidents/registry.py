@@ -35,7 +35,6 @@ from unstick.controller.incidents.record import (
     FLUSH_S,
     GATHER_S,
     GIVE_UP_AFTER,
-    GONE,
     JOIN_WINDOW_S,
     MAX_BACKOFF_S,
     MAX_MESSAGE,
@@ -50,6 +49,7 @@ from unstick.controller.incidents.record import summary as incident_summary
 from unstick.controller.records import writer as records
 from unstick.controller.records.events import EventQueue
 from unstick.core.remediation import DELETING, pod_label
+from unstick.kube.actions import GONE
 from unstick.kube.client import Kube
 from unstick.kube.podwatch import TerminatingPod
 
@@ -124,12 +124,13 @@ class Incidents:
             return uid in self._by_uid
 
     def succeeded(self, uid: str, action: str) -> bool:
-        """`action` is on record as done for this pod (restarts within a process never
-        act twice: a pass that runs before the watch reports the pod gone does nothing)."""
+        """`action` is on record as done for this pod (`succeeded`, or `gone`: settled by
+        looking after its answer was lost) — restarts within a process never act twice: a
+        pass that runs before the watch reports the pod gone does nothing."""
         with self._lock:
             inc = self._by_uid.get(uid)
             pod = inc.pods.get(uid) if inc is not None else None
-            return pod is not None and (pod.action, pod.result) == (action, "succeeded")
+            return pod is not None and pod.action == action and pod.result in ("succeeded", GONE)
 
     def intend(self, uid: str, action: str, at: float) -> tuple[Incident, int] | None:
         """Put the intent to act on the pod on record (`result: deleting`, at `at`: when its
