@@ -11,7 +11,9 @@ writes (the admission policy keeps the agent and everyone else out of them, docs
   not recorded, and the pod was gone, kube/actions.py); and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
-each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S
+each on the pod's node (`spec.nodeName`). A grant recorded after this replica's now (the
+replica that wrote it had a clock ahead of this one's) counts as made now, and the skew is
+logged. An act follows its grant within ACT_WITHIN_S
 (a DELETE whose intent took longer to be put on record is not sent), so a grant recorded
 at T counts as made at T + ACT_WITHIN_S, until T + ACT_WITHIN_S + 60 s: no 60 s window
 holds more acts than the limit, across any number of restarts.
@@ -50,8 +52,9 @@ ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this l
 @dataclass(frozen=True, slots=True)
 class RecordedGrant:
     node: str
-    at: float
+    at: float  # when it counts from: min(recorded, now) + ACT_WITHIN_S
     policy: str  # status.policy of the Remediation ("" when absent)
+    recorded: float  # the time on record (ahead of `now` when its writer's clock ran ahead)
 
 
 def _time(value: Any) -> float | None:
@@ -64,7 +67,10 @@ def _time(value: Any) -> float | None:
 
 
 def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[RecordedGrant]:
-    """The grants recorded in `remediations` within the 60 s before `now`."""
+    """The grants recorded in `remediations` within the 60 s before `now`, and those
+    recorded after `now`: a replica whose clock runs ahead of this one's wrote them (they
+    were made before now, so they count as made now, min(at, now): a takeover by a replica
+    whose clock is behind keeps the other's recent grants, the stricter guess)."""
     for rem in remediations:
         spec = rem.get("spec") or {}
         status = rem.get("status") or {}
@@ -81,8 +87,8 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
             ):
                 times.append(_time(entry.get("time")))
         for at in times:
-            if at is not None and now - WINDOW_S < at + ACT_WITHIN_S and at <= now:
-                yield RecordedGrant(node, at + ACT_WITHIN_S, policy)
+            if at is not None and now - WINDOW_S < at + ACT_WITHIN_S:
+                yield RecordedGrant(node, min(at, now) + ACT_WITHIN_S, policy, at)
 
 
 class Rebuildable(Protocol):

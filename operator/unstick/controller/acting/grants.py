@@ -6,6 +6,7 @@ recorded grant the same way)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -14,6 +15,8 @@ from unstick.controller.deciding.policies import BUILTIN, Policy
 from unstick.core.policy.ratelimit import ActionBudget
 from unstick.kube.client import JSON
 
+log = logging.getLogger(__name__)
+
 NO_NODE = "(none)"
 
 
@@ -21,6 +24,9 @@ class Grants:
     def __init__(self, cluster_cap: int, node_cap: int) -> None:
         self.budget = ActionBudget(cluster_cap=cluster_cap, node_cap=node_cap)
         self.lock = threading.Lock()
+        # Rebuilt grants recorded ahead of this clock: (node, time on record) → the time
+        # they count from, so a give-back of the recorded time finds them.
+        self.ahead: dict[tuple[str, float], float] = {}
 
     def take(self, policy: Policy, node: str, now: float) -> float:
         """One slot (0.0) or the seconds to wait. The slot counts from `now` +
@@ -43,8 +49,10 @@ class Grants:
     def give_back(self, node: str, slot: float) -> None:
         """The act taken at `slot` was not carried out (the API server refused it, or a
         rebuilt grant's act did not take effect: incidents/adoption.py)."""
+        node = node or NO_NODE
         with self.lock:
-            self.budget.release(node or NO_NODE, slot + budget.ACT_WITHIN_S)
+            at = self.ahead.pop((node, slot), slot + budget.ACT_WITHIN_S)
+            self.budget.release(node, at)
 
     def rebuild(
         self,
@@ -60,4 +68,15 @@ class Grants:
             for g in grants:
                 limits = (lookup(g.policy) if g.policy else None) or BUILTIN
                 self.budget.record(g.node, g.at, limits.cluster_per_minute, limits.node_per_minute)
+                if g.recorded > now:
+                    self.ahead[(g.node, g.recorded)] = g.at
+        ahead = [g.recorded - now for g in grants if g.recorded > now]
+        if ahead:
+            log.warning(
+                "%d grants on record are up to %.1fs ahead of this replica's clock (the "
+                "replica that recorded them had a clock ahead of this one's): counted as "
+                "made now; check the time sync of the controller's nodes",
+                len(ahead),
+                max(ahead),
+            )
         return len(grants)
