@@ -314,6 +314,66 @@ def test_a_tenant_may_still_annotate_a_remediation(world: World) -> None:
     assert answer.status == 200, answer
 
 
+# -- records a tenant cannot decorate (issue 33 finding 7) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("labels", "key"),
+    [
+        ({"pod.unstick.dev/db-0": "true"}, "pod.unstick.dev/db-0"),  # another pod's story
+        ({"unstick.dev/incident": "x"}, "unstick.dev/incident"),  # a key unstick may read
+    ],
+)
+def test_a_tenant_cannot_add_unsticks_labels(world: World, labels: JSON, key: str) -> None:
+    rem = world.remediation()
+    answer = world.tenant.patch(_path(rem), {"metadata": {"labels": labels}})
+    _refused(answer, 403, f"may set, change or remove the label {key}", "of a Remediation")
+    assert key not in world.stored(rem)["metadata"]["labels"]
+
+
+def test_a_tenant_cannot_change_or_remove_a_pods_label(world: World) -> None:
+    """`pod.unstick.dev/<pod>` finds a pod's story by its name: hiding it is refused too."""
+    rem = world.remediation()
+    label = "pod.unstick.dev/web-0"
+    assert world.controller.patch(_path(rem), {"metadata": {"labels": {label: "t"}}}).status == 200
+    for value in ("other", None):
+        answer = world.tenant.patch(_path(rem), {"metadata": {"labels": {label: value}}})
+        _refused(answer, 403, f"may set, change or remove the label {label}")
+    assert world.stored(rem)["metadata"]["labels"][label] == "t"
+
+
+def test_a_tenant_cannot_add_a_finalizer(world: World) -> None:
+    """A finalizer nobody removes blocks the namespace's deletion and hides the record's end."""
+    rem = world.remediation()
+    try:
+        answer = world.tenant.patch(
+            _path(rem), {"metadata": {"finalizers": ["tenant.example/keep"]}}
+        )
+        _refused(answer, 403, "may add the finalizer tenant.example/keep to a Remediation")
+        assert "finalizers" not in world.stored(rem)["metadata"]
+    finally:  # the cluster admin (exempt) takes one that got through away again
+        world.cp.kubectl(
+            "patch", "remediation.unstick.dev", rem["metadata"]["name"], "-n", TENANT_NS,
+            "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False,
+        )  # fmt: skip
+
+
+def test_a_tenant_may_still_label_a_remediation_with_its_own_keys(world: World) -> None:
+    rem = world.remediation()
+    labels = {"team.example/owner": "db", "unstick.dev.example/x": "y"}
+    answer = world.tenant.patch(_path(rem), {"metadata": {"labels": labels}})
+    assert answer.status == 200, answer
+
+
+def test_the_controller_labels_and_the_agent_writes_status_as_before(world: World) -> None:
+    rem = world.remediation()
+    label = {"pod.unstick.dev/web-1": "t"}
+    assert world.controller.patch(_path(rem), {"metadata": {"labels": label}}).status == 200
+    probe = {**PROBE["probe"], "podUID": rem["spec"]["podUID"]}
+    answer = world.agent_a.patch(_path(rem, "/status"), {"status": {"probe": probe}})
+    assert answer.status == 200, answer
+
+
 # -- identity: nobody ----------------------------------------------------------------------
 
 
