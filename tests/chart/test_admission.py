@@ -153,7 +153,8 @@ def _affinity(objects: list[dict[str, Any]], kind: str, name: str) -> Any:
 
 
 def test_controller_and_agents_share_nodes_unless_asked(defaults: list[dict[str, Any]]) -> None:
-    assert _affinity(defaults, "Deployment", "unstick-controller") is None
+    # the controller's own affinity is only its replicas' anti-affinity (#31)
+    assert set(_affinity(defaults, "Deployment", "unstick-controller")) == {"podAntiAffinity"}
     assert _affinity(defaults, "DaemonSet", "unstick-agent") is None
 
 

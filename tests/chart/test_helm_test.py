@@ -67,7 +67,8 @@ def crds(control_plane: ControlPlane) -> Iterator[None]:
 def test_the_check_passes_when_the_controller_answers_and_the_agents_run(
     control_plane: ControlPlane, crds: None, namespace: str, workloads: None, tmp_path: Path
 ) -> None:
-    set_status(control_plane, namespace, "deployment", {"replicas": 1, "readyReplicas": 1})
+    # one of the two replicas ready: the standby may still be starting (#31)
+    set_status(control_plane, namespace, "deployment", {"replicas": 2, "readyReplicas": 1})
     set_status(control_plane, namespace, "daemonset", {
         "desiredNumberScheduled": 3, "numberReady": 3, "currentNumberScheduled": 3,
         "numberMisscheduled": 0})  # fmt: skip
@@ -80,7 +81,7 @@ def test_the_check_passes_when_the_controller_answers_and_the_agents_run(
         ctl.stop()
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines() == [
-        "controller: 1/1 replicas of unstick-controller ready",
+        "controller: 1/2 replicas of unstick-controller ready",
         f"controller: answers at {url}",
         "agents: 3/3 of daemonset unstick-agent ready",
     ]
@@ -93,14 +94,14 @@ def test_the_check_passes_when_the_controller_answers_and_the_agents_run(
 def test_the_check_names_what_is_not_running(
     control_plane: ControlPlane, namespace: str, workloads: None
 ) -> None:
-    set_status(control_plane, namespace, "deployment", {"replicas": 1, "readyReplicas": 0})
+    set_status(control_plane, namespace, "deployment", {"replicas": 2, "readyReplicas": 0})
     set_status(control_plane, namespace, "daemonset", {
         "desiredNumberScheduled": 3, "numberReady": 2, "currentNumberScheduled": 3,
         "numberMisscheduled": 0})  # fmt: skip
     out = check(control_plane, namespace, "")
     assert out.returncode == 1
     assert out.stderr.splitlines() == [
-        "FAILED controller: 0/1 replicas of unstick-controller ready",
+        "FAILED controller: 0/2 replicas of unstick-controller ready",
         "FAILED agents: 2/3 of daemonset unstick-agent ready",
     ]
 

@@ -19,14 +19,15 @@ from .render import CHART, helm_env
 pytestmark = pytest.mark.envtest
 
 # Names of their own, so the install cannot collide with objects other tests create
-# in the same (session-wide) API server: the peering and the policy are cluster-scoped.
+# in the same (session-wide) API server: the policy is cluster-scoped. controller.peeringName
+# (deprecated, ignored since the leader Lease) is still set: an install of before upgraded
+# with --reuse-values (test_turning_dry_run_off_is_one_upgrade) carries it.
 RELEASE = "unstick-chart-test"
 NAMESPACE = "unstick-chart-test"
 POLICY = "chart-test-default"
 CRDS = (
     "remediations.unstick.dev",
     "remediationpolicies.unstick.dev",
-    "clusterkopfpeerings.kopf.dev",
 )
 
 
@@ -122,7 +123,6 @@ def test_every_object_was_accepted(release: tuple[Release, str]) -> None:
     for kind, name in (
         ("clusterrole", "unstick-chart-test-controller"),
         ("clusterrolebinding", "unstick-chart-test-agent"),
-        ("clusterkopfpeering", RELEASE),
     ):
         assert rel.get(kind, name)["metadata"]["name"] == name
 
@@ -194,8 +194,19 @@ CONTROLLER = "unstick-chart-test-controller"
             True,
         ),
         (CONTROLLER, "watch", "remediationpolicies.unstick.dev", (), True),
-        (CONTROLLER, "patch", "clusterkopfpeerings.kopf.dev", (), True),
-        (CONTROLLER, "delete", "clusterkopfpeerings.kopf.dev", (), False),
+        # the leader Lease: its own, in the release's namespace only
+        (CONTROLLER, "create", "leases.coordination.k8s.io", ("-n", NAMESPACE), True),
+        (CONTROLLER, "update", f"leases.coordination.k8s.io/{CONTROLLER}", ("-n", NAMESPACE), True),
+        (CONTROLLER, "get", f"leases.coordination.k8s.io/{CONTROLLER}", ("-n", NAMESPACE), True),
+        (CONTROLLER, "update", "leases.coordination.k8s.io/other", ("-n", NAMESPACE), False),
+        (
+            CONTROLLER,
+            "delete",
+            f"leases.coordination.k8s.io/{CONTROLLER}",
+            ("-n", NAMESPACE),
+            False,
+        ),
+        (CONTROLLER, "create", "leases.coordination.k8s.io", ("-n", "default"), False),
         (CONTROLLER, "update", "clusterroles.rbac.authorization.k8s.io", (), False),
     ],
 )

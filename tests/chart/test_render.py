@@ -63,7 +63,9 @@ def test_default_render_has_every_part(defaults: list[dict[str, Any]]) -> None:
         ("DaemonSet", "unstick-agent"),
         ("Service", "unstick-controller-metrics"),
         ("Service", "unstick-agent-metrics"),
-        ("ClusterKopfPeering", "unstick"),
+        ("Role", "unstick-controller-leader-election"),
+        ("RoleBinding", "unstick-controller-leader-election"),
+        ("PodDisruptionBudget", "unstick-controller"),
         ("RemediationPolicy", "default"),
         ("ValidatingAdmissionPolicy", "unstick-remediation-writers"),
         ("ValidatingAdmissionPolicyBinding", "unstick-remediation-writers"),
@@ -107,7 +109,10 @@ def test_privileged_only_on_the_agent(rendered: list[dict[str, Any]]) -> None:
 def test_controller_is_locked_down(rendered: list[dict[str, Any]]) -> None:
     deploy = one(rendered, "Deployment", "unstick-controller")
     spec = deploy["spec"]
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
@@ -129,7 +134,10 @@ def test_controller_probes_hit_the_kopf_liveness_endpoint(defaults: list[dict[st
     # `unstick controller --health-port` serves Kopf's liveness at /healthz (docs/controller.md).
     assert c["args"] == [
         "controller",
-        "--peering=unstick",
+        "--leader-elect-lease-name=unstick-controller",
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
         f"--health-port={ports['health']}",
         f"--metrics-port={ports['metrics']}",
     ]
@@ -148,14 +156,19 @@ def test_controller_flags_from_values(helm: str) -> None:
         "--set",
         "controller.verbose=true",
         "--set",
-        "controller.peeringName=other",
+        "controller.leaderElection.leaseName=other",
+        "--set",
+        "controller.leaderElection.leaseDuration=30s",
     )
     (c,) = one(objects, "Deployment", "unstick-controller")["spec"]["template"]["spec"][
         "containers"
     ]
     assert c["args"] == [
         "controller",
-        "--peering=other",
+        "--leader-elect-lease-name=other",
+        "--leader-elect-lease-duration=30s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
         "--health-port=8080",
         "--metrics-port=9100",
         "--namespace-scope=a",
@@ -163,7 +176,9 @@ def test_controller_flags_from_values(helm: str) -> None:
         "--verbose",
         "--workers=16",
     ]
-    assert one(objects, "ClusterKopfPeering", "other")
+    assert one(objects, "Role", "unstick-controller-leader-election")["rules"][1][
+        "resourceNames"
+    ] == ["other"]
 
 
 def test_agent_daemonset(defaults: list[dict[str, Any]]) -> None:
@@ -322,7 +337,6 @@ def test_controller_rbac_covers_its_actions(defaults: list[dict[str, Any]]) -> N
         ("unstick.dev", "remediations/status", "patch"),
         ("unstick.dev", "remediationpolicies", "watch"),
         ("unstick.dev", "remediationpolicies/status", "patch"),
-        ("kopf.dev", "clusterkopfpeerings", "patch"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ):
         assert rule_allows(rules, group, resource, verb), (resource, verb)

@@ -16,8 +16,17 @@ SCHEMA_ERROR = "values don't meet the specifications of the schema"
     ("args", "field", "message"),
     [
         (("--set", "controller.replicas=two"), "/controller/replicas", "want integer"),
-        # Two replicas of equal peering priority would both pause: refused at install.
-        (("--set", "controller.replicas=2"), "/controller/replicas", "maximum"),
+        (("--set", "controller.replicas=-1"), "/controller/replicas", "minimum"),
+        (
+            ("--set-string", "controller.leaderElection.leaseDuration=15"),
+            "/controller/leaderElection/leaseDuration",
+            "pattern",
+        ),
+        (
+            ("--set", "controller.podAntiAffinity=always"),
+            "/controller/podAntiAffinity",
+            "must be one of",
+        ),
         (("--set-string", "policy.dryRun=false"), "/policy/dryRun", "want boolean"),
         (("--set", "controller.replica=1"), "/controller", "additional properties 'replica'"),
         (("--set", "imagee.tag=1"), "at ''", "additional properties 'imagee'"),

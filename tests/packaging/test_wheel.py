@@ -22,7 +22,6 @@ ROOT = Path(__file__).parents[2]
 PACKAGE_DATA = (
     "unstick/crds/remediations.yaml",
     "unstick/crds/remediationpolicies.yaml",
-    "unstick/crds/kopfpeerings.yaml",
     "unstick/agent/proto/csi.proto",
     "unstick/agent/proto/cri.proto",
     "unstick/agent/proto/pluginregistration.proto",

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from unstick.commands import logs
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from unstick.agent.settings import AgentSettings
     from unstick.core.model.kubelet_paths import RootView
 
@@ -192,10 +194,26 @@ def run(args: argparse.Namespace) -> int:
             node_actions_per_minute=args.max_node_actions_per_minute,
         ),
     )
+    build_info(agent.metrics.registry)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.shutdown())
     agent.run()
     return 0
+
+
+def build_info(registry: CollectorRegistry) -> None:
+    """`unstick_build_info{version}` 1 on the agent's /metrics, as on the controller's."""
+    from prometheus_client import Gauge
+
+    from unstick import __version__
+
+    info = Gauge(
+        "unstick_build_info",
+        "Always 1; the version of unstick this process runs",
+        ["version"],
+        registry=registry,
+    )
+    info.labels(__version__).set(1)
 
 
 def root_view(root: str) -> RootView:
