@@ -30,6 +30,7 @@ from unstick.agent.orphans.cleanup import OrphanPass
 from unstick.agent.orphans.events import OrphanReporter
 from unstick.agent.probe.collect import orphaned_mounts
 from unstick.agent.probe.mount_file import read_mount_table
+from unstick.agent.probe.pod_tasks import CGROUP_LAYOUTS, cgroup_layout, cgroup_mounts
 from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import Executor
@@ -127,6 +128,7 @@ class Agent:
         self._started = 0.0  # time.monotonic() of run(): healthy until the first list
         self._listed: set[str] = set()  # uids of the relist in progress
         self._workers: KeyedWorkers | None = None
+        self._cgroup_layout = ""  # the last one logged
         spec = WatchSpec(
             ALL_REMEDIATIONS,
             "remediation-watch",
@@ -280,10 +282,25 @@ class Agent:
         self.orphan_reporter.report(dirs, self.orphans.mode)
         return len(left)
 
+    def refresh_cgroup_layout(self) -> str:
+        """Set `unstick_node_cgroup_layout` (1 for the layout seen, 0 for the others) and log
+        a change; returns the layout."""
+        mounts = cgroup_mounts(self.settings.host_proc)
+        layout = cgroup_layout(mounts)
+        node = self.settings.node_name
+        for each in CGROUP_LAYOUTS:
+            self.metrics.cgroup_layout.labels(node=node, layout=each).set(int(each == layout))
+        if layout != self._cgroup_layout:
+            where = ", ".join(f"{m.version} at {m.mount_point}" for m in mounts) or "no mount"
+            log.info("cgroup layout %s (%s)", layout, where)
+            self._cgroup_layout = layout
+        return layout
+
     def run_summary(self) -> None:
         while not self.stop.is_set():
             try:
                 self.refresh_summary()
+                self.refresh_cgroup_layout()
             except Exception as exc:
                 log.warning("node summary failed: %s", exc)
             try:

@@ -14,8 +14,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 class AgentMetrics:
     """The agent's own registry: `unstick_node_orphaned_mounts{node}`,
-    `unstick_node_orphaned_pod_dirs{node}`, `unstick_node_probe_duration_seconds` and
-    `unstick_refusals_total{reason}`."""
+    `unstick_node_orphaned_pod_dirs{node}`, `unstick_node_probe_duration_seconds`,
+    `unstick_node_cgroup_layout{node,layout}` and `unstick_refusals_total{reason}`."""
 
     def __init__(self, node: str) -> None:
         self.registry = CollectorRegistry()
@@ -36,6 +36,12 @@ class AgentMetrics:
             "unstick_node_orphaned_pod_dirs",
             "Pod directories on this node whose pod is not in the API (design.md §9)",
             ["node"],
+            registry=self.registry,
+        )
+        self.cgroup_layout = Gauge(
+            "unstick_node_cgroup_layout",
+            "The cgroup freezer this node's agent sees: 1 for the layout (v2, hybrid, v1, none)",
+            ["node", "layout"],
             registry=self.registry,
         )
         self.refusals = Counter(

@@ -113,6 +113,32 @@ def cgroup_mounts(host_proc: str) -> list[CgroupMount]:
     )
 
 
+HYBRID, NO_FREEZER = "hybrid", "none"
+CGROUP_LAYOUTS = (V2, HYBRID, V1, NO_FREEZER)
+
+
+def cgroup_layout(mounts: list[CgroupMount]) -> str:
+    """What the freezer the agent sees is: `v2` (cgroup2 only: the unified hierarchy of a
+    cgroup v2 node), `hybrid` (the v1 freezer and a cgroup2 mount, as systemd's hybrid
+    mode), `v1`, or `none` (neither mounted where the agent looks: every freezer state is a
+    blind spot)."""
+    versions = {m.version for m in mounts}
+    if versions == {V1, V2}:
+        return HYBRID
+    return versions.pop() if versions else NO_FREEZER
+
+
+def cgroup_driver(members: Iterable[Member], pod: re.Pattern[str]) -> str:
+    """How the pod's cgroups are named: `systemd` (`kubepods-…-pod<uid>.slice`), `cgroupfs`
+    (`pod<uid>`), or "" when no process of the pod was seen."""
+    for m in members:
+        for line in m.cgroups:
+            for part in line.split(":", 2)[-1].split("/"):
+                if pod.match(part):
+                    return "systemd" if part.endswith(".slice") else "cgroupfs"
+    return ""
+
+
 def cgroup_dir(path: str, version: str, mounts: list[CgroupMount]) -> str | None:
     for m in mounts:
         root = m.root.rstrip("/")
