@@ -100,6 +100,19 @@ def core_api(control_plane: ControlPlane) -> Iterator[Any]:
 
 
 @pytest.fixture
+def kube(control_plane: ControlPlane) -> Iterator[Any]:
+    """The project's own client (unstick.kube.client.Kube) of the control plane, closed at
+    the end."""
+    from unstick.kube.client import ClientSettings, Kube
+
+    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
+    try:
+        yield k
+    finally:
+        k.close()
+
+
+@pytest.fixture
 def namespace(core_api: Any) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards."""
     name = f"t-{uuid.uuid4().hex[:10]}"

@@ -64,8 +64,7 @@ def test_kubectl_unstick_why_and_snapshot_of_a_stuck_pod(
     control_plane: ControlPlane, objects: Objects, namespace: str
 ) -> None:
     node = f"gone-{uuid.uuid4().hex[:6]}"  # no Node object: NodeGone once past the slack
-    pod = objects.pod(namespace, node, remediate="true", finalizers=[HOLD])
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    pod = objects.stuck_pod(namespace, node, remediate="true", finalizers=[HOLD])
     target = f"{namespace}/{pod['name']}"
 
     def why() -> dict[str, object] | None:

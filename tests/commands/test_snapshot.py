@@ -16,6 +16,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.support.pods import claim_body, pod_body
 
 pytestmark = pytest.mark.envtest
 
@@ -122,32 +123,12 @@ def test_snapshot_of_a_stuck_pod_diagnoses_as_the_cluster_is(
     node = make_node(kubelet=False)
     other = make_node(kubelet=False)
     pv = f"pv-{uuid.uuid4().hex[:8]}"
-    core_api.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": pv,
-                "storageClassName": "",
-            },
-        },
-    )
+    core_api.create_namespaced_persistent_volume_claim(namespace, claim_body("data", pv))
     storage.pv(pv, namespace, "data")
     storage.attach(f"va-{pv}", pv, node)
     storage.attach(f"va-other-{pv}", pv, other)
     pod = core_api.create_namespaced_pod(
-        namespace,
-        {
-            "metadata": {"name": "web-0", "annotations": {"unstick.dev/remediate": "true"}},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "app", "image": "registry.example/app:1"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-            },
-        },
+        namespace, pod_body("web-0", node, remediate="true", claim="data")
     )
     uid = pod.metadata.uid
     core_api.create_namespaced_event(

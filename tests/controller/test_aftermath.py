@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,10 @@ from tests.support.audit_log import WRITES, requests
 from tests.support.controller import (
     Controller,
     Objects,
-    controller_started,
-    policies_in_place,
     policy_spec,
     refuse_pod_requests,
 )
+from tests.support.pods import claim_body
 
 pytestmark = pytest.mark.envtest
 
@@ -37,38 +35,7 @@ POLICIES = {
 VAP = "unstick-reject-finalizer-removal"
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, POLICIES) as objs:
-        yield objs
-
-
-@pytest.fixture(scope="module")
-def controller(
-    control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Controller]:
-    with controller_started(
-        control_plane,
-        objects,
-        tmp_path_factory.mktemp("aftermath") / "controller.log",
-        valid=POLICIES,
-        extra_args=("--recheck-seconds", "5"),  # the rejected fix is looked at again soon
-    ) as ctl:
-        yield ctl
-
-
-def _pod(objects: Objects, namespace: str, name: str, node: str, claim: str) -> dict[str, Any]:
-    body = {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "db", "image": "registry.example/db:1"}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        },
-    }
-    created = objects.core.create_namespaced_pod(namespace, body)
-    return {"name": name, "uid": created.metadata.uid}
+CONTROLLER_ARGS = ("--recheck-seconds", "5")  # the rejected fix is looked at again soon
 
 
 def _volume(objects: Objects, namespace: str) -> tuple[str, str]:
@@ -84,18 +51,7 @@ def _volume(objects: Objects, namespace: str) -> tuple[str, str]:
             },
         }
     )
-    objects.core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": "data"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": pv,
-                "storageClassName": "",
-            },
-        },
-    )
+    objects.core.create_namespaced_persistent_volume_claim(namespace, claim_body("data", pv))
     return pv, "data"
 
 
@@ -128,15 +84,13 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
         }
     )
     try:
-        holder = _pod(objects, namespace, "db-0", old_node, claim)
+        holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
         objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
-        wait_until(
-            lambda: objects.status(namespace, holder).get("cause") == "NodeUnreachable",
-            timeout=60,
-            what="the holder diagnosed",
+        objects.remediation_when(
+            namespace, holder, timeout=60, what="the holder diagnosed", cause="NodeUnreachable"
         )
         va_before = storage.read_volume_attachment(va_name).metadata.resource_version
-        waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
+        waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
         objects.core.create_namespaced_event(
             namespace,
             {
@@ -226,9 +180,7 @@ def test_a_namespace_deletion_blocked_by_a_stuck_pod_is_reported(
     objects.core.delete_node(node)
     objects.core.delete_namespaced_pod("web-0", name)
     try:
-        wait_until(
-            lambda: objects.status(name, pod).get("cause") == "NodeGone", timeout=60, what="stuck"
-        )
+        objects.remediation_when(name, pod, timeout=60, what="stuck", cause="NodeGone")
         objects.core.delete_namespace(name)  # stays Terminating: no namespace controller here
         events = wait_until(
             lambda: [
@@ -257,11 +209,9 @@ def test_a_finalizer_patch_the_server_rejects_is_recorded_once(
             namespace, None, remediate="t-aftermath-fin", finalizers=["example.com/keep"]
         )
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-        status = wait_until(
-            lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
-            timeout=60,
-            what="Remediation Failed",
-        )
+        status = objects.remediation_when(
+            namespace, pod, timeout=60, what="Remediation Failed", phase="Failed"
+        )["status"]
         (entry,) = [a for a in status["actions"] if a["action"] == "remove-finalizer"]
         assert entry["result"] == "failed"
         assert "Pod QoS is immutable" in entry["message"], entry
@@ -422,14 +372,14 @@ def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
          "spec": {"attacher": "x", "nodeName": old_node, "source": {"persistentVolumeName": pv}}}
     )  # fmt: skip
     try:
-        holder = _pod(objects, namespace, "db-0", old_node, claim)
+        holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
         objects.core.delete_namespaced_pod("db-0", namespace)
         wait_until(
             lambda: objects.status(namespace, holder).get("cause"),
             timeout=60,
             what="holder diagnosed",
         )
-        waiter = _pod(objects, namespace, "db-0-new", new_node, claim)
+        waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
         _failed_attach_event(objects, namespace, waiter, pv)
         wait_until(
             lambda: objects.status(namespace, holder).get("waiters"), timeout=60, what="waiters"

@@ -5,13 +5,11 @@ kubelet or mounts are involved (that side is tested in tests/agent/)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.support.controller import (
     GROUP,
@@ -19,8 +17,6 @@ from tests.support.controller import (
     Controller,
     Objects,
     agent_probe,
-    node_ready,
-    running_controller,
     utc_now,
     write_as_agent,
 )
@@ -32,34 +28,23 @@ pytestmark = pytest.mark.envtest
 POLICY = "t-agent"
 
 
-@pytest.fixture(scope="module")
-def setup(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Controller, Objects]]:
-    policies = {POLICY: spec(probeMaxAgeSeconds=30)}
-    with running_controller(control_plane, tmp_path_factory.mktemp("agentch"), policies) as r:
-        yield r
+POLICIES = {POLICY: spec(probeMaxAgeSeconds=30)}
 
 
 def test_probe_request_node_steps_then_force_delete(
-    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    controller, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate=POLICY)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    node = objects.ready_node(make_node)
+    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
 
     # Node state unknown: the controller asks the agent for a probe and waits.
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and (r.get("spec") or {}).get("probeRequestedAt")
-            and (r.get("status") or {}).get("phase") == "WaitingForAgent"
-            and r
-        ),
+    rem = objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: (r.get("spec") or {}).get("probeRequestedAt"),
         timeout=60,
         what="a probe request",
+        phase="WaitingForAgent",
     )
     assert rem["status"]["cause"] == "Unknown"
     assert rem["metadata"]["labels"]["unstick.dev/node"] == node
@@ -72,8 +57,10 @@ def test_probe_request_node_steps_then_force_delete(
         rem,
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
-    rem = wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+    rem = objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"].get("nodeSteps"),
         timeout=30,
         what="node steps for the agent",
     )
@@ -93,12 +80,10 @@ def test_probe_request_node_steps_then_force_delete(
         "time": done,
     }
     write_as_agent(objects, namespace, rem, {"nodeActions": [result], "nodeStepsDoneAt": done})
-    wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and r["spec"]["probeRequestedAt"] > requested
-            and r
-        ),
+    objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"]["probeRequestedAt"] > requested,
         timeout=30,
         what="a new probe request after the node steps",
     )
@@ -107,19 +92,17 @@ def test_probe_request_node_steps_then_force_delete(
     # A fresh probe shows nothing of the pod left: KubeletNotProgressing. The kubelet gets
     # --kubelet-finish-seconds (3 s here) to finish the pod itself, then force-delete.
     write_as_agent(objects, namespace, rem, {"probe": agent_probe(node, [], pod["uid"])})
-    wait_until(
-        lambda: objects.status(namespace, pod).get("waitingFor") == KUBELET_FINISHING,
+    objects.remediation_when(
+        namespace,
+        pod,
         timeout=30,
         what="waiting for the kubelet after the node steps",
+        waitingFor=KUBELET_FINISHING,
     )
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=60, what="force-delete"
-    )
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-        timeout=30,
-        what="Resolved",
-    )
+    objects.pod_gone(namespace, pod, timeout=60, what="force-delete")
+    status = objects.remediation_when(
+        namespace, pod, timeout=30, what="Resolved", phase="Resolved"
+    )["status"]
     recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
     assert ("rmdir-stale", "succeeded", "agent") in recorded
     assert ("force-delete", "succeeded", "controller") in recorded
@@ -189,7 +172,7 @@ def _get_rem(objects: Objects, namespace: str, name: str) -> dict[str, Any] | No
 
 
 def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
-    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     """Issue item 1: someone pre-creates the pod's Remediation name with another pod UID and
     a probe of that UID that shows nothing left. Before, the controller read the record by
@@ -197,9 +180,7 @@ def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
     KubeletNotProgressing → force-delete of a running pod (split-brain)."""
     from unstick.core.remediation import alternate_name, remediation_name
 
-    controller, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
+    node = objects.ready_node(make_node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     name = remediation_name(pod["name"], pod["uid"])
@@ -241,16 +222,14 @@ def test_a_forged_record_at_the_pods_name_is_refused_and_its_probe_never_used(
 
 
 def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
-    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     """A record with the pod's identity, written ahead with a probe that says nothing is
     left (a replayed or planted answer): the controller never asked for it, so it is not
     used."""
     from unstick.core.remediation import remediation_name
 
-    _controller, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
+    node = objects.ready_node(make_node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     name = remediation_name(pod["name"], pod["uid"])
@@ -279,11 +258,10 @@ def test_a_probe_in_the_record_before_the_controller_asked_is_not_used(
 
 
 def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
-    setup: tuple[Controller, Objects], namespace: str
+    controller: Controller, objects: Objects, namespace: str
 ) -> None:
     """Issue item 7: a record for a pod that does not exist, dressed up as "NodeGone
     Remediating", is marked Refused with the reason."""
-    _controller, objects = setup
     _forge(
         objects,
         namespace,
@@ -307,16 +285,14 @@ def test_a_forged_record_of_no_stuck_pod_does_not_stay_on_display(
 
 
 def test_a_second_record_of_a_stuck_pod_is_refused(
-    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
     """A record with a stuck pod's identity under another name, dressed up as "NodeGone
     Remediating" with a probe showing nothing left: not the pod's record (the controller
     keeps that one), marked Refused; its probe is never used."""
     from unstick.core.remediation import remediation_name
 
-    controller, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
+    node = objects.ready_node(make_node)
     pod = objects.pod(namespace, node, remediate=POLICY, finalizers=["example.com/hold"])
     _running(objects, namespace, pod["name"])
     objects.core.delete_namespaced_pod(pod["name"], namespace)

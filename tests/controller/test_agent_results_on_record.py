@@ -34,7 +34,6 @@ from tests.support.controller import (
     agent_probe,
     controller_started,
     node_ready,
-    policies_in_place,
     utc_now,
 )
 from tests.support.controller import policy_spec as spec
@@ -45,10 +44,7 @@ POLICY = "t-results"
 FAILPOINTS = "UNSTICK_TEST_FAILPOINTS"
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {POLICY: spec(probeMaxAgeSeconds=30)}) as o:
-        yield o
+POLICIES = {POLICY: spec(probeMaxAgeSeconds=30)}
 
 
 @pytest.fixture
@@ -164,8 +160,7 @@ def _done(status: dict[str, Any]) -> set[tuple[str, str, str]]:
 def _stuck_pod(objects: Objects, namespace: str, make_node: Any) -> tuple[dict[str, Any], Node]:
     name = make_node(kubelet=False)
     node_ready(objects, name)
-    pod = objects.pod(namespace, name, remediate=POLICY)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    pod = objects.stuck_pod(namespace, name, remediate=POLICY)
     return pod, Node(name, pod["uid"])
 
 
@@ -173,11 +168,9 @@ def _resolved(objects: Objects, namespace: str, pod: dict[str, Any]) -> dict[str
     """The kubelet's final delete (played here), then the record Resolved."""
     objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)
     return dict(
-        wait_until(
-            lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-            timeout=30,
-            what="the record Resolved",
-        )
+        objects.remediation_when(
+            namespace, pod, timeout=30, what="the record Resolved", phase="Resolved"
+        )["status"]
     )
 
 
@@ -201,12 +194,10 @@ def test_the_unmount_stays_on_record_when_the_next_answer_comes_at_once(
 
 def _rem(objects: Objects, namespace: str, pod: dict[str, Any], key: str, after: str = "") -> Any:
     """The record once its spec holds `key` newer than `after`."""
-    return wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and str((r.get("spec") or {}).get(key) or "") > after
-            and r
-        ),
+    return objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: str((r.get("spec") or {}).get(key) or "") > after,
         timeout=60,
         what=f"spec.{key} in the record",
     )
@@ -265,14 +256,8 @@ def test_an_unanswered_request_is_not_replaced_by_other_steps(
     first, steps = rem["spec"]["nodeStepsRequestedAt"], rem["spec"]["nodeSteps"]
     node.mounted = False  # the agent is at it: a probe of the node meanwhile
     _patch(objects, namespace, name, {"probe": node.probe()})
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and (r.get("status") or {}).get("cause") == "StaleVolumeDirs"
-            and r
-        ),
-        timeout=30,
-        what="the pass on the newer probe",
+    rem = objects.remediation_when(
+        namespace, pod, timeout=30, what="the pass on the newer probe", cause="StaleVolumeDirs"
     )
     assert rem["spec"]["nodeStepsRequestedAt"] == first, "an unanswered request was replaced"
 

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,25 +18,12 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
-from tests.support.controller import Controller, Objects, policies_in_place, policy_spec
-from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
+from tests.support.controller import Controller, Objects, policy_spec
+from tests.support.reconciler import InProcess, pod_record
 from unstick.controller.deciding.decision import RATE_LIMITED
-from unstick.controller.deciding.detector import Detector
-from unstick.controller.deciding.inputs import NodeInputs
-from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
-from unstick.controller.incidents.registry import Incidents
-from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records.events import EventQueue
-from unstick.kube.client import ClientSettings, Kube
-from unstick.kube.podwatch import terminating_record
+from unstick.kube.client import Kube
 
 pytestmark = pytest.mark.envtest
-
-
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {}) as objs:
-        yield objs
 
 
 @pytest.fixture
@@ -123,21 +109,24 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
 
 
 def test_a_step_skipped_at_the_re_check_takes_no_slot(
-    control_plane: ControlPlane, objects: Objects, namespace: str
+    kube: Kube, objects: Objects, namespace: str
 ) -> None:
     """One action per minute. Pod A's finalizer is removed by someone else after the
     controller saw it: the controller's step is skipped at the re-check. Pod B's finalizer
     removal must then happen at once, not a minute later."""
-    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    events = EventQueue(kube)
+    ctl = InProcess(
+        kube,
+        finalizerAllowlist=["example.com/keep"],
+        rateLimits={"clusterPerMinute": 1, "nodePerMinute": 1},
+    )
     try:
-        reconciler = _reconciler(kube, events)
+        reconciler = ctl.reconciler
         keep, other = "example.com/keep", "example.com/other"
         a = objects.pod(namespace, None, remediate="true", finalizers=[keep, other])
         b = objects.pod(namespace, None, remediate="true", finalizers=[keep])
         for pod in (a, b):
             objects.core.delete_namespaced_pod(pod["name"], namespace)
-        record_a, record_b = (_record(kube, namespace, p["name"]) for p in (a, b))
+        record_a, record_b = (pod_record(kube, namespace, p["name"]) for p in (a, b))
         # Someone else removes `keep` from A: the controller's memory of A is now stale.
         remove_keep = [
             {"op": "test", "path": "/metadata/finalizers/0", "value": keep},
@@ -158,45 +147,4 @@ def test_a_step_skipped_at_the_re_check_takes_no_slot(
             "succeeded"
         ]
     finally:
-        events.close()
-        kube.close()
-
-
-def _reconciler(kube: Kube, events: EventQueue) -> Reconciler:
-    book = PolicyBook()
-    spec = policy_spec(
-        slackSeconds=0,
-        finalizerAllowlist=["example.com/keep"],
-        rateLimits={"clusterPerMinute": 1, "nodePerMinute": 1},
-    )
-    assert book.update("default", {"metadata": {"name": "default"}, "spec": spec}) is None
-
-    def labels(ns: str) -> dict[str, str]:
-        return dict(
-            ((kube.get(f"/api/v1/namespaces/{ns}") or {}).get("metadata") or {}).get("labels") or {}
-        )
-
-    nodes = ObjectCache(lambda n: kube.get(node_path(n)))
-    csi_nodes = ObjectCache(lambda n: kube.get(csi_node_path(n)))
-    detector = Detector(
-        kube,
-        book,
-        NamespaceLabels(labels),
-        nodes=nodes,
-        csi_nodes=csi_nodes,
-        has_remediation=lambda uid: False,
-    )
-    inputs = ActionInputs(
-        has_remediation=lambda uid: False,
-        events=events,
-        fresh=NodeInputs(node=nodes.get, csi_node=csi_nodes.get),
-        incidents=Incidents(kube, events, time.time),
-    )
-    return Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
-
-
-def _record(kube: Kube, namespace: str, name: str) -> Any:
-    pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    record = terminating_record(pod or {})
-    assert record is not None, pod
-    return record
+        ctl.close()

@@ -21,6 +21,7 @@ from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.commands.test_snapshot import _overdue, diagnose, snapshot
 from tests.support.cni_events import CALICO_ERROR, SANDBOX, kill_pod_event
+from tests.support.pods import pod_body
 
 pytestmark = pytest.mark.envtest
 
@@ -29,17 +30,7 @@ def test_a_failing_cni_delete_is_diagnosed_from_the_kubelets_event(
     control_plane: ControlPlane, core_api: Any, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
     node = make_node(kubelet=False)
-    pod = core_api.create_namespaced_pod(
-        namespace,
-        {
-            "metadata": {"name": "app-0", "annotations": {"unstick.dev/remediate": "true"}},
-            "spec": {
-                "nodeName": node,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "app", "image": "registry.example/app:1"}],
-            },
-        },
-    )
+    pod = core_api.create_namespaced_pod(namespace, pod_body("app-0", node, remediate="true"))
     uid = pod.metadata.uid
     core_api.delete_namespaced_pod("app-0", namespace)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -67,11 +58,10 @@ def test_a_failing_cni_delete_is_diagnosed_from_the_kubelets_event(
 def test_the_running_controller_sees_the_kubelets_event_and_only_observes(
     control_plane: ControlPlane, namespace: str, make_node: Any, tmp_path: Path
 ) -> None:
-    from tests.support.controller import node_ready, policy_spec, running_controller
+    from tests.support.controller import policy_spec, running_controller
 
     with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
-        node = make_node(kubelet=False)
-        node_ready(objects, node)
+        node = objects.ready_node(make_node)
         pod = objects.pod(namespace, node, remediate="true")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = kill_pod_event(pod["uid"], now, count=2)
@@ -83,14 +73,12 @@ def test_the_running_controller_sees_the_kubelets_event_and_only_observes(
         objects.core.create_namespaced_event(namespace, event)
         objects.core.delete_namespaced_pod(pod["name"], namespace)
         try:
-            rem = wait_until(
-                lambda: (
-                    (r := objects.remediation(namespace, pod))
-                    and (r.get("status") or {}).get("cause") == "CNITeardownFailed"
-                    and r
-                ),
+            rem = objects.remediation_when(
+                namespace,
+                pod,
                 timeout=60,
                 what="the Remediation to say CNITeardownFailed",
+                cause="CNITeardownFailed",
             )
             words = " ".join(e["message"] for e in rem["status"].get("evidence") or [])
             assert "CNI plugin calico fails to delete its network (2 times)" in words, words

@@ -4,7 +4,6 @@ in a subprocess. A pod on a node without kubelet stays Terminating for real: the
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,6 @@ from tests.support.controller import (
     Controller,
     Objects,
     controller_pod_writes,
-    controller_started,
-    policies_in_place,
     policy_spec,
 )
 from unstick.controller.deciding.decision import RATE_LIMITED
@@ -43,31 +40,6 @@ POLICIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, POLICIES) as objs:
-        yield objs
-
-
-@pytest.fixture(scope="module")
-def controller(
-    control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Controller]:
-    log = tmp_path_factory.mktemp("controller") / "controller.log"
-    with controller_started(control_plane, objects, log, valid=POLICIES) as ctl:
-        yield ctl
-
-
-def _stuck_on_deleted_node(
-    objects: Objects, namespace: str, make_node: Any, remediate: str | None, **kw: Any
-) -> dict[str, Any]:
-    node = make_node(kubelet=False)
-    pod = objects.pod(namespace, node, remediate=remediate, **kw)
-    objects.core.delete_node(node)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
-    return pod
-
-
 def _actions(status: dict[str, Any], action: str) -> list[dict[str, Any]]:
     return [a for a in status.get("actions") or [] if a.get("action") == action]
 
@@ -75,19 +47,18 @@ def _actions(status: dict[str, Any], action: str) -> list[dict[str, Any]]:
 def test_node_gone_opted_in_pod_is_force_deleted(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=60, what="force-delete"
+    pod = objects.stuck_pod(
+        namespace, make_node(kubelet=False), remediate="t-remediate", node_gone=True
     )
+    objects.pod_gone(namespace, pod, timeout=60, what="force-delete")
     # Its node's incident tells its story (docs/incidents.md), found by the pod's name.
-    incident = wait_until(
-        lambda: (
-            (i := objects.incident(namespace, pod))
-            and (i.get("status") or {}).get("phase") == "Resolved"
-            and i
-        ),
+    incident = objects.remediation_when(
+        namespace,
+        pod,
+        incident=True,
         timeout=30,
         what="the node incident Resolved",
+        phase="Resolved",
     )
     status = incident["status"]
     assert status["cause"] == "NodeGone" and incident["spec"]["incident"] == "NodeGone"
@@ -130,12 +101,10 @@ def test_node_gone_opted_in_pod_is_force_deleted(
 def test_not_opted_in_pod_is_observed_only(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    pod = _stuck_on_deleted_node(objects, namespace, make_node, None)
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "Observing" and s,
-        timeout=60,
-        what="Remediation observing",
-    )
+    pod = objects.stuck_pod(namespace, make_node(kubelet=False), remediate=None, node_gone=True)
+    status = objects.remediation_when(
+        namespace, pod, timeout=60, what="Remediation observing", phase="Observing"
+    )["status"]
     assert status["cause"] == "NodeGone"
     assert status["optedIn"] is False
     assert objects.read_pod(namespace, pod["name"]) is not None
@@ -150,12 +119,12 @@ def test_not_opted_in_pod_is_observed_only(
 def test_dry_run_counts_and_changes_nothing(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-dryrun")
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "DryRun" and s,
-        timeout=60,
-        what="Remediation DryRun",
+    pod = objects.stuck_pod(
+        namespace, make_node(kubelet=False), remediate="t-dryrun", node_gone=True
     )
+    status = objects.remediation_when(
+        namespace, pod, timeout=60, what="Remediation DryRun", phase="DryRun"
+    )["status"]
     assert [a["result"] for a in _actions(status, "force-delete")] == ["dry_run"]
     assert objects.read_pod(namespace, pod["name"]) is not None
     assert controller_pod_writes(controller.cp, namespace) == []
@@ -193,18 +162,11 @@ def test_unreachable_node_only_after_out_of_service_taint(
 ) -> None:
     node = make_node(kubelet=False)
     _set_not_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate="t-remediate")
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("cause") == "NodeUnreachable" and s,
-        timeout=60,
-        what="diagnosis NodeUnreachable",
-    )
-    wait_until(
-        lambda: objects.status(namespace, pod).get("phase") == "Observing",
-        timeout=30,
-        what="observing",
-    )
+    pod = objects.stuck_pod(namespace, node, remediate="t-remediate")
+    status = objects.remediation_when(
+        namespace, pod, timeout=60, what="diagnosis NodeUnreachable", cause="NodeUnreachable"
+    )["status"]
+    objects.remediation_when(namespace, pod, timeout=30, what="observing", phase="Observing")
     assert "force-delete" in [r["action"] for r in status.get("refused") or []]
     assert objects.read_pod(namespace, pod["name"]) is not None
     assert controller_pod_writes(controller.cp, namespace) == []
@@ -215,11 +177,7 @@ def test_unreachable_node_only_after_out_of_service_taint(
         "effect": "NoExecute",
     }
     objects.core.patch_node(node, {"spec": {"taints": [taint]}})
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None,
-        timeout=60,
-        what="force-delete (fenced)",
-    )
+    objects.pod_gone(namespace, pod, timeout=60, what="force-delete (fenced)")
 
 
 def test_finalizer_removed_only_when_allowlisted(
@@ -232,16 +190,10 @@ def test_finalizer_removed_only_when_allowlisted(
     )
     for pod in (allowed, foreign):
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-    wait_until(
-        lambda: objects.read_pod(namespace, allowed["name"]) is None,
-        timeout=60,
-        what="finalizer removal",
-    )
-    status = wait_until(
-        lambda: (s := objects.status(namespace, foreign)).get("phase") == "Observing" and s,
-        timeout=60,
-        what="foreign finalizer observed",
-    )
+    objects.pod_gone(namespace, allowed, timeout=60, what="finalizer removal")
+    status = objects.remediation_when(
+        namespace, foreign, timeout=60, what="foreign finalizer observed", phase="Observing"
+    )["status"]
     assert status["cause"] == "FinalizerBlocked"
     left = objects.read_pod(namespace, foreign["name"])
     assert left is not None and left.metadata.finalizers == ["example.com/other"]
@@ -263,16 +215,11 @@ def test_no_writes_for_healthy_pods_and_pods_within_grace(
         timeout=90,
         what="kwok runs the healthy pods",
     )
-    within = objects.pod(namespace, lost, remediate="t-remediate", grace=3600)
-    objects.core.delete_namespaced_pod(within["name"], namespace)
+    within = objects.stuck_pod(namespace, lost, remediate="t-remediate", grace=3600)
     # A later stuck pod, seen through the same ordered watch, proves the controller saw
     # everything before it.
-    marker = _stuck_on_deleted_node(objects, namespace, make_node, None)
-    wait_until(
-        lambda: objects.status(namespace, marker).get("phase") == "Observing",
-        timeout=60,
-        what="marker",
-    )
+    marker = objects.stuck_pod(namespace, make_node(kubelet=False), remediate=None, node_gone=True)
+    objects.remediation_when(namespace, marker, timeout=60, what="marker", phase="Observing")
     assert objects.remediation(namespace, within) is None
     assert controller_pod_writes(controller.cp, namespace) == []
 
@@ -286,13 +233,19 @@ def test_restart_does_not_act_twice(
     tmp_path: Path,
 ) -> None:
     # force-delete succeeds, then a foreign finalizer keeps the pod: it stays stuck.
-    pod = _stuck_on_deleted_node(
-        objects, namespace, make_node, "t-remediate", finalizers=["example.com/other"]
+    pod = objects.stuck_pod(
+        namespace,
+        make_node(kubelet=False),
+        remediate="t-remediate",
+        finalizers=["example.com/other"],
+        node_gone=True,
     )
-    wait_until(
-        lambda: objects.status(namespace, pod).get("cause") == "FinalizerBlocked",
+    objects.remediation_when(
+        namespace,
+        pod,
         timeout=60,
         what="FinalizerBlocked after the force-delete",
+        cause="FinalizerBlocked",
     )
     controller.stop()
     second = Controller(control_plane, tmp_path / "second.log")
@@ -339,12 +292,10 @@ def test_rate_limit_holds_under_200_stuck_pods(
 
     wait_until(lambda: len(deletes()) >= 10, timeout=60, what="the first minute's deletes")
     # The node's budget is spent; a pod of another node is not held back by it.
-    other = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    wait_until(
-        lambda: objects.read_pod(namespace, other["name"]) is None,
-        timeout=60,
-        what="the other node's pod",
+    other = objects.stuck_pod(
+        namespace, make_node(kubelet=False), remediate="t-remediate", node_gone=True
     )
+    objects.pod_gone(namespace, other, timeout=60, what="the other node's pod")
     other_deleted = [
         received_at(e)
         for e in controller_pod_writes(controller.cp, namespace)
@@ -365,13 +316,14 @@ def test_rate_limit_holds_under_200_stuck_pods(
         assert len(in_window) <= 10, (start, in_window)
     waiting = [p for p in pods if objects.read_pod(namespace, p["name"]) is not None]
     assert len(waiting) >= 150  # the rest wait for budget; none is dropped:
-    incident = wait_until(
-        lambda: (
-            (i := objects.incident(namespace, waiting[0]))
-            and (i.get("status") or {}).get("podCount", 0) >= len(waiting)
+    incident = objects.remediation_when(
+        namespace,
+        waiting[0],
+        lambda i: (
+            (i.get("status") or {}).get("podCount", 0) >= len(waiting)
             and i["status"].get("waitingFor") == RATE_LIMITED
-            and i
         ),
+        incident=True,
         timeout=30,
         what="the waiting pods listed in their node's incident, waiting for the budget",
     )
@@ -388,12 +340,10 @@ def test_watch_recovers_after_api_server_restart(
     make_node: Any,
 ) -> None:
     control_plane.restart_apiserver()
-    pod = _stuck_on_deleted_node(objects, namespace, make_node, "t-remediate")
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None,
-        timeout=120,
-        what="force-delete after the API server restart",
+    pod = objects.stuck_pod(
+        namespace, make_node(kubelet=False), remediate="t-remediate", node_gone=True
     )
+    objects.pod_gone(namespace, pod, timeout=120, what="force-delete after the API server restart")
     assert controller.alive()
 
 
@@ -451,11 +401,9 @@ def test_a_deleted_nodes_pods_share_one_incident_and_cost_one_delete_each(
             ]
         incidents[node] = inc["metadata"]["name"]
     # the pod that stays has its own record (observing) and its own Event
-    status = wait_until(
-        lambda: (s := objects.status(namespace, watched)).get("phase") == "Observing" and s,
-        timeout=30,
-        what="the not-opted-in pod observed",
-    )
+    status = objects.remediation_when(
+        namespace, watched, timeout=30, what="the not-opted-in pod observed", phase="Observing"
+    )["status"]
     assert status["cause"] == "NodeGone" and objects.incident(namespace, watched) is None
 
     requests = audit_log.requests(controller.cp, by=USER_AGENT_PREFIX)
@@ -531,14 +479,13 @@ def test_pods_of_a_node_already_fenced_go_into_its_incident(
         timeout=60,
         what="the fenced node's pods force-deleted",
     )
-    incident = wait_until(
-        lambda: (
-            (i := objects.incident(namespace, pods[0]))
-            and (i.get("status") or {}).get("podsGone") == len(pods)
-            and i
-        ),
+    incident = objects.remediation_when(
+        namespace,
+        pods[0],
+        incident=True,
         timeout=30,
         what="the NodeUnreachable incident with its pods gone",
+        podsGone=len(pods),
     )
     assert incident["spec"]["incident"] == "NodeUnreachable"
     assert "fenced" in " ".join(e["message"] for e in incident["status"]["evidence"])

@@ -102,15 +102,12 @@ def test_the_running_controller_says_the_finalizers_owner_seems_gone(
     from tests.support.controller import policy_spec, running_controller
 
     with running_controller(control_plane, tmp_path, {"default": policy_spec()}) as (_, objects):
-        pod = objects.pod(namespace, None, remediate="true", finalizers=[JOB])
-        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        pod = objects.stuck_pod(namespace, None, remediate="true", finalizers=[JOB])
         try:
-            rem = wait_until(
-                lambda: (
-                    (r := objects.remediation(namespace, pod))
-                    and "seems gone" in str((r.get("status") or {}).get("evidence"))
-                    and r
-                ),
+            rem = objects.remediation_when(
+                namespace,
+                pod,
+                lambda r: "seems gone" in str((r.get("status") or {}).get("evidence")),
                 timeout=60,
                 what="the Remediation to name the finalizer's owner",
             )
@@ -291,8 +288,9 @@ def test_the_controller_removes_only_where_the_mapped_owner_is_gone_long_enough(
         for p in pods:
             objects.core.delete_namespaced_pod(p["name"], namespace)
         try:
-            wait_until(
-                lambda: objects.read_pod(namespace, removed["name"]) is None,
+            objects.pod_gone(
+                namespace,
+                removed,
                 timeout=60,
                 what="the finalizer of the pod whose owner is gone for hours removed",
             )
@@ -306,11 +304,13 @@ def test_the_controller_removes_only_where_the_mapped_owner_is_gone_long_enough(
                 f"{live} is alive: waiting for it"
             )
             assert status["phase"] == "Observing"
-            status = wait_until(
-                lambda: (s := objects.status(namespace, kept)).get("phase") == "Observing" and s,
+            status = objects.remediation_when(
+                namespace,
+                kept,
                 timeout=60,
                 what="the pod with a finalizer not allowlisted observed",
-            )
+                phase="Observing",
+            )["status"]
             words = " ".join(e["message"] for e in status["evidence"])
             assert f"Deployment {namespace}/gone-operator" in words and "seems gone" in words
             assert objects.read_pod(namespace, waits["name"]) is not None

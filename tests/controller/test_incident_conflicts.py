@@ -14,8 +14,7 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,116 +25,35 @@ from devcluster.process import wait_until
 from tests.support.controller import (
     Objects,
     controller_delete_codes,
-    policies_in_place,
-    policy_spec,
 )
-from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
-from unstick.controller.deciding.detector import Detector
-from unstick.controller.deciding.inputs import NodeInputs
-from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
-from unstick.controller.incidents.registry import Incidents
-from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
+from tests.support.reconciler import InProcess, overdue_record, pod_record
 from unstick.controller.records import writer as records
-from unstick.controller.records.events import EventQueue
-from unstick.kube.client import JSON, ClientSettings, Kube
-from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings, terminating_record
+from unstick.kube.client import Kube
+from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 pytestmark = pytest.mark.envtest
 
 OPT_OUT = {"metadata": {"annotations": {"unstick.dev/remediate": "false"}}}
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {}) as objs:
-        yield objs
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    try:
-        yield k
-    finally:
-        k.close()
-
-
-class InProcess:
-    """The controller's reconciler in this process (its incident writer running), with
-    one force-delete per node per minute; `on_node_read` runs when the Node is read fresh
-    right before an action."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self.on_node_read: Callable[[], None] = lambda: None
-        self.events = EventQueue(kube)
-        self.incidents = Incidents(kube, self.events, time.time)
-        book = PolicyBook()
-        spec = policy_spec(slackSeconds=0, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 1})
-        assert book.update("default", {"metadata": {"name": "default"}, "spec": spec}) is None
-        nodes = ObjectCache(lambda n: kube.get(node_path(n)))
-        csi_nodes = ObjectCache(lambda n: kube.get(csi_node_path(n)))
-        self.has_remediation: set[str] = set()
-        detector = Detector(
-            kube,
-            book,
-            NamespaceLabels(self._labels),
-            nodes=nodes,
-            csi_nodes=csi_nodes,
-            has_remediation=self.has_remediation.__contains__,
-        )
-        inputs = ActionInputs(
-            has_remediation=self.has_remediation.__contains__,
-            events=self.events,
-            fresh=NodeInputs(node=self._fresh_node, csi_node=csi_nodes.get),
-            incidents=self.incidents,
-        )
-        self.reconciler = Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
-        self.incidents.start()
-
-    def _labels(self, ns: str) -> dict[str, str]:
-        found = self.kube.get(f"/api/v1/namespaces/{ns}") or {}
-        return dict((found.get("metadata") or {}).get("labels") or {})
-
-    def _fresh_node(self, name: str) -> JSON | None:
-        self.on_node_read()
-        return self.kube.get(node_path(name))
-
-    def close(self) -> None:
-        self.reconciler.incident_path.stop()
-        self.incidents.stop()
-        self.events.close()
-
-
 @pytest.fixture
 def in_process(kube: Kube) -> Iterator[InProcess]:
-    ctl = InProcess(kube)
+    """The controller's reconciler in this process (its incident writer running), with
+    one force-delete per node per minute."""
+    ctl = InProcess(kube, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 1})
+    ctl.incidents.start()
     try:
         yield ctl
     finally:
         ctl.close()
 
 
-def _record(kube: Kube, namespace: str, name: str) -> TerminatingPod:
-    record = terminating_record(kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {})
-    assert record is not None
-    return record
-
-
-def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
-    """The pod's record once it is past its deletionTimestamp (grace 1 s, slack 0: stuck)."""
-    record = _record(kube, namespace, name)
-    wait_until(
-        lambda: time.time() > record.deletion_timestamp, timeout=10, what="the pod to be overdue"
-    )
-    return record
-
-
 def test_the_pod_watch_keeps_the_newest_resource_version(
     kube: Kube, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    pod = objects.pod(namespace, make_node(kubelet=False), remediate="true")
-    objects.core.delete_namespaced_pod(pod["name"], namespace)  # no kubelet: it stays
+    pod = objects.stuck_pod(
+        namespace, make_node(kubelet=False), remediate="true"
+    )  # no kubelet: it stays
     changes: list[TerminatingPod | None] = []
     seen = threading.Event()
 
@@ -172,18 +90,14 @@ def test_a_relabelled_pod_is_deleted_after_one_refresh_and_its_conflict_takes_no
     make_node: Any,
 ) -> None:
     node = make_node(kubelet=False)
-    pod = objects.pod(namespace, node, remediate="true")
-    objects.core.delete_node(node)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
-    stale = _overdue(kube, namespace, pod["name"])  # what the watch delivered ...
+    pod = objects.stuck_pod(namespace, node, remediate="true", node_gone=True)
+    stale = overdue_record(kube, namespace, pod["name"])  # what the watch delivered ...
     objects.core.patch_namespaced_pod(  # ... before someone relabelled the pod
         pod["name"], namespace, {"metadata": {"labels": {"team": "b"}}}
     )
     in_process.reconciler.reconcile(stale)  # the DELETE goes out from a sender thread
 
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None, timeout=30, what="the pod deleted"
-    )
+    objects.pod_gone(namespace, pod, timeout=30, what="the pod deleted")
     in_process.reconciler.incident_path.stop()  # its sender done
     assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409, 200]
     in_process.incidents.stop()  # writes what it holds
@@ -200,9 +114,7 @@ def test_a_per_pod_force_delete_is_stopped_by_an_opt_out_written_while_it_reads_
     make_node: Any,
 ) -> None:
     node = make_node(kubelet=False)
-    pod = objects.pod(namespace, node, remediate="true")
-    objects.core.delete_node(node)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    pod = objects.stuck_pod(namespace, node, remediate="true", node_gone=True)
     # the pod has its own record already: the per-pod path (a fresh read before acting)
     records.create_remediation(kube, namespace, pod["name"], pod["uid"], node=node, dry_run=False)
     in_process.has_remediation.add(pod["uid"])
@@ -214,13 +126,13 @@ def test_a_per_pod_force_delete_is_stopped_by_an_opt_out_written_while_it_reads_
             objects.core.patch_namespaced_pod(pod["name"], namespace, OPT_OUT)
 
     in_process.on_node_read = opt_out
-    in_process.reconciler.reconcile(_overdue(kube, namespace, pod["name"]))
+    in_process.reconciler.reconcile(overdue_record(kube, namespace, pod["name"]))
 
     assert opted_out.is_set()
     assert objects.read_pod(namespace, pod["name"]) is not None
     assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]
     # decided again from the pod as it is now: not opted in, observed only
-    in_process.reconciler.reconcile(_record(kube, namespace, pod["name"]))
+    in_process.reconciler.reconcile(pod_record(kube, namespace, pod["name"]))
     assert objects.read_pod(namespace, pod["name"]) is not None
     assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]
     status = objects.status(namespace, pod)
@@ -261,7 +173,7 @@ def test_a_per_pod_force_delete_is_refused_when_the_finalizers_change_while_it_r
             objects.core.patch_namespaced_pod(pod["name"], namespace, drop)
 
     in_process.on_node_read = swap_finalizer
-    in_process.reconciler.reconcile(_overdue(kube, namespace, pod["name"]))
+    in_process.reconciler.reconcile(overdue_record(kube, namespace, pod["name"]))
 
     assert swapped.is_set()
     assert controller_delete_codes(control_plane, namespace, pod["name"]) == [409]

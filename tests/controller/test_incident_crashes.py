@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,6 @@ from tests.support.controller import (
     USER_AGENT_PREFIX,
     Controller,
     Objects,
-    policies_in_place,
     policy_spec,
 )
 from unstick.controller.acting.budget_rebuild import ACT_WITHIN_S
@@ -98,11 +96,11 @@ PHASES = {
 WINDOW_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    limits = {"clusterPerMinute": CLUSTER_LIMIT, "nodePerMinute": NODE_LIMIT}
-    with policies_in_place(control_plane, {"default": policy_spec(rateLimits=limits)}) as objs:
-        yield objs
+POLICIES = {
+    "default": policy_spec(
+        rateLimits={"clusterPerMinute": CLUSTER_LIMIT, "nodePerMinute": NODE_LIMIT}
+    )
+}
 
 
 class Audit:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ from tests.support.controller import (
     Controller,
     Objects,
     controller_delete_codes,
-    policies_in_place,
     policy_spec,
     refuse_pod_requests,
 )
@@ -50,10 +48,7 @@ ENV = "UNSTICK_TEST_FAILPOINTS"
 VAP = "t-half-deleted"
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {"default": policy_spec()}) as objs:
-        yield objs
+POLICIES = {"default": policy_spec()}
 
 
 def _refuse_second_step(admission: Any, namespace: str) -> None:
@@ -102,9 +97,9 @@ def test_a_pod_left_half_deleted_by_a_killed_controller_is_force_deleted_by_the_
             what="the policy in force",
         )
         node = make_node(kubelet=False)
-        pod = objects.pod(namespace, node, remediate="true", name=f"p-{uuid.uuid4().hex[:8]}")
-        objects.core.delete_node(node)
-        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        pod = objects.stuck_pod(
+            namespace, node, remediate="true", name=f"p-{uuid.uuid4().hex[:8]}", node_gone=True
+        )
 
         first = Controller(
             control_plane, tmp_path / "killed.log", env={ENV: "incident-deleted=kill@1"}
@@ -136,19 +131,14 @@ def test_a_pod_left_half_deleted_by_a_killed_controller_is_force_deleted_by_the_
     second = Controller(control_plane, tmp_path / "next.log")
     try:
         second.start()
-        wait_until(
-            lambda: objects.read_pod(namespace, pod["name"]) is None,
-            timeout=60,
-            what="the pod gone",
-        )
-        rem = wait_until(
-            lambda: (
-                (r := objects.incident(namespace, pod))
-                and (r.get("status") or {}).get("phase") == "Resolved"
-                and r
-            ),
+        objects.pod_gone(namespace, pod, timeout=60, what="the pod gone")
+        rem = objects.remediation_when(
+            namespace,
+            pod,
+            incident=True,
             timeout=30,
             what="the incident Resolved",
+            phase="Resolved",
         )
         (entry,) = [e for e in rem["status"]["pods"] if e["uid"] == pod["uid"]]
         assert (entry["action"], entry["result"]) == ("force-delete", "succeeded"), entry

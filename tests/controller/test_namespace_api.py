@@ -15,19 +15,13 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from devcluster import ControlPlane
 from devcluster.process import wait_until
 from unstick.controller.aftermath.held_namespaces import REASON, ApiBlockedNamespaces
-from unstick.kube.client import ClientSettings, Kube
+from unstick.kube.client import Kube
 
 pytestmark = pytest.mark.envtest
 
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    yield Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ intent."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
-from tests.support.controller import Controller, Objects, policies_in_place, policy_spec
+from tests.support.controller import Controller, Objects, policy_spec
 
 pytestmark = pytest.mark.envtest
 
@@ -23,18 +22,14 @@ POLICY = "t-pod-intent"
 KEEP = "example.com/keep"
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {POLICY: policy_spec(finalizerAllowlist=[KEEP])}) as objs:
-        yield objs
+POLICIES = {POLICY: policy_spec(finalizerAllowlist=[KEEP])}
 
 
 def test_a_finalizer_removal_is_on_record_before_it_is_sent(
     control_plane: ControlPlane, objects: Objects, namespace: str, tmp_path: Path
 ) -> None:
     # unscheduled: deleted at once but for its finalizer (FinalizerBlocked, allowlisted)
-    pod = objects.pod(namespace, None, remediate=POLICY, finalizers=[KEEP])
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    pod = objects.stuck_pod(namespace, None, remediate=POLICY, finalizers=[KEEP])
     env = {"UNSTICK_TEST_FAILPOINTS": "pod-intent-durable=kill@1"}
     first = Controller(control_plane, tmp_path / "first.log", env=env)
     second = Controller(control_plane, tmp_path / "second.log")
@@ -53,11 +48,7 @@ def test_a_finalizer_removal_is_on_record_before_it_is_sent(
         assert left is not None and left.metadata.finalizers == [KEEP]
 
         second.start()
-        wait_until(
-            lambda: objects.read_pod(namespace, pod["name"]) is None,
-            timeout=60,
-            what="finalizer removal",
-        )
+        objects.pod_gone(namespace, pod, timeout=60, what="finalizer removal")
         rebuilt = re.search(r"action budget rebuilt: (\d+) actions", second.log())
         assert rebuilt is not None and int(rebuilt.group(1)) >= 1, second.log()[-2000:]
 

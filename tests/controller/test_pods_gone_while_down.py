@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ from devcluster.process import wait_until
 from tests.support.controller import (
     Controller,
     Objects,
-    policies_in_place,
     policy_spec,
     utc_now,
     write_as_agent,
@@ -41,26 +39,18 @@ KEEP = "example.com/keep"  # not on the allowlist: FinalizerBlocked, observed on
 HISTOGRAM = "unstick_time_to_resolution_seconds_count"
 
 
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {"default": policy_spec()}) as objs:
-        yield objs
+POLICIES = {"default": policy_spec()}
 
 
 def _stuck(objects: Objects, namespace: str, name: str | None = None) -> dict[str, Any]:
-    pod = objects.pod(namespace, None, remediate="true", finalizers=[KEEP], name=name)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
+    pod = objects.stuck_pod(namespace, None, remediate="true", finalizers=[KEEP], name=name)
     return pod
 
 
 def _release(objects: Objects, namespace: str, pod: dict[str, Any]) -> None:
     """Its finalizer removed: the pod goes for good."""
     objects.core.patch_namespaced_pod(pod["name"], namespace, {"metadata": {"finalizers": None}})
-    wait_until(
-        lambda: objects.read_pod(namespace, pod["name"]) is None,
-        timeout=30,
-        what=f"{pod['name']} gone",
-    )
+    objects.pod_gone(namespace, pod, timeout=30, what=f"{pod['name']} gone")
 
 
 def _phase(objects: Objects, namespace: str, pod: dict[str, Any]) -> str | None:

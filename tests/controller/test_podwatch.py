@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,19 +13,10 @@ from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.support.audit_log import requests
 from tests.support.controller import Objects
-from unstick.kube.client import USER_AGENT, ClientSettings, Kube
+from unstick.kube.client import USER_AGENT, Kube
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
 
 pytestmark = pytest.mark.envtest
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def test_lists_in_pages_and_keeps_only_terminating_pods(

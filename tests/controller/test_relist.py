@@ -83,8 +83,9 @@ def test_expired_watch_is_relisted_and_nothing_missed(cp: ControlPlane, tmp_path
                 timeout=60,
                 what="the controller to see its watch expired",
             )
-            wait_until(
-                lambda: objects.read_pod("relist", pod["name"]) is None,
+            objects.pod_gone(
+                "relist",
+                pod,
                 timeout=60,
                 what="the pod deleted while the watch was gone to be force-deleted",
             )

@@ -30,22 +30,13 @@ from tests.support.controller import (
     Controller,
     Objects,
     agent_probe,
-    node_ready,
     policies_in_place,
     policy_spec,
-    running_controller,
     write_as_agent,
 )
-from unstick.controller.deciding.caches import ObjectCache, csi_node_path, node_path
-from unstick.controller.deciding.detector import Detector
-from unstick.controller.deciding.inputs import NodeInputs
-from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
-from unstick.controller.incidents.registry import Incidents
-from unstick.controller.reconciler import ActionInputs, Reconciler, ReconcileSettings
-from unstick.controller.records.events import EventQueue
+from tests.support.reconciler import InProcess, overdue_record
 from unstick.core.remediation import remediation_name
-from unstick.kube.client import ClientSettings, Kube
-from unstick.kube.podwatch import TerminatingPod, terminating_record
+from unstick.kube.client import Kube
 
 pytestmark = pytest.mark.envtest
 
@@ -77,37 +68,23 @@ def _kind(event: dict[str, Any]) -> str:
     return f"{event.get('verb')}{'/' + sub if sub else ''} {status_code(event)}"
 
 
-@pytest.fixture(scope="module")
-def setup(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Controller, Objects]]:
-    policies = {
-        POLICY: policy_spec(probeMaxAgeSeconds=60),
-        QUICK: policy_spec(probeMaxAgeSeconds=2),
-    }
-    with running_controller(control_plane, tmp_path_factory.mktemp("requests"), policies) as r:
-        yield r
+POLICIES = {
+    POLICY: policy_spec(probeMaxAgeSeconds=60),
+    QUICK: policy_spec(probeMaxAgeSeconds=2),
+}
 
 
 def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_request(
     control_plane: ControlPlane,
-    setup: tuple[Controller, Objects],
+    controller: Controller,
+    objects: Objects,
     namespace: str,
     make_node: Any,
 ) -> None:
-    _, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate=POLICY)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and (r.get("status") or {}).get("phase") == "WaitingForAgent"
-            and r
-        ),
-        timeout=60,
-        what="a probe request",
+    node = objects.ready_node(make_node)
+    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
+    rem = objects.remediation_when(
+        namespace, pod, timeout=60, what="a probe request", phase="WaitingForAgent"
     )
     name = rem["metadata"]["name"]
     assert rem["spec"].get("probeRequestedAt")
@@ -125,8 +102,10 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
         rem,
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
-    wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps"),
+    objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"].get("nodeSteps"),
         timeout=30,
         what="node steps for the agent",
     )
@@ -136,11 +115,7 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
 
     # The pod goes (its kubelet's final delete, played here): Resolved, still no GET.
     objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)
-    wait_until(
-        lambda: objects.status(namespace, pod).get("phase") == "Resolved",
-        timeout=30,
-        what="Resolved",
-    )
+    objects.remediation_when(namespace, pod, timeout=30, what="Resolved", phase="Resolved")
     kinds = [_kind(e) for e in _record_requests(control_plane, namespace, name)]
     assert not [k for k in kinds if k.startswith("get")], kinds
     assert not [k for k in kinds if not k.endswith(" 200") and not k.endswith(" 201")], kinds
@@ -154,23 +129,15 @@ def _reasons(objects: Objects, namespace: str, pod: dict[str, Any]) -> list[str]
 
 
 def test_the_event_says_the_probes_cause_not_unknown_while_the_probe_is_awaited(
-    setup: tuple[Controller, Objects], namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    _, objects = setup
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
+    node = objects.ready_node(make_node)
     answered = objects.pod(namespace, node, remediate=POLICY)
     silent = objects.pod(namespace, node, remediate=QUICK)
     for pod in (answered, silent):
         objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, answered))
-            and (r.get("status") or {}).get("phase") == "WaitingForAgent"
-            and r
-        ),
-        timeout=60,
-        what="a probe request",
+    rem = objects.remediation_when(
+        namespace, answered, timeout=60, what="a probe request", phase="WaitingForAgent"
     )
     stale = _stale_dir(answered["uid"], "cache")
     write_as_agent(
@@ -185,10 +152,8 @@ def test_the_event_says_the_probes_cause_not_unknown_while_the_probe_is_awaited(
         what="the Event of the probe's diagnosis",
     )
     # no probe for the other pod: once its wait ended (Observing), its Event says Unknown
-    wait_until(
-        lambda: objects.status(namespace, silent).get("phase") == "Observing",
-        timeout=60,
-        what="the wait for a probe to end",
+    objects.remediation_when(
+        namespace, silent, timeout=60, what="the wait for a probe to end", phase="Observing"
     )
     wait_until(
         lambda: _reasons(objects, namespace, silent) == ["StuckUnknown"],
@@ -201,76 +166,30 @@ def test_the_event_says_the_probes_cause_not_unknown_while_the_probe_is_awaited(
 # --- a copy older than the record: the write is refused, the pass decides again -------------
 
 
-class InProcess:
-    """The controller's reconciler in this process: no Remediation watch, so the test
-    decides which versions of the record its copies hold."""
-
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self.events = EventQueue(kube)
-        self.incidents = Incidents(kube, self.events, time.time)
-        book = PolicyBook()
-        assert book.update("default", {"metadata": {"name": "default"}, "spec": policy_spec(
-            slackSeconds=0, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 2}
-        )}) is None  # fmt: skip
-        nodes = ObjectCache(lambda n: kube.get(node_path(n)))
-        csi_nodes = ObjectCache(lambda n: kube.get(csi_node_path(n)))
-        self.has_remediation: set[str] = set()
-        detector = Detector(
-            kube,
-            book,
-            NamespaceLabels(lambda ns: {}),
-            nodes=nodes,
-            csi_nodes=csi_nodes,
-            has_remediation=self.has_remediation.__contains__,
-        )
-        inputs = ActionInputs(
-            has_remediation=self.has_remediation.__contains__,
-            events=self.events,
-            fresh=NodeInputs(node=lambda n: kube.get(node_path(n)), csi_node=csi_nodes.get),
-            incidents=self.incidents,
-        )
-        self.reconciler = Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
-
-    def close(self) -> None:
-        self.reconciler.incident_path.stop()
-        self.events.close()
-
-
 @pytest.fixture
-def in_process(control_plane: ControlPlane) -> Iterator[tuple[InProcess, Objects]]:
+def in_process(control_plane: ControlPlane, kube: Kube) -> Iterator[tuple[InProcess, Objects]]:
+    """The reconciler in this process: no Remediation watch, so the test decides which
+    versions of the record its copies hold."""
     with policies_in_place(control_plane, {}) as objects:
-        kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-        ctl = InProcess(kube)
+        ctl = InProcess(kube, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 2})
         try:
             yield ctl, objects
         finally:
             ctl.close()
-            kube.close()
-
-
-def _overdue(kube: Kube, namespace: str, name: str) -> TerminatingPod:
-    record = terminating_record(kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {})
-    assert record is not None
-    wait_until(
-        lambda: time.time() > record.deletion_timestamp, timeout=10, what="the pod to be overdue"
-    )
-    return record
 
 
 def test_a_pass_deciding_from_an_older_copy_writes_nothing_and_decides_again(
     control_plane: ControlPlane,
+    kube: Kube,
     in_process: tuple[InProcess, Objects],
     namespace: str,
     make_node: Any,
 ) -> None:
     ctl, objects = in_process
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate="true")
-    objects.core.delete_namespaced_pod(pod["name"], namespace)  # no kubelet: it stays
+    node = objects.ready_node(make_node)
+    pod = objects.stuck_pod(namespace, node, remediate="true")  # no kubelet: it stays
     reconciler = ctl.reconciler
-    record = _overdue(ctl.kube, namespace, pod["name"])
+    record = overdue_record(kube, namespace, pod["name"])
     reconciler.reconcile(record)  # the record, with the probe asked in its create
     name = remediation_name(pod["name"], pod["uid"])
     rem = objects.remediation(namespace, pod)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from tests.support.controller import Objects, policies_in_place
+from tests.support.controller import Objects
 from unstick.controller import metrics
 from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.records import writer as records
@@ -33,12 +33,6 @@ from unstick.kube.podwatch import TerminatingPod
 pytestmark = pytest.mark.envtest
 
 NODE = "node-a"
-
-
-@pytest.fixture(scope="module")
-def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {}) as objs:
-        yield objs
 
 
 class Meddling(Kube):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from devcluster.process import free_port, wait_until
+from devcluster.process import free_port
 from tests.support.controller import policy_spec, running_controller
 
 pytestmark = pytest.mark.envtest
@@ -33,11 +33,7 @@ def test_namespace_scope_limits_watch_and_actions(
             objects.core.delete_node(node)
             objects.core.delete_namespaced_pod(outside["name"], other)
             objects.core.delete_namespaced_pod(inside["name"], namespace)
-            wait_until(
-                lambda: objects.read_pod(namespace, inside["name"]) is None,
-                timeout=60,
-                what="force-delete in scope",
-            )
+            objects.pod_gone(namespace, inside, timeout=60, what="force-delete in scope")
             assert objects.read_pod(other, outside["name"]) is not None
             assert objects.remediation(other, outside) is None
             assert f"watching pods in {namespace}" in ctl.log()

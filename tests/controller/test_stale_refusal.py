@@ -1,5 +1,5 @@
 """A node-step request the agent refused as a whole, against a real API server (the test
-plays the agent as test_controller_agent_channel.py does): refused `stale` (it reached the
+plays the agent as test_agent_channel.py does): refused `stale` (it reached the
 agent too old), nothing ran, so the controller asks again after a backoff — never a failed
 action, never `Failed` — and the re-asked steps are carried out; refused for a safety
 reason (`forged`, `unsafe`) it is not asked again: the refusal stays on record and the pod
@@ -22,8 +22,6 @@ from tests.support.controller import (
     Controller,
     Objects,
     agent_probe,
-    node_ready,
-    running_controller,
     utc_now,
     write_as_agent,
 )
@@ -36,40 +34,39 @@ pytestmark = pytest.mark.envtest
 POLICY = "t-stale"
 
 
-@pytest.fixture(scope="module")
-def channel(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Controller, Objects]]:
-    policies = {POLICY: spec(probeMaxAgeSeconds=60)}
-    with running_controller(control_plane, tmp_path_factory.mktemp("stale"), policies) as r:
-        yield r
+POLICIES = {POLICY: spec(probeMaxAgeSeconds=60)}
 
 
 def _steps_requested(
-    objects: Objects, namespace: str, make_node: Any
+    objects: Objects, namespace: str, make_node: Any, root: Path | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """A stuck pod whose probe shows an empty volume dir left: the controller hands
-    rmdir-stale to the agent. Returns (pod, its Remediation, the stale dir)."""
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate=POLICY)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
-    rem = wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt"),
+    rmdir-stale to the agent. Returns (pod, its Remediation, the stale dir). With `root`
+    (a kubelet root for a real agent) the dir is made there and the probe names the root."""
+    node = objects.ready_node(make_node)
+    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
+    kubelet = root or Path("/var/lib/kubelet")
+    stale = kubelet / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
+    rem = objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"].get("probeRequestedAt"),
         timeout=60,
         what="a probe request",
     )
-    rem = objects.remediation(namespace, pod)
-    assert rem is not None
-    stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
-    probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
+    probe = agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])
+    if root is not None:
+        stale.mkdir(parents=True)
+        probe["kubeletRoot"] = str(root)
     write_as_agent(objects, namespace, rem, {"probe": probe})
-    rem = wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
+    rem = objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"].get("nodeSteps"),
         timeout=30,
         what="node steps for the agent",
     )
-    return pod, rem, stale
+    return pod, rem, str(stale)
 
 
 def _refuse(
@@ -109,24 +106,22 @@ def _refuse(
     ],
 )
 def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
-    channel: tuple[Controller, Objects],
+    controller: Controller,
+    objects: Objects,
     namespace: str,
     make_node: Any,
     reason: str,
     message: str,
     word: str,
 ) -> None:
-    controller, objects = channel
     pod, rem, stale = _steps_requested(objects, namespace, make_node)
     first = rem["spec"]["nodeStepsRequestedAt"]
     _refuse(objects, namespace, rem, stale, reason, message)
 
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod))
-            and r["spec"]["nodeStepsRequestedAt"] != first
-            and r
-        ),
+    rem = objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"]["nodeStepsRequestedAt"] != first,
         timeout=60,
         what="the same steps asked again",
     )
@@ -141,19 +136,19 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
     write_as_agent(
         objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
     )
-    wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+    objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"]["probeRequestedAt"] > done,
         timeout=30,
         what="a probe request after the node steps",
     )
     write_as_agent(
         objects, namespace, rem, {"probe": agent_probe(rem["spec"]["nodeName"], [], pod["uid"])}
     )
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "Resolved" and s,
-        timeout=60,
-        what="Resolved",
-    )
+    status = objects.remediation_when(
+        namespace, pod, timeout=60, what="Resolved", phase="Resolved"
+    )["status"]
     recorded = [(a["action"], a["result"], a["by"]) for a in status["actions"]]
     assert ("rmdir-stale", "succeeded", "agent") in recorded
     assert not [a for a in recorded if a[1] == "failed"], recorded
@@ -165,26 +160,25 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
 
 @pytest.mark.parametrize("reason", ["forged", "unsafe"])
 def test_a_request_refused_for_safety_is_not_asked_again(
-    channel: tuple[Controller, Objects], namespace: str, make_node: Any, reason: str
+    controller: Controller, objects: Objects, namespace: str, make_node: Any, reason: str
 ) -> None:
-    _controller, objects = channel
     pod, rem, stale = _steps_requested(objects, namespace, make_node)
     first = rem["spec"]["nodeStepsRequestedAt"]
     done = _refuse(objects, namespace, rem, stale, reason)
 
     # Judged, as any answer, by a probe taken after it: the dir is still there.
-    wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"]["probeRequestedAt"] > done,
+    objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"]["probeRequestedAt"] > done,
         timeout=30,
         what="a probe request after the refusal",
     )
     probe = agent_probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
     write_as_agent(objects, namespace, rem, {"probe": probe})
-    status = wait_until(
-        lambda: (s := objects.status(namespace, pod)).get("phase") == "Failed" and s,
-        timeout=30,
-        what="Failed",
-    )
+    status = objects.remediation_when(namespace, pod, timeout=30, what="Failed", phase="Failed")[
+        "status"
+    ]
     rem = objects.remediation(namespace, pod)
     assert rem is not None
     assert rem["spec"]["nodeStepsRequestedAt"] == first, "a refusal for safety was re-asked"
@@ -232,35 +226,16 @@ AGE_S = 2.0  # the agent's --max-request-age here
 
 def test_the_real_agent_refuses_a_request_it_missed_and_runs_the_one_asked_again(
     control_plane: ControlPlane,
-    channel: tuple[Controller, Objects],
+    controller: Controller,
+    objects: Objects,
     namespace: str,
     make_node: Any,
     tmp_path: Path,
 ) -> None:
-    controller, objects = channel
-    node = make_node(kubelet=False)
-    node_ready(objects, node)
-    pod = objects.pod(namespace, node, remediate=POLICY)
-    root = tmp_path / "kubelet"
-    stale = root / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
-    stale.mkdir(parents=True)
-    objects.core.delete_namespaced_pod(pod["name"], namespace)
     # The agent is down: the probe it took before (as it writes it), then the steps.
-    rem = wait_until(
-        lambda: (
-            (r := objects.remediation(namespace, pod)) and r["spec"].get("probeRequestedAt") and r
-        ),
-        timeout=60,
-        what="a probe request",
-    )
-    probe = {**agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])}
-    probe["kubeletRoot"] = str(root)
-    write_as_agent(objects, namespace, rem, {"probe": probe})
-    rem = wait_until(
-        lambda: (r := objects.remediation(namespace, pod)) and r["spec"].get("nodeSteps") and r,
-        timeout=30,
-        what="node steps for the agent",
-    )
+    root = tmp_path / "kubelet"
+    pod, rem, stale_dir = _steps_requested(objects, namespace, make_node, root)
+    node, stale = rem["spec"]["nodeName"], Path(stale_dir)
     first = rem["spec"]["nodeStepsRequestedAt"]
     older = datetime.fromisoformat(first.replace("Z", "+00:00")) + timedelta(seconds=AGE_S)
     wait_until(

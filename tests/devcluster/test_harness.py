@@ -12,6 +12,7 @@ from kubernetes import client, watch
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.support.pods import pod_body
 
 pytestmark = pytest.mark.envtest
 
@@ -52,24 +53,13 @@ def test_api_server_is_real(control_plane: ControlPlane) -> None:
     assert out.stdout.strip() == "no"
 
 
-def _pod(name: str, node: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "app", "image": "registry.example/app:1"}],
-        },
-    }
-
-
 def test_pod_without_kubelet_stays_terminating_kwok_pod_goes(
     core_api: client.CoreV1Api, kwok: Any, namespace: str, make_node: Any
 ) -> None:
     lost = make_node(kubelet=False)
     served = make_node(kubelet=True)
-    core_api.create_namespaced_pod(namespace, _pod("stuck", lost))
-    core_api.create_namespaced_pod(namespace, _pod("fine", served))
+    core_api.create_namespaced_pod(namespace, pod_body("stuck", lost))
+    core_api.create_namespaced_pod(namespace, pod_body("fine", served))
     wait_until(
         lambda: core_api.read_namespaced_pod("fine", namespace).status.phase == "Running",
         timeout=60,

@@ -4,21 +4,14 @@ an Event gone in between is posted anew, and a failure is logged, never raised."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from devcluster import ControlPlane
-from unstick.kube.client import ClientSettings, Kube
+from unstick.kube.client import Kube
 from unstick.kube.events import MESSAGE_LIMIT, EventRecorder, post_event, recorder, trim
 
 pytestmark = pytest.mark.envtest
-
-
-@pytest.fixture
-def kube(control_plane: ControlPlane) -> Iterator[Kube]:
-    yield Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
 
 
 def _ref(namespace: str, name: str = "web-0", uid: str = "u-1") -> dict[str, Any]:

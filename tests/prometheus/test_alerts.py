@@ -115,8 +115,7 @@ def test_failing_action_fires_the_failure_alert(stack: Stack, namespace: str) ->
     objects.core.create_node({"metadata": {"name": node}})
     try:
         _ready(stack, node)
-        pod = objects.pod(namespace, node, remediate="true", finalizers=[HOLD])
-        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        pod = objects.stuck_pod(namespace, node, remediate="true", finalizers=[HOLD])
 
         def rem_with(key: str, where: str = "spec") -> dict[str, Any] | None:
             r = objects.remediation(namespace, pod)
@@ -217,8 +216,7 @@ def _situations(stack: Stack, namespace: str) -> None:
     stuck and then gone (time to resolution), a forged record (a refusal)."""
     objects = stack.objects
     _ready(stack, stack.agent_node)
-    stuck = objects.pod(namespace, stack.agent_node, remediate="true", finalizers=[HOLD])
-    objects.core.delete_namespaced_pod(stuck["name"], namespace)
+    objects.stuck_pod(namespace, stack.agent_node, remediate="true", finalizers=[HOLD])
     gone = objects.pod(namespace, f"gone-{uuid.uuid4().hex[:6]}", finalizers=[HOLD])
     objects.core.delete_namespaced_pod(gone["name"], namespace)
     wait_until(

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from devcluster import ControlPlane
 from devcluster.process import free_port, wait_until
 from tests.support.audit_log import WRITES, requests, status_code
+from tests.support.pods import pod_body
 from unstick.core.remediation import pod_label, remediation_name
 
 GROUP, VERSION = "unstick.dev", "v1alpha1"
@@ -298,20 +299,14 @@ class Objects:
         finalizers: list[str] | None = None,
         name: str | None = None,
         grace: int = 1,
+        claim: str | None = None,
     ) -> dict[str, Any]:
+        """A pod created (tests/support/pods.py): its name and UID."""
         name = name or f"p-{uuid.uuid4().hex[:8]}"
-        meta: dict[str, Any] = {"name": name}
-        if remediate is not None:
-            meta["annotations"] = {"unstick.dev/remediate": remediate}
-        if finalizers:
-            meta["finalizers"] = finalizers
-        spec: dict[str, Any] = {
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{"name": "app", "image": "registry.example/app:1"}],
-        }
-        if node:
-            spec["nodeName"] = node
-        created = self.core.create_namespaced_pod(namespace, {"metadata": meta, "spec": spec})
+        body = pod_body(
+            name, node, remediate=remediate, finalizers=finalizers, grace=grace, claim=claim
+        )
+        created = self.core.create_namespaced_pod(namespace, body)
         return {"name": name, "uid": created.metadata.uid}
 
     def read_pod(self, namespace: str, name: str) -> Any | None:
@@ -351,6 +346,57 @@ class Objects:
             if (rem.get("spec") or {}).get("incident"):
                 return rem
         return None
+
+    def remediation_when(
+        self,
+        namespace: str,
+        pod: dict[str, Any],
+        check: Callable[[dict[str, Any]], Any] = bool,
+        *,
+        timeout: float,
+        what: str,
+        incident: bool = False,
+        **status: Any,
+    ) -> dict[str, Any]:
+        """Wait until the pod's Remediation (with `incident`, the node incident that lists
+        the pod) exists, its status has these values (`phase="WaitingForAgent"`) and
+        `check(it)` holds; that Remediation."""
+        read = self.incident if incident else self.remediation
+
+        def ready() -> dict[str, Any] | None:
+            record = read(namespace, pod)
+            if record is None:
+                return None
+            have = record.get("status") or {}
+            if any(have.get(key) != value for key, value in status.items()):
+                return None
+            return record if check(record) else None
+
+        found: dict[str, Any] = wait_until(ready, timeout=timeout, what=what)
+        return found
+
+    def stuck_pod(
+        self, namespace: str, node: str | None, *, node_gone: bool = False, **pod: Any
+    ) -> dict[str, Any]:
+        """`pod(...)`, deleted at once: on a node with no kubelet (or none) it stays
+        Terminating. With `node_gone`, its Node is deleted first (NodeGone)."""
+        made = self.pod(namespace, node, **pod)
+        if node_gone and node:
+            self.core.delete_node(node)
+        self.core.delete_namespaced_pod(made["name"], namespace)
+        return made
+
+    def pod_gone(self, namespace: str, pod: dict[str, Any], *, timeout: float, what: str) -> None:
+        """Wait until the pod is gone from the API server."""
+        wait_until(
+            lambda: self.read_pod(namespace, pod["name"]) is None, timeout=timeout, what=what
+        )
+
+    def ready_node(self, make_node: Callable[..., str]) -> str:
+        """A node with no kubelet that the API server says is Ready (`node_ready`)."""
+        node = make_node(kubelet=False)
+        node_ready(self, node)
+        return node
 
     def incident_entry(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
         """The pod's line in its node incident's status.pods ({} when none)."""

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane, ControlPlaneSettings
+from devcluster.csi_seed import set_kubelet_verbosity
 from devcluster.csi_upstream import UpstreamDriver, upstream_unavailable
+from devcluster.csi_upstream_seed import UpstreamSeed
 from devcluster.node import RealNode
 from devcluster.node_check import node_unavailable
 from devcluster.node_cluster import ClusterControllers
@@ -179,3 +181,34 @@ def core(node_control_plane: ControlPlane) -> Iterator[Any]:
         yield client.CoreV1Api(api_client)
     finally:
         api_client.close()
+
+
+@pytest.fixture
+def seed(
+    request: pytest.FixtureRequest,
+    real_node: RealNode,
+    node_control_plane: ControlPlane,
+    core: Any,
+    node_namespace: str,
+) -> Iterator[UpstreamSeed]:
+    """The upstream driver's seed (devcluster/csi_upstream_seed.py) in the test's namespace,
+    made with the test module's `SEED` arguments; cleaned up at the end."""
+    made = UpstreamSeed(
+        node_control_plane, core, real_node, node_namespace, **getattr(request.module, "SEED", {})
+    )
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+@pytest.fixture
+def kubelet_verbosity(
+    real_node: RealNode, node_control_plane: ControlPlane
+) -> Iterator[Callable[[int], None]]:
+    """`kubelet_verbosity(4)` restarts the node's kubelet with that -v, to read what it logs;
+    it is back at 2 after the test."""
+    try:
+        yield lambda level: set_kubelet_verbosity(node_control_plane, real_node, level)
+    finally:
+        set_kubelet_verbosity(node_control_plane, real_node, 2)

@@ -8,7 +8,7 @@ removes the empty directory, and the real kubelet then removes the pod."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from devcluster.node import RealNode
 from devcluster.node_images import NodeImages
 from devcluster.process import wait_until
 
-from .csi_seed import DRIVER, CsiSeed, set_kubelet_verbosity
+from .csi_seed import DRIVER, CsiSeed
 from .support import (
     REMEDIATE,
     Release,
@@ -49,10 +49,7 @@ def csi_seed(
         seed.setup()
         yield seed
     finally:
-        try:
-            set_kubelet_verbosity(node_control_plane, real_node, 2)
-        finally:
-            seed.cleanup()
+        seed.cleanup()
 
 
 def test_orphaned_mount_from_a_driver_that_lost_its_state(
@@ -62,6 +59,7 @@ def test_orphaned_mount_from_a_driver_that_lost_its_state(
     core: Any,
     node_namespace: str,
     csi_seed: CsiSeed,
+    kubelet_verbosity: Callable[[int], None],
 ) -> None:
     ns, cp = node_namespace, node_control_plane
     uid = core.create_namespaced_pod(ns, csi_seed.pod_manifest("app", REMEDIATE)).metadata.uid
@@ -75,7 +73,7 @@ def test_orphaned_mount_from_a_driver_that_lost_its_state(
 
     csi_seed.stop_plugin()
     csi_seed.start_plugin()
-    set_kubelet_verbosity(cp, real_node, 4)
+    kubelet_verbosity(4)
     core.delete_namespaced_pod("app", ns)
 
     seen: dict[str, Any] = {}

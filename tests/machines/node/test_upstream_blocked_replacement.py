@@ -26,7 +26,7 @@ still wants, so the refusal holds every time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,17 +42,7 @@ from .support import REMEDIATE, Release, pod_exists
 pytestmark = pytest.mark.node
 
 
-@pytest.fixture
-def seed(
-    real_node: RealNode, node_control_plane: ControlPlane, core: Any, node_namespace: str
-) -> Iterator[UpstreamSeed]:
-    seed = UpstreamSeed(
-        node_control_plane, core, real_node, node_namespace, access_mode="ReadWriteOncePod"
-    )
-    try:
-        yield seed
-    finally:
-        seed.cleanup()
+SEED = {"access_mode": "ReadWriteOncePod"}
 
 
 def events(core: Any, ns: str, uid: str, reason: str) -> list[str]:

@@ -13,7 +13,7 @@ and the claim has one VolumeAttachment, attached to the node."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,15 +29,7 @@ from .support import REMEDIATE, Release, pod_exists, remediation_for
 pytestmark = pytest.mark.node
 
 
-@pytest.fixture
-def seed(
-    real_node: RealNode, node_control_plane: ControlPlane, core: Any, node_namespace: str
-) -> Iterator[UpstreamSeed]:
-    seed = UpstreamSeed(node_control_plane, core, real_node, node_namespace, annotations=REMEDIATE)
-    try:
-        yield seed
-    finally:
-        seed.cleanup()
+SEED = {"annotations": REMEDIATE}
 
 
 def test_driver_uninstalled_under_a_mounted_volume(

@@ -14,7 +14,7 @@ restarted by the kubelet, the pod is deleted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,24 +25,12 @@ from devcluster.csi_upstream_seed import UpstreamSeed
 from devcluster.node import RealNode
 from devcluster.process import wait_until
 
-from .csi_seed import set_kubelet_verbosity
 from .support import REMEDIATE, Release, await_resolved_with_answer, pod_exists, remediation_for
 
 pytestmark = pytest.mark.node
 
 
-@pytest.fixture
-def seed(
-    real_node: RealNode, node_control_plane: ControlPlane, core: Any, node_namespace: str
-) -> Iterator[UpstreamSeed]:
-    seed = UpstreamSeed(node_control_plane, core, real_node, node_namespace, annotations=REMEDIATE)
-    try:
-        yield seed
-    finally:
-        try:
-            set_kubelet_verbosity(node_control_plane, real_node, 2)
-        finally:
-            seed.cleanup()
+SEED = {"annotations": REMEDIATE}
 
 
 def start_restart_delete(driver: UpstreamDriver, seed: UpstreamSeed, core: Any) -> str:
@@ -68,10 +56,11 @@ def test_v1_11_0_orphaned_mount_fixed_by_unstick(
     node_control_plane: ControlPlane,
     core: Any,
     seed: UpstreamSeed,
+    kubelet_verbosity: Callable[[int], None],
 ) -> None:
     driver, cp, ns = upstream_driver(BUGGY), node_control_plane, seed.ns
     log_start = len(real_node.log_text("kubelet"))
-    set_kubelet_verbosity(cp, real_node, 4)
+    kubelet_verbosity(4)
     uid = start_restart_delete(driver, seed, core)
     target = str(seed.target(uid))
     wait_until(
