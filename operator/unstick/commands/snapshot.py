@@ -23,8 +23,10 @@ standard output): the Pod, its Node (null if it does not exist), the node's CSIN
 the pod's PersistentVolumeClaims and their PersistentVolumes, the VolumeAttachments of
 those volumes on the pod's node, the pod's recent Events, the latest probe the
 unstick agent wrote to the pod's Remediation (null if there is none), and the
-RemediationPolicy in force for the pod (null if none applies). Objects are kept exactly
-as the API server returns them.
+RemediationPolicy in force for the pod (null if none applies), and the fencing records
+of the node that policy trusts (medik8s FenceAgentsRemediations and
+SelfNodeRemediations: metadata and status only). Other objects are kept exactly as the
+API server returns them.
 
 Diagnose it offline with `unstick diagnose --snapshot FILE` (under the recorded policy),
 or attach it to a bug report. Example:  unstick snapshot shop/web-0 > web-0.json
@@ -127,6 +129,7 @@ def capture(api: Kube, namespace: str, name: str, now: datetime) -> JSON:
     )
     bundle["policy"] = policy_in_force(api, pod)
     bundle.update(_owners(api, pod, bundle["policy"]))
+    bundle.update(_fencing_records(api, pod, bundle["policy"]))
     _add_aftermath(api, bundle, pod)
     return bundle
 
@@ -144,6 +147,24 @@ def _owners(api: Kube, pod: JSON, policy: JSON | None) -> JSON:
     except PolicyError:
         mapping = ()
     return bundle_keys(OwnerLeases(api, lambda: mapping).for_pod(pod))
+
+
+def _fencing_records(api: Kube, pod: JSON, policy: JSON | None) -> JSON:
+    """The node's fencing records (docs/fencing.md) for the sources the policy in force
+    trusts: `fenceAgentsRemediations` from the namespaces it names, `selfNodeRemediations`.
+    Optional keys; none when the CRD is missing or RBAC does not let us read them. Only
+    their metadata and status (a FAR's spec may carry fence agent credentials)."""
+    from unstick.controller.deciding.fencing_records import FencingRecords
+    from unstick.core.policy.remediation_policy import PolicyError, parse_policy
+
+    try:
+        settings = parse_policy(policy).fencing if policy else None
+    except PolicyError:
+        settings = None
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    if settings is None or not node:
+        return {}
+    return FencingRecords(api, ttl_s=0).read(node, settings)
 
 
 def _add_aftermath(api: Kube, bundle: JSON, pod: JSON) -> None:

@@ -16,6 +16,7 @@ from unstick.controller.deciding.caches import (
     node_path,
 )
 from unstick.controller.deciding.detector import Detector
+from unstick.controller.deciding.fencing_records import FencingRecords
 from unstick.controller.deciding.inputs import NodeInputs
 from unstick.controller.deciding.kill_events import KillPodEvents
 from unstick.controller.deciding.owner_leases import MAX_GAP_S, OwnerLeases
@@ -56,6 +57,8 @@ def wire(
     leases = OwnerLeases(  # a gap of 3 re-checks without a read breaks a "gone since" run
         kube, policies.finalizer_owners, max_gap_s=max(MAX_GAP_S, 3 * settings.recheck_s)
     )
+    # fencing evidence: the node's FARs/SNRs when the pod's policy trusts them (docs/fencing.md)
+    fencing = FencingRecords(kube)
     detector = Detector(
         kube,
         policies,
@@ -67,6 +70,7 @@ def wire(
         kept_volumes=bound.peek,
         events=kill_events.events_of,
         leases=leases.for_pod,
+        fencing=fencing.read,
     )
     reconciler = Reconciler(
         kube,
@@ -83,6 +87,8 @@ def wire(
                 get=bound.get,
                 events=kill_events.events_of,
                 leases=leases.for_pod,
+                # and the node's fencing records as read at most 1 s before
+                fencing=fencing.read,
             ),
             incidents=incidents,
         ),

@@ -28,6 +28,7 @@ from unstick.core.model.snapshot import BundleError, parse_bundle
 from unstick.core.policy.planner import plan as make_plan
 from unstick.core.remediation import REMEDIATE
 from unstick.core.rules.diagnosis import diagnose
+from unstick.core.rules.fencing import FencingSettings
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
@@ -49,12 +50,18 @@ class Detector:
         kept_volumes: Callable[[str], JSON | None] | None = None,
         events: Callable[[str], list[JSON]] | None = None,
         leases: Callable[[JSON], list[JSON]] | None = None,
+        fencing: Callable[[str, FencingSettings], JSON] | None = None,
     ) -> None:
         self.kube = kube
         self.policies = policies
         self.namespaces = namespaces
         self.cached = NodeInputs(
-            node=nodes.get, csi_node=csi_nodes.get, get=volumes, events=events, leases=leases
+            node=nodes.get,
+            csi_node=csi_nodes.get,
+            get=volumes,
+            events=events,
+            leases=leases,
+            fencing=fencing,
         )
         # Detection reads claims and volumes only as kept (no GET: a burst's detections
         # must not queue behind 2 threads' reads; the worker pass reads them).
@@ -64,6 +71,7 @@ class Detector:
             get=kept_volumes or volumes,
             events=events,
             leases=leases,
+            fencing=fencing,  # read only for a NotReady node (deciding/fencing_records.py)
         )
         self.has_remediation = has_remediation
         self.stuck = metrics.StuckPods()
@@ -87,10 +95,17 @@ class Detector:
             # none of its settings is honoured, not even its timing.
             why = f"{why}; observe only: {policy.refusal(namespace)}"
             policy, opted_in, refused = BUILTIN, False, True
+        settings = policy.diagnosis_settings
         bundle = build_bundle(
-            self.kube, pod, probe, now, sources or self.cached, with_attachments=False
+            self.kube,
+            pod,
+            probe,
+            now,
+            sources or self.cached,
+            with_attachments=False,
+            fencing=settings.fencing,
         )
-        diagnosis = diagnose(parse_bundle(bundle), policy.diagnosis_settings)
+        diagnosis = diagnose(parse_bundle(bundle), settings)
         if refused and diagnosis.stuck:
             self._count_refusal(str(meta.get("uid") or ""))
         planned = make_plan(diagnosis, policy.parsed, opted_in=opted_in)

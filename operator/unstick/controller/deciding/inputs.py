@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from unstick.controller.deciding.fencing_records import FencingRecords
 from unstick.controller.deciding.owner_leases import bundle_keys
 from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
+from unstick.core.rules.fencing import FencingSettings
 from unstick.kube.client import JSON, Kube, pod_path
 
 __all__ = ["Lookup", "NodeInputs", "build_bundle", "claims_and_volumes", "fetch_pod"]
@@ -49,6 +51,15 @@ def claims_and_volumes(pod: JSON, get: Lookup) -> tuple[list[JSON], list[JSON]]:
     return claims, volumes
 
 
+def _not_ready(node: JSON | None) -> bool:
+    """The Node exists and its Ready condition is not True: only then can fencing records
+    matter (NodeUnreachable), so only then are they read."""
+    if node is None:
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def fetch_pod(kube: Kube, namespace: str, name: str) -> JSON | None:
     return kube.get(pod_path(namespace, name))
 
@@ -68,6 +79,8 @@ class NodeInputs:
     events: Callable[[str], list[JSON]] | None = None
     # a FinalizerBlocked pod's finalizer owners, as `OwnerLeases.for_pod` reads them
     leases: Callable[[JSON], list[JSON]] | None = None
+    # the node's fencing records, as `FencingRecords.read` (or `peek`) gives them
+    fencing: Callable[[str, FencingSettings], JSON] | None = None
 
 
 def build_bundle(
@@ -78,12 +91,15 @@ def build_bundle(
     sources: NodeInputs = NodeInputs(),
     *,
     with_attachments: bool = True,
+    fencing: FencingSettings | None = None,
 ) -> JSON:
     """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation.
 
     `with_attachments=False` leaves `volumeAttachments` empty: they are in a snapshot for the
     people reading it, the diagnosis does not use them, and finding a pod's means a LIST
     of every VolumeAttachment in the cluster — too dear for each decision of the controller.
+    `fencing`: the policy's fencing settings; the node's FenceAgentsRemediations and
+    SelfNodeRemediations are read only for the sources they list (docs/fencing.md).
     """
     meta = pod.get("metadata") or {}
     node_name = (pod.get("spec") or {}).get("nodeName") or ""
@@ -103,6 +119,10 @@ def build_bundle(
             source = spec.get("source") or {}
             if spec.get("nodeName") == node_name and source.get("persistentVolumeName") in pv_names:
                 attachments.append(va)
+    records: JSON = {}
+    if fencing is not None and _not_ready(node) and (fencing.reads_far or fencing.reads_snr):
+        read = sources.fencing or FencingRecords(kube, ttl_s=0).read
+        records = read(node_name, fencing)  # `node` exists: node_name is set
     pod = {"apiVersion": "v1", "kind": "Pod", **pod}
     return {
         "apiVersion": API_VERSION,
@@ -118,4 +138,6 @@ def build_bundle(
         "probe": probe or None,
         # leases, deployments, ownersGoneSince: a FinalizerBlocked pod's finalizer owners
         **bundle_keys(sources.leases(pod) if sources.leases else []),
+        # fenceAgentsRemediations, selfNodeRemediations: the node's fencing records
+        **records,
     }
