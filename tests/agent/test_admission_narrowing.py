@@ -11,25 +11,20 @@ is in force (and refuses the tenant)."""
 from __future__ import annotations
 
 import copy
-import shutil
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.chart.render import CHART, release_objects
 from tests.support.integrity import JSON, TokenClient, apply_objects, delete_objects, token_for
 from unstick.agent.authority.admission import judge
 
 pytestmark = pytest.mark.envtest
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "unstick"
 RELEASE = "narrow"
 SYSTEM_NS = "unstick-narrow"
 TENANT_NS = "narrow-tenant"
@@ -41,16 +36,10 @@ REMS = f"/apis/unstick.dev/v1alpha1/namespaces/{TENANT_NS}/remediations"
 
 
 def _render() -> list[JSON]:
-    helm = REPO / "bin" / "helm"
-    found = str(helm) if helm.exists() else shutil.which("helm")
-    if found is None:
-        pytest.skip("helm not found in bin/ or on $PATH: run `make tools`")
-    proc = subprocess.run(
-        [found, "template", RELEASE, str(CHART), "--namespace", SYSTEM_NS,
-         "--set", f"controller.peeringName={RELEASE}", "--set", f"policy.name={RELEASE}"],
-        capture_output=True, text=True, check=True, timeout=120,
+    return release_objects(
+        RELEASE, SYSTEM_NS, KINDS | {VAP, VAPB},
+        f"controller.peeringName={RELEASE}", f"policy.name={RELEASE}",
     )  # fmt: skip
-    return [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] in KINDS | {VAP, VAPB}]
 
 
 def _tenant() -> list[JSON]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +53,19 @@ def template(helm: str, *args: str) -> list[dict[str, Any]]:
         helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--skip-tests", *args
     )
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def release_objects(
+    release: str, namespace: str, kinds: Collection[str], *sets: str
+) -> list[dict[str, Any]]:
+    """The chart's objects of these kinds, rendered as `release` in `namespace` with these
+    `--set`s, to apply to a test API server (skipped where helm is missing)."""
+    helm = find_tool("helm")
+    if helm is None:
+        pytest.skip("helm not found in bin/ or on $PATH: run `make tools`")
+    args = [arg for value in sets for arg in ("--set", value)]
+    proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *args)
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc and doc["kind"] in kinds]
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -17,8 +17,6 @@ server with the chart's ServiceAccounts, RBAC and admission policy applied exact
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.chart.render import CHART, release_objects
 from tests.support.integrity import (
     JSON,
     Answer,
@@ -45,8 +43,6 @@ from unstick.agent.settings import AgentSettings
 
 pytestmark = pytest.mark.envtest
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "unstick"
 RELEASE = "boundary"
 SYSTEM_NS = "unstick-boundary"
 SCOPED_NS = "boundary-scoped"  # the controller's namespaceScope
@@ -77,17 +73,10 @@ def now() -> str:
 
 
 def render_chart() -> list[JSON]:
-    helm = REPO / "bin" / "helm"
-    found = str(helm) if helm.exists() else shutil.which("helm")
-    if found is None:
-        pytest.skip("helm not found in bin/ or on $PATH: run `make tools`")
-    proc = subprocess.run(
-        [found, "template", RELEASE, str(CHART), "--namespace", SYSTEM_NS,
-         "--set", f"controller.peeringName={RELEASE}", "--set", f"policy.name={RELEASE}",
-         "--set", f"controller.namespaceScope={{{SCOPED_NS}}}"],
-        capture_output=True, text=True, check=True, timeout=120,
+    return release_objects(
+        RELEASE, SYSTEM_NS, KINDS, f"controller.peeringName={RELEASE}",
+        f"policy.name={RELEASE}", f"controller.namespaceScope={{{SCOPED_NS}}}",
     )  # fmt: skip
-    return [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] in KINDS]
 
 
 def _tenant_rbac() -> list[JSON]:

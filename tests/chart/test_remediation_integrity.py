@@ -20,19 +20,16 @@ namespace. What is shown:
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.chart.render import CHART, release_objects
 from tests.support.integrity import (
     JSON,
     Answer,
@@ -45,8 +42,6 @@ from tests.support.integrity import (
 
 pytestmark = pytest.mark.envtest
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "unstick"
 RELEASE = "integrity"
 SYSTEM_NS = "unstick-integrity"  # where the chart's ServiceAccounts live
 TENANT_NS = "integrity-tenant"  # where the pods and their Remediations live
@@ -63,22 +58,11 @@ KINDS = (
 )
 
 
-def _helm() -> str:
-    local = REPO / "bin" / "helm"
-    found = str(local) if local.exists() else shutil.which("helm")
-    if found is None:
-        pytest.skip("helm not found in bin/ or on $PATH: run `make tools`")
-    return found
-
-
 def render_chart() -> list[JSON]:
     """The chart's objects of KINDS, rendered as a release in SYSTEM_NS."""
-    proc = subprocess.run(
-        [_helm(), "template", RELEASE, str(CHART), "--namespace", SYSTEM_NS,
-         "--set", f"controller.peeringName={RELEASE}", "--set", f"policy.name={RELEASE}"],
-        capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
-    return [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] in KINDS]
+    return release_objects(
+        RELEASE, SYSTEM_NS, KINDS, f"controller.peeringName={RELEASE}", f"policy.name={RELEASE}"
+    )
 
 
 def _namespace(name: str) -> JSON:
