@@ -1,11 +1,37 @@
-"""The agent's settings: one frozen dataclass, built from the command line."""
+"""The agent's settings: one frozen dataclass, built from the command line — and where the
+agent looks for the kubelet root and the CRI socket when it is not told
+(docs/compatibility.md: the distributions' paths, checked against their documentation).
+"""
 
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from unstick.core.model.kubelet_paths import mounted_pods
+from unstick.core.model.mountinfo import Mount
 from unstick.core.safety import MAX_CLOCK_SKEW_S
+
+# The kubelet roots of the common distributions, as (path, who uses it).
+KNOWN_KUBELET_ROOTS = (
+    ("/var/lib/kubelet", "kubeadm, k3s, RKE2, kind and most managed clusters"),
+    ("/var/lib/k0s/kubelet", "k0s"),
+    ("/var/snap/microk8s/common/var/lib/kubelet", "MicroK8s"),
+)
+# Their CRI sockets, in the order the agent tries them. A socket is reached through the
+# host's root (`<host-proc>/1/root`), where an absolute symlink such as Debian's
+# /var/run -> /run would point into the agent's own filesystem: /run/... comes first.
+KNOWN_CRI_SOCKETS = (
+    ("/run/containerd/containerd.sock", "containerd"),
+    ("/run/k3s/containerd/containerd.sock", "k3s, RKE2"),
+    ("/run/k0s/containerd.sock", "k0s"),
+    ("/var/snap/microk8s/common/run/containerd.sock", "MicroK8s"),
+    ("/run/crio/crio.sock", "CRI-O"),
+    ("/var/run/crio/crio.sock", "CRI-O"),
+)
+AUTO = "auto"  # --kubelet-root / --cri-socket: look for them on the host
 
 # Into PID 1's namespaces: a command after this prefix runs on the host.
 HOST_NAMESPACES = ("nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--")
@@ -54,3 +80,40 @@ class AgentSettings:
     def registry_dir(self) -> str:
         """The kubelet's plugin registration directory."""
         return self.plugins_registry or os.path.join(self.kubelet_root, "plugins_registry")
+
+
+def host_root(host_proc: str) -> str:
+    """The host's root directory as the agent reaches it: PID 1's (`<host-proc>/1/root`)."""
+    return os.path.join(host_proc, "1", "root")
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def find_kubelet_root(root: str, mounts: Iterable[Mount]) -> tuple[str | None, str]:
+    """(the kubelet root, how it was found) — or (None, why not).
+
+    The host mount table decides first: the one root that pod volume mounts are under
+    (any path, a custom `--root-dir` too). With no pod mount yet, the one known root
+    (KNOWN_KUBELET_ROOTS) that holds a `pods/` directory under the host's root `root`.
+    Two candidates is no answer: the agent never guesses between kubelet roots."""
+    by_root = mounted_pods(mounts)
+    if len(by_root) == 1:
+        (found,) = by_root
+        count = sum(by_root[found].values())
+        return found, f"the host mount table has {count} pod volume mounts under {found}/pods/"
+    if by_root:
+        roots = ", ".join(sorted(by_root))
+        return None, f"the host mount table has pod volume mounts under several roots: {roots}"
+    hits = [(p, who) for p, who in KNOWN_KUBELET_ROOTS if _is_dir(root + p + "/pods")]
+    if len(hits) == 1:
+        path, who = hits[0]
+        return path, f"{path}/pods exists on the host ({who}), no pod volume mounted yet"
+    tried = ", ".join(p for p, _ in (hits or KNOWN_KUBELET_ROOTS))
+    if hits:
+        return None, f"several kubelet roots hold pods/ on the host: {tried}"
+    return None, f"none of {tried} holds pods/ on the host, and no pod volume is mounted"

@@ -31,8 +31,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--kubelet-root",
-        default="/var/lib/kubelet",
-        help="the kubelet's root dir, real path without symlinks (default: %(default)s)",
+        default="auto",
+        help="the kubelet's root dir, real path without symlinks; auto (the default): the one "
+        "root the host mount table has pod volume mounts under, else the one of "
+        "/var/lib/kubelet, /var/lib/k0s/kubelet, /var/snap/microk8s/common/var/lib/kubelet "
+        "holding pods/ on the host (through <host-proc>/1/root); none found: the agent does "
+        "not start (docs/compatibility.md)",
     )
     p.add_argument(
         "--host-proc",
@@ -65,9 +69,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--cri-socket",
-        default=None,
-        help="CRI runtime socket, e.g. /run/containerd/containerd.sock "
-        "(default: none: containers from the host's cgroups)",
+        default="auto",
+        help="CRI runtime socket, e.g. /run/containerd/containerd.sock; auto (the default): "
+        "the first of the containerd, k3s/RKE2, k0s, MicroK8s and CRI-O sockets on the host "
+        "(through <host-proc>/1/root) that answers the CRI; none: containers from the "
+        "host's cgroups only (docs/compatibility.md)",
     )
     p.add_argument(
         "--kubelet-healthz",
@@ -145,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from unstick.agent.settings import AgentSettings
 
     logs.setup(args.log_format, args.log_level)
-    if not args.kubelet_root.startswith("/"):
+    if args.kubelet_root != "auto" and not args.kubelet_root.startswith("/"):
         print(
             f"unstick agent: --kubelet-root {args.kubelet_root!r} must be an absolute path",
             file=sys.stderr,
@@ -180,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    problem = kubelet_root_problem(settings)
+    settings, problem = find_host_paths(settings)
+    problem = problem or kubelet_root_problem(settings)
     if problem:
         print(f"unstick agent: {problem}", file=sys.stderr)
         return 2
@@ -216,6 +223,53 @@ def build_info(registry: CollectorRegistry) -> None:
     info.labels(__version__).set(1)
 
 
+def find_host_paths(settings: AgentSettings) -> tuple[AgentSettings, str | None]:
+    """`--kubelet-root auto` and `--cri-socket auto` resolved on the host (through
+    `<host-proc>/1/root`, `agent.settings.find_kubelet_root`, `probe.containers.
+    find_cri_socket`), each logged with how it was found; `--cri-socket none` is no socket.
+    The problem, when no kubelet root is found: the agent does not start."""
+    import dataclasses
+    import logging
+    import os
+
+    from unstick.agent.probe.containers import find_cri_socket
+    from unstick.agent.probe.mount_file import read_mount_table
+    from unstick.agent.settings import AUTO, KNOWN_CRI_SOCKETS, find_kubelet_root, host_root
+    from unstick.core.model.mountinfo import MountinfoError
+
+    log = logging.getLogger("unstick.agent")
+    root = host_root(settings.host_proc)
+    reach = "" if os.access(root, os.X_OK) else f" ({root} cannot be entered: run with hostPID)"
+    kubelet_root, cri = settings.kubelet_root, settings.cri_socket
+    if kubelet_root == AUTO:
+        try:
+            mounts = read_mount_table(settings.mountinfo).mounts
+        except (OSError, MountinfoError) as exc:
+            return settings, f"cannot read the mount table {settings.mountinfo}: {exc}"
+        found, how = find_kubelet_root(root, mounts)
+        if found is None:
+            return settings, (
+                f"cannot find the kubelet root: {how}{reach}; pass --kubelet-root "
+                "(the chart's agent.kubeletRoot)"
+            )
+        log.info("kubelet root %s: %s", found, how)
+        kubelet_root = found
+    if cri == AUTO:
+        cri, seen = find_cri_socket(root, KNOWN_CRI_SOCKETS, settings.grpc_timeout_s)
+        if cri is None:
+            log.warning(
+                "no CRI socket answered on the host%s%s: containers come from the cgroup "
+                "scan only; pass --cri-socket (the chart's agent.criSocket)",
+                reach,
+                f" ({'; '.join(seen)})" if seen else "",
+            )
+        else:
+            log.info("CRI socket %s: %s", cri, seen[-1])
+    elif cri in ("", "none"):
+        cri = None
+    return dataclasses.replace(settings, kubelet_root=kubelet_root, cri_socket=cri), None
+
+
 def root_view(root: str) -> RootView:
     """What this process sees of `root` (lstat: no symlink followed)."""
     import stat
@@ -242,11 +296,23 @@ def kubelet_root_problem(settings: AgentSettings) -> str | None:
     """The start-up check: does `--kubelet-root` hold the pod dirs that the host mount table
     shows mounts of? (`unstick.core.model.kubelet_paths.check_kubelet_root`)"""
     from unstick.agent.probe.mount_file import read_mount_table
-    from unstick.core.model.kubelet_paths import check_kubelet_root
+    from unstick.agent.settings import find_kubelet_root, host_root
+    from unstick.core.model.kubelet_paths import check_kubelet_root, normalise
     from unstick.core.model.mountinfo import MountinfoError
 
     try:
         table = read_mount_table(settings.mountinfo)
     except (OSError, MountinfoError) as exc:
         return f"cannot read the mount table {settings.mountinfo}: {exc}"
-    return check_kubelet_root(root_view(settings.kubelet_root), table.mounts)
+    problem = check_kubelet_root(root_view(settings.kubelet_root), table.mounts)
+    if problem and "is the root" not in problem:  # no hint from the mount table: the host's
+        found, how = find_kubelet_root(host_root(settings.host_proc), table.mounts)
+        if found == (normalise(settings.kubelet_root) or settings.kubelet_root):
+            problem += (
+                f"; {found} is the host's kubelet root ({how}): mount it into the agent at the "
+                "same path (the chart's agent.kubeletRoot)"
+            )
+        elif found:
+            problem += f"; the host's kubelet root is {found} ({how}): pass it (the chart's "
+            problem += "agent.kubeletRoot)"
+    return problem

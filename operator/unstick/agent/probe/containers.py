@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -129,6 +131,41 @@ def cri_containers(socket_path: str, uid: str, timeout_s: float) -> list[Contain
         for c in reply.containers
         if c.labels.get(POD_UID_LABEL, uid) == uid
     ]
+
+
+def answers_cri(socket_path: str, timeout_s: float) -> str | None:
+    """None when `socket_path` is a socket whose server answers the CRI RuntimeService
+    (ListContainers for a pod UID no pod has), else why not."""
+    try:
+        if not stat.S_ISSOCK(os.stat(socket_path).st_mode):
+            return f"{socket_path} is not a socket"
+    except OSError as exc:
+        return f"{socket_path}: {exc.strerror or exc}"
+    try:
+        cri_containers(socket_path, "unstick-discovery", timeout_s)
+    except grpc.RpcError as exc:
+        detail = exc.code() if isinstance(exc, grpc.Call) else exc
+        return f"{socket_path} did not answer the CRI ({detail})"
+    return None
+
+
+def find_cri_socket(
+    root: str, candidates: Iterable[tuple[str, str]], timeout_s: float
+) -> tuple[str | None, list[str]]:
+    """The first of `candidates` (host paths, with who uses them) whose socket under the
+    host's root `root` answers the CRI: (its path as the agent reaches it, what was
+    seen); (None, what was seen) when none does — the containers then come from the
+    cgroup scan alone."""
+    seen: list[str] = []
+    for path, who in candidates:
+        where = root.rstrip("/") + path
+        if not os.path.lexists(where):
+            continue
+        why = answers_cri(where, timeout_s)
+        if why is None:
+            return where, [*seen, f"{path} ({who}) answers the CRI"]
+        seen.append(why)
+    return None, seen
 
 
 def pod_component(uid: str) -> re.Pattern[str]:
