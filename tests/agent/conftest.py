@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from devcluster import ControlPlane
 from tests.support.processes import run_unshared
 
 HERE = Path(__file__).parent
@@ -96,3 +97,11 @@ def scenario() -> Callable[..., dict[str, Any]]:
 def host_mounts() -> Callable[[Path], list[str]]:
     """`host_mounts(path)`: mount points under `path` in the test's own namespace."""
     return host_mounts_under
+
+
+@pytest.fixture
+def kube(kube: Any, control_plane: ControlPlane) -> Any:
+    """The client of tests/conftest.py, with the project's CRDs installed (and Established)
+    first, for the tests that write Remediations and policies through it."""
+    control_plane.install_crds()
+    return kube

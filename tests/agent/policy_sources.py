@@ -3,14 +3,17 @@
 What `unstick.agent.authority.rederive.read_mandate` would read from the API for a pod in a
 namespace labelled `unstick.dev/remediate=true` under the policy `default`; the policy's
 `dryRun`, `actions` and `lazyUnmount` are the test's to choose. Tests with a real API
-server create the real objects instead (test_agent_envtest.py).
+server create the real objects instead (`default_policy`, test_agent_end_to_end.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from unstick.agent.authority.rederive import PolicySources
+from unstick.core.remediation import POLICIES
 
 NODE_ACTIONS = ["replay-unpublish", "unmount", "rmdir-stale", "restart-kubelet"]
 
@@ -35,3 +38,20 @@ def opted_in(
         },
         policy=lambda name: policy if name == "default" else None,
     )
+
+
+@contextmanager
+def default_policy(kube: Any, actions: list[str]) -> Iterator[None]:
+    """The admin's `default` RemediationPolicy, not a dry run, permitting these actions
+    (`PATCH {POLICIES}/default` to change it); deleted at the end."""
+    policy = {
+        "apiVersion": "unstick.dev/v1alpha1",
+        "kind": "RemediationPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"dryRun": False, "actions": actions},
+    }
+    kube.request("POST", POLICIES, body=policy)
+    try:
+        yield
+    finally:
+        kube.request("DELETE", f"{POLICIES}/default")

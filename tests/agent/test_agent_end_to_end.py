@@ -11,19 +11,18 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from devcluster.process import wait_until
+from tests.agent.policy_sources import default_policy
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
-from unstick.kube.client import ClientSettings, Kube, remediation_path
+from unstick.kube.client import Kube, remediation_path
 
 pytestmark = pytest.mark.envtest
 
@@ -42,31 +41,6 @@ def now() -> str:
 def _deleted_at(kube: Kube, path: str) -> str | None:
     pod = kube.get(path) or {}
     return (pod.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def kube(control_plane: Any) -> Iterator[Kube]:
-    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    for plural in ("remediations", "remediationpolicies"):
-        try:
-            k.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                      body=yaml.safe_load((CRDS / f"{plural}.yaml").read_text()))  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-
-        def established(plural: str = plural) -> bool:
-            crd = k.get(
-                f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.unstick.dev"
-            )
-            conditions = ((crd or {}).get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_until(established, timeout=60, what=f"the {plural} CRD")
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def _free_port() -> int:
@@ -202,17 +176,8 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
             body={"metadata": {"labels": {"unstick.dev/remediate": "true"}}},
             content_type="application/merge-patch+json",
         )
-        policy = {
-            "apiVersion": "unstick.dev/v1alpha1",
-            "kind": "RemediationPolicy",
-            "metadata": {"name": "default"},
-            "spec": {"dryRun": False, "actions": ["rmdir-stale"]},
-        }
-        kube.request("POST", POLICIES, body=policy)
-        try:
+        with default_policy(kube, ["rmdir-stale"]):
             done = request_steps()
-        finally:
-            kube.request("DELETE", f"{POLICIES}/default")
         (action,) = done["nodeActions"]
         assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
         assert not stale.exists() and (root / "pods" / pod_uid / "volumes").is_dir()

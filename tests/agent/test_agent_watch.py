@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes.client.exceptions import ApiException
 
 from devcluster.process import wait_until
 from unstick.agent.loop import Agent, LoopSettings
@@ -74,29 +72,6 @@ class CountingGate:
         return None
 
 
-@pytest.fixture
-def crds(control_plane: Any) -> Iterator[Kube]:
-    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    try:
-        for plural in (rem.PLURAL, rem.POLICY_PLURAL):
-            try:
-                k.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                          body=yaml.safe_load((CRDS / f"{plural}.yaml").read_text()))  # fmt: skip
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{rem.GROUP}"
-
-            def established(path: str = path) -> bool:
-                conditions = (((k.get(path) or {}).get("status") or {}).get("conditions")) or []
-                return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-            wait_until(established, timeout=60, what=f"the {plural} CRD")
-        yield k
-    finally:
-        k.close()
-
-
 def _create(kube: Kube, namespace: str, name: str, node: str) -> str:
     body = rem.new_remediation(namespace, name, name, str(uuid.uuid4()), node=node, dry_run=False)
     body["spec"][rem.PROBE_REQUESTED_AT] = rem.rfc3339(datetime.now(UTC))
@@ -105,11 +80,11 @@ def _create(kube: Kube, namespace: str, name: str, node: str) -> str:
 
 
 def test_relist_forgets_a_remediation_deleted_while_down_and_cycles_read_admission(
-    control_plane: Any, crds: Kube, namespace: str, tmp_path: Path
+    control_plane: Any, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
     node = f"node-{uuid.uuid4().hex[:6]}"
-    kept = _create(crds, namespace, "kept", node)
-    gone = _create(crds, namespace, "gone", node)
+    kept = _create(kube, namespace, "kept", node)
+    gone = _create(kube, namespace, "gone", node)
     settings = AgentSettings(node_name=node, kubelet_root=str(tmp_path / "kubelet"))
     kubeconfig = str(control_plane.kubeconfig)
     agent = Agent(settings, LoopSettings(kubeconfig=kubeconfig, watch_timeout_s=1, workers=2))

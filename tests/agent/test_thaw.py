@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from devcluster.process import wait_until
-from tests.agent.test_agent_end_to_end import HOLD, POLICIES, _deleted_at, _free_port, kube, now
+from tests.agent.policy_sources import default_policy
+from tests.agent.test_agent_end_to_end import HOLD, POLICIES, _deleted_at, _free_port, now
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import Kube, remediation_path
 
 pytestmark = [pytest.mark.envtest, pytest.mark.mountns]
-__all__ = ["kube"]  # the fixture, used by name
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
 
@@ -156,14 +156,7 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
                 what="the node steps",
             )
 
-        policy = {
-            "apiVersion": "unstick.dev/v1alpha1",
-            "kind": "RemediationPolicy",
-            "metadata": {"name": "default"},
-            "spec": {"dryRun": False, "actions": ["unmount"]},
-        }
-        kube.request("POST", POLICIES, body=policy)
-        try:
+        with default_policy(kube, ["unmount"]):
             (refused,) = request_thaw()["nodeActions"]
             assert refused["result"] == "refused", refused
             assert (cgroup / "freezer.state").read_text().strip() == "FROZEN"
@@ -174,8 +167,6 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
                 content_type="application/merge-patch+json",
             )
             done = request_thaw()
-        finally:
-            kube.request("DELETE", f"{POLICIES}/default")
         (action,) = done["nodeActions"]
         assert action["action"] == "thaw" and action["result"] == "succeeded", action
         assert (cgroup / "freezer.state").read_text().strip() == "THAWED"
