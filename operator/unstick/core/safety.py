@@ -154,8 +154,8 @@ def force_delete_safe(
         if fenced:
             return SAFE
         return refuse(
-            "the node is not fenced (no node.kubernetes.io/out-of-service taint): the pod may "
-            "still run there (split-brain risk)"
+            "the node is not fenced (no proof it is off from a source the policy trusts: "
+            "docs/fencing.md): the pod may still run there (split-brain risk)"
         )
     if nothing_left and probe_fresh:
         return SAFE
