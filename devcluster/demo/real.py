@@ -83,7 +83,8 @@ def values(node: RealNode, images: NodeImages) -> dict[str, Any]:
         },
         # both on the real node (not on kwok's nodes, nor the kubelet-less ones); the
         # demo's orphaned pod dir is made a moment before the agent looks
-        "controller": {"nodeSelector": ON_THE_NODE},
+        # one real node: the chart's two replicas (leader and standby) share it
+        "controller": {"nodeSelector": ON_THE_NODE, "podAntiAffinity": "preferred"},
         "agent": {
             **node.helm_values()["agent"],  # type: ignore[dict-item]
             "nodeSelector": ON_THE_NODE,

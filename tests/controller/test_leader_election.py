@@ -208,10 +208,13 @@ def test_sigstop_past_the_lease_then_sigcont(
     with leader_and_standby(control_plane, objects, tmp_path, lease) as (a, _b):
         assert a.proc is not None
         node = make_node(kubelet=False)
-        # Stuck right as A is stopped: A may have started its pass (it is then stopped in
-        # the middle of it) or not; either way only B may act on it.
+        # A is stopped the moment it has diagnosed the pod: in the middle of its pass (its
+        # intent, DELETE or status write may or may not have gone out). Whatever it did
+        # before the stop stands; after it, only B may act.
         pod = node_gone_pod(objects, namespace, node)
-        time.sleep(1.5)  # grace 1 s + slack 1 s: A is stopped around the moment it is due
+        wait_until(
+            lambda: f"pod={namespace}/{pod['name']} " in a.log(), timeout=60, what="A's pass"
+        )
         os.kill(a.proc.pid, signal.SIGSTOP)
         stopped = time.time()
         acquired = wait_until(

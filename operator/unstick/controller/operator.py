@@ -160,7 +160,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             "terminating": len(runtime.pods),
             "scheduled": len(runtime.scheduler),
             "synced": all(w.synced.is_set() for w in runtime.watchers),
-            "leader": runtime.gate(),
+            "active": runtime.gate(),  # holds the leader Lease (always, standalone)
         }
 
     @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)

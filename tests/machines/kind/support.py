@@ -111,12 +111,24 @@ class Kind:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.loads.setdefault(group, []).append(_Load(argv, proc))
 
+    def leader_pod(self) -> dict[str, Any]:
+        """The controller pod that holds the leader Lease: the one that acts (the chart
+        runs two replicas, one per worker; docs/controller.md "Leader election")."""
+
+        def holder() -> dict[str, Any] | None:
+            lease = self.get("lease", "unstick-controller", "-n", NAMESPACE)
+            name = (lease.get("spec") or {}).get("holderIdentity")
+            pods = self.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=controller")
+            return next((p for p in pods["items"] if p["metadata"]["name"] == name), None)
+
+        found: dict[str, Any] = wait_until(holder, timeout=60, what="the leading controller")
+        return found
+
     def worker_without_controller(self) -> str:
-        """The worker where unstick's controller does not run (the one the tests cut off:
-        the controller must keep running)."""
-        pods = self.get("pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=controller")
-        nodes = {p["spec"].get("nodeName") for p in pods["items"]}
-        return next(w for w in self.workers() if w not in nodes)
+        """The worker where the leading controller does not run (the one the tests cut off:
+        the controller that acts must keep running; the standby there stops with it)."""
+        node = self.leader_pod()["spec"].get("nodeName")
+        return next(w for w in self.workers() if w != node)
 
     def wait_loaded(self, group: str) -> None:
         """The image loads of `group` finished (a failed one raises, saying why)."""

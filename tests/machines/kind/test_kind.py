@@ -26,9 +26,8 @@ VENV_BIN = BIN.parent / ".venv" / "bin"
 
 
 def controller_pod(kind: Kind) -> dict[str, Any]:
-    pods = kind.pods(NAMESPACE, "-l", "app.kubernetes.io/component=controller")
-    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-    return pods[0]
+    """The controller that acts: the leader Lease's holder (two replicas, one per worker)."""
+    return kind.leader_pod()
 
 
 def busybox_pod(kind: Kind, name: str, namespace: str, node: str) -> dict[str, Any]:
@@ -64,6 +63,9 @@ def test_chart_runs_on_every_node(kind: Kind) -> None:
     assert controller["spec"]["nodeName"] in nodes
     ready = {c["type"]: c["status"] for c in controller["status"]["conditions"]}
     assert ready["Ready"] == "True"
+    # two replicas (the chart's default), one per worker: a leader and a standby
+    replicas = kind.pods(NAMESPACE, "-l", "app.kubernetes.io/component=controller")
+    assert sorted(p["spec"]["nodeName"] for p in replicas) == sorted(kind.workers())
 
     # /metrics of every unstick pod, through the API server's proxy: the controller's pod
     # IP is on a worker's bridge, reached from the control plane by the pod network.
