@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 
 from devcluster.process import wait_until
+from tests.support.bundles import diagnose_probe, overdue_pod
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import Member, pod_component
 from unstick.agent.probe.pod_tasks import CgroupMount, frozen_cgroups
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import Executor
-from unstick.core.model.snapshot import parse_bundle
 from unstick.core.policy.planner import plan
-from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
 UID = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
@@ -45,27 +44,8 @@ int main(void) {
 """
 
 
-def _pod() -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "default",
-            "name": "web-0",
-            "uid": UID,
-            "deletionTimestamp": "2025-12-31T23:00:00Z",
-            "deletionGracePeriodSeconds": 30,
-        },
-        "spec": {"nodeName": "node-1"},
-        "status": {"containerStatuses": [{"name": "app", "state": {"running": {}}}]},
-    }
-
-
 def _diagnose(probe: dict[str, Any]) -> Any:
-    node = {
-        "metadata": {"name": "node-1"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-    bundle = {"capturedAt": "2026-01-01T00:00:40Z", "pod": _pod(), "node": node, "probe": probe}
-    return diagnose(parse_bundle(bundle))
+    return diagnose_probe(probe, overdue_pod(UID, "running"))
 
 
 def _node(tmp: Path) -> AgentSettings:

@@ -19,14 +19,13 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.support.bundles import diagnose_probe, overdue_pod
 from tests.support.processes import PIDS_CGROUP, pod_container_cgroup, process_in
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import runtime_answer, scan_cgroups
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
 from unstick.agent.settings import AgentSettings
 from unstick.commands.agent import kubelet_root_problem
-from unstick.core.model.snapshot import parse_bundle
-from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Cause
 
 UID = "dddddddd-4444-4444-8444-dddddddddddd"
@@ -34,31 +33,11 @@ NOW = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
 
 
 def _pod() -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "default",
-            "name": "web-0",
-            "uid": UID,
-            "deletionTimestamp": "2025-12-31T23:00:00Z",
-            "deletionGracePeriodSeconds": 30,
-        },
-        "spec": {"nodeName": "node-1"},
-        "status": {"containerStatuses": [{"name": "app", "state": {"terminated": {}}}]},
-    }
+    return overdue_pod(UID, "terminated")
 
 
 def _diagnose(probe: dict[str, Any], pod: dict[str, Any] | None = None) -> Any:
-    node = {
-        "metadata": {"name": "node-1"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-    bundle = {
-        "capturedAt": "2026-01-01T00:00:40Z",
-        "pod": pod or _pod(),
-        "node": node,
-        "probe": probe,
-    }
-    return diagnose(parse_bundle(bundle))
+    return diagnose_probe(probe, pod or _pod())
 
 
 def _node(tmp: Path, *, root: str = "kubelet", proc: str = "/proc", **kw: Any) -> AgentSettings:

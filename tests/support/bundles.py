@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 from unstick.core.model.mountinfo import escape
+from unstick.core.model.snapshot import parse_bundle
+from unstick.core.rules.diagnosis import Diagnosis, diagnose
 
 NOW = "2026-11-20T10:00:00Z"
 ROOT = "/var/lib/kubelet"
@@ -344,3 +346,31 @@ def bundle(
     if expect is not None:
         out["expect"] = expect
     return out
+
+
+def overdue_pod(uid: str, state: str) -> dict[str, Any]:
+    """The pod the agent's tests probe, as small as the diagnosis reads it: web-0 on
+    node-1, deleted at 2025-12-31T23:00:00Z (30 s grace), its container `app` in `state`
+    (running, terminated)."""
+    return {
+        "metadata": {
+            "namespace": "default",
+            "name": "web-0",
+            "uid": uid,
+            "deletionTimestamp": "2025-12-31T23:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+        },
+        "spec": {"nodeName": "node-1"},
+        "status": {"containerStatuses": [{"name": "app", "state": {state: {}}}]},
+    }
+
+
+def diagnose_probe(probe: dict[str, Any], the_pod: dict[str, Any]) -> Diagnosis:
+    """The core's diagnosis of `the_pod` from the agent's `probe`, captured at
+    2026-01-01T00:00:40Z with node-1 Ready."""
+    the_node = {
+        "metadata": {"name": "node-1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    captured = {"capturedAt": "2026-01-01T00:00:40Z", "pod": the_pod, "node": the_node}
+    return diagnose(parse_bundle({**captured, "probe": probe}))
