@@ -43,9 +43,17 @@ def user_agent(identity: str) -> str:
     return f"unstick-controller/{__version__} ({identity})"
 
 
+SLOW = "t-ha-slow"  # 2 actions per node per minute, for namespaces labelled SLOW_LABEL
+SLOW_LABEL = {"unstick-test/ha": "slow"}
+
+
 @pytest.fixture(scope="module")
 def objects(control_plane: ControlPlane) -> Iterator[Objects]:
-    with policies_in_place(control_plane, {"default": policy_spec()}) as objs:
+    slow = policy_spec(
+        rateLimits={"clusterPerMinute": 1000, "nodePerMinute": 2},
+        namespaceSelector={"matchLabels": SLOW_LABEL},
+    )
+    with policies_in_place(control_plane, {"default": policy_spec(), SLOW: slow}) as objs:
         yield objs
 
 
@@ -279,6 +287,60 @@ def test_leader_cut_off_the_api_server(
             report("cut off", gave_up=gave_up - cut, lease_taken=acquired - cut)
     finally:
         proxy.close()
+
+
+def test_the_budget_and_the_incident_carry_over_a_takeover(
+    control_plane: ControlPlane, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+) -> None:
+    """5 pods of a lost node under 2 actions per node per minute: the leader deletes 2 and
+    is SIGKILLed; the standby takes over, rebuilds the budget from the records (the 2
+    count), adopts the leader's node incident (no second record) and deletes the other 3
+    in later windows. No 60 s window on the API server's clock holds more than 2 DELETEs."""
+    lease = "t-lease-budget"
+    objects.core.patch_namespace(namespace, {"metadata": {"labels": SLOW_LABEL}})
+    with leader_and_standby(control_plane, objects, tmp_path, lease) as (a, b):
+        wait_until(lambda: objects.policy_valid(SLOW) == "True", timeout=30, what="valid")
+        node = make_node(kubelet=False)
+        pods = [objects.pod(namespace, node, remediate=SLOW) for _ in range(5)]
+        objects.core.delete_node(node)
+        for pod in pods:
+            objects.core.delete_namespaced_pod(pod["name"], namespace)
+
+        def deletes() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in requests(
+                    control_plane,
+                    by="unstick-controller/",
+                    verbs={"delete"},
+                    resource="pods",
+                    namespace=namespace,
+                    oldest_first=True,
+                )
+                if 200 <= int((e.get("responseStatus") or {}).get("code") or 0) < 300
+            ]
+
+        wait_until(lambda: len(deletes()) >= 2, timeout=60, what="the leader's first 2 deletes")
+        assert a.proc is not None
+        a.proc.kill()
+        a.proc.wait(timeout=10)
+        a.proc = None
+        gone = lambda: all(objects.read_pod(namespace, p["name"]) is None for p in pods)  # noqa: E731
+        wait_until(gone, timeout=240, what="the standby to delete the other 3")
+        done = deletes()
+        assert sorted(e["objectRef"]["name"] for e in done) == sorted(p["name"] for p in pods)
+        by = [e["userAgent"] for e in done]
+        assert by[:2] == [user_agent(A)] * 2 and by[2:] == [user_agent(B)] * 3, by
+        times = [received_at(e) for e in done]
+        for i, start in enumerate(times):
+            assert len([t for t in times[i:] if t < start + 60.0]) <= 2, times
+        assert "adopted 1 unresolved node incidents" in b.log()
+        wait_until(lambda: none_remediating(objects, namespace), timeout=90, what="no Remediating")
+        records = objects.custom.list_namespaced_custom_object(
+            "unstick.dev", "v1alpha1", namespace, "remediations"
+        )["items"]
+        assert len(records) == 1, [r["metadata"]["name"] for r in records]  # the one incident
+        report("budget", deletes_after_kill=times[2] - times[1])
 
 
 # -- in-process: two electors, one with a wall clock 20 s ahead ---------------------------
