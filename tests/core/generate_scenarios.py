@@ -359,8 +359,8 @@ def cases() -> dict[str, dict[str, Any]]:
             evidence=[
                 "finalizer batch.kubernetes.io/job-tracking is removed by the Job controller of "
                 "kube-controller-manager",
-                "was last renewed 3h0m0s ago by cp-1_8f2c: the Job controller of "
-                "kube-controller-manager seems gone",
+                "held by cp-1_8f2c has not changed for 3h0m0s on this reader's clock",
+                "the Job controller of kube-controller-manager seems gone",
             ],
         ),
     )
@@ -374,6 +374,15 @@ def cases() -> dict[str, dict[str, Any]]:
                 "leaseDurationSeconds": 15,
                 "renewTime": "2026-11-20T07:00:00.000000Z",
             },
+        }
+    ]
+    # the reader's memory (issue 33 finding 6): unchanged for 3 h on its own clock
+    c["finalizer-job-tracking-controller-gone"]["leasesObserved"] = [
+        {
+            "namespace": "kube-system",
+            "name": "kube-controller-manager",
+            "unchangedSince": "2026-11-20T07:00:00Z",
+            "changeSeen": True,
         }
     ]
     # FinalizerBlocked, the policy's finalizerOwners and finalizerOwnerGoneSeconds (issue #25):

@@ -3,7 +3,12 @@ for an allowlisted finalizer and, with `spec.finalizerOwnerGoneSeconds` set, onl
 finalizer's owner (the policy-mapped Deployment or Lease, or a built-in's leader lease)
 has been gone for longer than that — computed here from the drawn objects, independently
 of the planner. And the converse: an allowlisted finalizer whose owner is gone long enough
-is removed."""
+is removed.
+
+A Lease is judged on the reader's clock only (issue 33 finding 6), as client-go's leader
+election does: gone once the reader has seen its renewTime and resourceVersion unchanged
+for longer than twice its duration (`leasesObserved`), whatever its renewTime — the
+holder's clock, drawn here hours behind or ahead of the reader's — says."""
 
 from __future__ import annotations
 
@@ -40,7 +45,9 @@ def owner_case(draw: Any) -> dict[str, Any]:
         "present": draw(st.booleans()),
         "available": draw(st.integers(0, 2)),
         "unavailable_ago": draw(st.none() | ago),
-        "renewed_ago": draw(ago),
+        "renewed_ago": draw(st.integers(-6 * 3600, 6 * 3600)),  # the holder's clock: any skew
+        "unchanged_ago": draw(st.none() | ago),  # the reader's memory; None: read once, now
+        "change_seen": draw(st.booleans()),
         "seen_gone_ago": draw(st.none() | ago),
     }
 
@@ -72,8 +79,9 @@ def _gone_ago(o: dict[str, Any] | None) -> int | None:
         return None
     if not o["present"]:
         return o["seen_gone_ago"]
-    if o["kind"] == "Lease":
-        return o["renewed_ago"] if o["renewed_ago"] > 2 * LEASE_S else None
+    if o["kind"] == "Lease":  # the reader's clock only, never renewTime
+        unchanged = o["unchanged_ago"] or 0
+        return unchanged if unchanged > 2 * LEASE_S else None
     if o["available"] >= 1:
         return None
     return o["unavailable_ago"] if o["unavailable_ago"] is not None else o["seen_gone_ago"]
@@ -92,7 +100,7 @@ def cases(draw: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         the_pod=pod(node=None, grace=0, finalizers=finalizers),
         the_node=None,
     )
-    b["leases"], b["deployments"], b["ownersGoneSince"] = [], [], []
+    b["leases"], b["deployments"], b["ownersGoneSince"], b["leasesObserved"] = [], [], [], []
     mapping = []
     for i, (prefix, o) in enumerate(owners.items()):
         if o is None:
@@ -106,6 +114,9 @@ def cases(draw: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
             obj = _object(name, o)
             obj["metadata"]["namespace"] = ns
             b["leases" if o["kind"] == "Lease" else "deployments"].append(obj)
+            if o["kind"] == "Lease" and o["unchanged_ago"] is not None:
+                seen = {"namespace": ns, "name": name, "changeSeen": o["change_seen"]}
+                b["leasesObserved"].append(seen | {"unchangedSince": _at(o["unchanged_ago"])})
         if o["seen_gone_ago"] is not None and (not o["present"] or o["kind"] == "Deployment"):
             entry = {"kind": o["kind"], "namespace": ns, "name": name}
             b["ownersGoneSince"].append(entry | {"since": _at(o["seen_gone_ago"])})

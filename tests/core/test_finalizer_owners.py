@@ -25,28 +25,57 @@ def kcm_lease(renewed: str, holder: str = "cp-1_8f2c") -> dict:
     }
 
 
-def _diagnosed(finalizers: list[str], leases: list[dict], policy: dict | None = None) -> tuple:
+def observed(unchanged_since: str, changed: bool = True, **ref: str) -> dict:
+    """The reader's memory of a Lease (`leasesObserved`): unchanged since, on its clock."""
+    key = ref or {"namespace": "kube-system", "name": "kube-controller-manager"}
+    return key | {"unchangedSince": unchanged_since, "changeSeen": changed}
+
+
+def _diagnosed(
+    finalizers: list[str],
+    leases: list[dict],
+    policy: dict | None = None,
+    seen: list[dict] | None = None,
+) -> tuple:
     b = bundle(the_pod=pod(node=None, grace=0, finalizers=finalizers))  # captured 10:00:00Z
     b["leases"] = leases
+    b["leasesObserved"] = seen or []
     d = diagnose(parse_bundle(b))
     p = plan(d, parse_policy(policy) if policy else None)
     return d, p, [e.message for e in d.evidence if e.kind == "finalizer"]
 
 
 def test_job_tracking_with_a_live_job_controller_says_wait() -> None:
-    d, p, words = _diagnosed([JOB], [kcm_lease("2026-11-20T09:59:55.000000Z")])
+    # renewTime 3 h behind by the holder's clock (issue 33 finding 6): the reader saw it
+    # change 5 s ago on its own clock, so it is alive
+    seen = [observed("2026-11-20T09:59:55Z")]
+    d, p, words = _diagnosed([JOB], [kcm_lease("2026-11-20T07:00:00Z")], seen=seen)
     assert d.cause is Cause.FinalizerBlocked
     assert (
         f"finalizer {JOB} is removed by the Job controller of kube-controller-manager; its "
-        "leader lease kube-system/kube-controller-manager was renewed 5s ago by cp-1_8f2c: "
-        "it is alive — wait for it" in words[-1]
+        "leader lease kube-system/kube-controller-manager was seen renewed 5s ago by "
+        "cp-1_8f2c (its renewTime or resourceVersion changed between two reads, timed on "
+        "this reader's clock): it is alive — wait for it" in words[-1]
     )
     assert p.actions == (Action.OBSERVE,)  # no allowlist, no removal
 
 
-def test_a_lease_not_renewed_for_long_says_the_controller_seems_gone() -> None:
+def test_a_lease_read_once_counts_as_held_and_shows_the_holders_renew_time() -> None:
+    """One read (a snapshot) cannot tell a stopped owner from a running one: held, as
+    client-go judges a first sight; its renewTime is shown as the holder's clock says."""
     _, _, words = _diagnosed([JOB], [kcm_lease("2026-11-20T07:00:00Z")])
-    assert "was last renewed 3h0m0s ago by cp-1_8f2c: the Job controller" in words[-1]
+    assert "held by cp-1_8f2c was first read 0s ago and has not changed since" in words[-1]
+    assert "its renewTime says 3h0m0s ago by its holder's clock" in words[-1]
+
+
+def test_a_lease_unchanged_for_long_says_the_controller_seems_gone() -> None:
+    seen = [observed("2026-11-20T07:00:00Z")]
+    _, _, words = _diagnosed([JOB], [kcm_lease("2026-11-20T09:59:00Z")], seen=seen)
+    assert (
+        "held by cp-1_8f2c has not changed for 3h0m0s on this reader's clock, more than 30s "
+        "(twice its duration; its renewTime says 1m0s ago by its holder's clock): the Job "
+        "controller" in words[-1]
+    )
     assert "seems gone — nothing removes the finalizer until it is back" in words[-1]
 
 
@@ -63,11 +92,11 @@ def test_no_lease_in_the_bundle_is_unknown_and_custom_finalizers_name_their_doma
 
 
 def test_removal_stays_the_allowlists_even_with_the_owner_gone() -> None:
-    stale = [kcm_lease("2026-11-20T07:00:00Z")]
-    _, p, _ = _diagnosed([JOB], stale, {"actions": ["observe", "remove-finalizer"]})
+    stale, seen = [kcm_lease("2026-11-20T07:00:00Z")], [observed("2026-11-20T07:00:00Z")]
+    _, p, _ = _diagnosed([JOB], stale, {"actions": ["observe", "remove-finalizer"]}, seen)
     assert p.actions == (Action.OBSERVE,)
     allowed = {"actions": ["observe", "remove-finalizer"], "finalizerAllowlist": [JOB]}
-    _, p, _ = _diagnosed([JOB], stale, allowed)
+    _, p, _ = _diagnosed([JOB], stale, allowed, seen)
     assert [(s.action, s.target) for s in p.steps] == [(Action.REMOVE_FINALIZER, JOB)]
 
 
@@ -191,16 +220,20 @@ def test_a_mapped_lease_and_the_built_in_lease_under_the_threshold() -> None:
         "metadata": {"namespace": "ops", "name": "example-leader"}
     }
     policy = owned_policy(lease={"namespace": "ops", "name": "example-leader"})
-    _, p, words = _triaged({"leases": [lease]}, policy)
+    mine = observed("2026-11-20T07:00:00Z", namespace="ops", name="example-leader")
+    _, p, words = _triaged({"leases": [lease], "leasesObserved": [mine]}, policy)
     assert (
         "served by the Lease ops/example-leader (spec.finalizerOwners): lease "
-        "ops/example-leader was last renewed 3h0m0s ago by cp-1_8f2c" in words[-1]
+        "ops/example-leader held by cp-1_8f2c has not changed for 3h0m0s" in words[-1]
     )
     assert p.actions == (Action.REMOVE_FINALIZER,)
+    _, p, _ = _triaged({"leases": [lease]}, policy)  # read once: held, not removable
+    assert p.actions == (Action.OBSERVE,)
     job = {"actions": ["observe", "remove-finalizer"], "finalizerAllowlist": [JOB]}
     stale = {"leases": [kcm_lease("2026-11-20T07:00:00Z")]}
+    stale["leasesObserved"] = [observed("2026-11-20T07:00:00Z")]
     _, p, _ = _triaged(stale, job | {"finalizerOwnerGoneSeconds": 3600}, finalizers=[JOB])
-    assert p.actions == (Action.REMOVE_FINALIZER,)  # last renewed 3h ago > 1h
+    assert p.actions == (Action.REMOVE_FINALIZER,)  # unchanged for 3h > 1h
     _, p, _ = _triaged(stale, job | {"finalizerOwnerGoneSeconds": 4 * 3600}, finalizers=[JOB])
     assert p.actions == (Action.OBSERVE,)
 
@@ -230,6 +263,12 @@ def test_the_longest_prefix_wins_and_a_policy_entry_over_a_built_in_one() -> Non
         ("ownersGoneSince", [{"kind": "Pod", **OPS, "since": NOW}], r"ownersGoneSince\[0\]\.kind"),
         ("ownersGoneSince", [{"kind": "Lease", **OPS}], r"ownersGoneSince\[0\]\.since"),
         ("ownersGoneSince", {"kind": "Lease"}, r"ownersGoneSince"),
+        ("leasesObserved", [OPS], r"leasesObserved\[0\]\.unchangedSince"),
+        (
+            "leasesObserved",
+            [OPS | {"unchangedSince": NOW, "changeSeen": "yes"}],
+            r"leasesObserved\[0\]\.changeSeen",
+        ),
     ],
 )
 def test_malformed_owner_keys_are_a_clear_error_naming_the_field(

@@ -14,6 +14,14 @@ never sooner). Only an unbroken run of reads counts: when the last read that fou
 is more than `max_gap_s` old (no pod needed the owner meanwhile, or its reads failed), the
 owner may have been back and gone again unseen, so the count starts again at this read —
 a day-old sighting never makes a finalizer removable at once.
+
+A Lease is judged on this reader's clock, as client-go's leader election does: each read
+is compared with the last one (its `spec.renewTime` and `metadata.resourceVersion`), and
+the wall time of the read that first showed the present values is kept — the bundle's
+`leasesObserved` (`unchangedSince`, and `changeSeen` once a read showed a change). The core
+judges from that (`finalizer_owners.lease_state`); the holder's renewTime is never
+compared with this clock. An unchanged resourceVersion means nothing wrote the Lease, so a
+gap in reading does not break that memory.
 """
 
 from __future__ import annotations
@@ -76,14 +84,17 @@ def is_gone(ref: OwnerRef, obj: JSON | None) -> bool:
 
 def bundle_keys(objects: list[JSON]) -> JSON:
     """Split what `OwnerLeases.for_pod` returns into the bundle's keys: `leases`,
-    `deployments`, `ownersGoneSince` (each optional for older readers)."""
+    `deployments`, `ownersGoneSince`, `leasesObserved` (each optional for older readers)."""
     out: JSON = {"leases": [o for o in objects if o.get("kind") == LEASE]}
     deployments = [o for o in objects if o.get("kind") == "Deployment"]
     gone = [o["ownerGoneSince"] for o in objects if "ownerGoneSince" in o]
+    observed = [o["leaseObserved"] for o in objects if "leaseObserved" in o]
     if deployments:
         out["deployments"] = deployments
     if gone:
         out["ownersGoneSince"] = gone
+    if observed:
+        out["leasesObserved"] = observed
     return out
 
 
@@ -103,6 +114,9 @@ class OwnerLeases:
         self._kept: dict[OwnerRef, tuple[float, Any]] = {}
         self._gone_since: dict[OwnerRef, float] = {}  # wall time of the run's first gone read
         self._gone_read: dict[OwnerRef, float] = {}  # clock time of its latest gone read
+        # a Lease's (renewTime, resourceVersion) as last read, the wall time of the read that
+        # first showed them, and whether a read showed them change
+        self._lease_seen: dict[OwnerRef, tuple[tuple[Any, Any], float, bool]] = {}
         self._lock = threading.Lock()
 
     def for_pod(self, pod: JSON) -> list[JSON]:
@@ -117,6 +131,10 @@ class OwnerLeases:
                 out.append(obj)
             with self._lock:
                 since = self._gone_since.get(ref)
+                seen = self._lease_seen.get(ref) if obj is not None else None
+            if seen is not None:
+                entry = {"namespace": ref.namespace, "name": ref.name, "changeSeen": seen[2]}
+                out.append({"leaseObserved": entry | {"unchangedSince": rfc3339(seen[1])}})
             if since is not None:
                 entry = {"kind": ref.kind, "namespace": ref.namespace, "name": ref.name}
                 out.append({"ownerGoneSince": entry | {"since": rfc3339(since)}})
@@ -135,6 +153,8 @@ class OwnerLeases:
             obj = _UNREAD
         with self._lock:
             self._kept[ref] = (now, obj)
+            if ref.kind == LEASE and obj is not _UNREAD:
+                self._observe_lease(ref, obj)
             if obj is not _UNREAD and is_gone(ref, obj):
                 last = self._gone_read.get(ref)
                 if ref not in self._gone_since or last is None or now - last > self.max_gap_s:
@@ -144,3 +164,18 @@ class OwnerLeases:
                 self._gone_since.pop(ref, None)
                 self._gone_read.pop(ref, None)
         return obj
+
+    def _observe_lease(self, ref: OwnerRef, obj: JSON | None) -> None:
+        """Remember when this reader first saw the Lease as it is now (under the lock)."""
+        if obj is None:  # missing: a Lease made again later is a change anyway
+            self._lease_seen.pop(ref, None)
+            return
+        values = (
+            (obj.get("spec") or {}).get("renewTime"),
+            (obj.get("metadata") or {}).get("resourceVersion"),
+        )
+        last = self._lease_seen.get(ref)
+        if last is None:
+            self._lease_seen[ref] = (values, self.wall(), False)
+        elif last[0] != values:
+            self._lease_seen[ref] = (values, self.wall(), True)

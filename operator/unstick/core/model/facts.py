@@ -98,11 +98,16 @@ class PodEvent:
 
 @dataclass(frozen=True, slots=True)
 class LeaseFacts:
-    """A coordination.k8s.io Lease from the bundle's `leases` (a finalizer's owner)."""
+    """A coordination.k8s.io Lease from the bundle's `leases` (a finalizer's owner), with
+    the reader's memory of it from the bundle's `leasesObserved`: since when (the reader's
+    clock) its (renewTime, resourceVersion) has been as read, and whether the reader saw it
+    change (False: only ever read as it is now). Without that memory: read once, at `now`."""
 
     holder: str
-    renewed: datetime | None
+    renewed: datetime | None  # by the holder's clock: never compared with the reader's
     duration_s: float
+    unchanged_since: datetime | None = None  # None: read once, at the bundle's capturedAt
+    change_seen: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,18 +211,37 @@ DEFAULT_LEASE_S = 15.0
 
 
 def parse_leases(bundle: Mapping[str, object]) -> Mapping[tuple[str, str], LeaseFacts]:
-    """The bundle's optional `leases`, by (namespace, name)."""
+    """The bundle's optional `leases`, by (namespace, name), with the reader's memory of
+    each from the optional `leasesObserved`."""
+    observed = _leases_observed(bundle)
     out: dict[tuple[str, str], LeaseFacts] = {}
     for i, raw in enumerate(f.opt_list(bundle, "leases", "")):
         where = f"leases[{i}]"
         key, spec = _key_and_spec(raw, where)
+        since, changed = observed.get(key, (None, False))
         out[key] = LeaseFacts(
             holder=f.opt_string(spec, "holderIdentity", f"{where}.spec") or "",
             renewed=f.opt_time(spec, "renewTime", f"{where}.spec"),
             duration_s=float(
                 f.opt_int(spec, "leaseDurationSeconds", f"{where}.spec") or DEFAULT_LEASE_S
             ),
+            unchanged_since=since,
+            change_seen=changed,
         )
+    return out
+
+
+def _leases_observed(bundle: Mapping[str, object]) -> dict[tuple[str, str], tuple[datetime, bool]]:
+    """The bundle's optional `leasesObserved`: [{namespace, name, unchangedSince,
+    changeSeen}] — the reader's memory of a Lease: since when (its own clock) the Lease's
+    renewTime and resourceVersion are as read, and whether it saw them change before."""
+    out: dict[tuple[str, str], tuple[datetime, bool]] = {}
+    for i, raw in enumerate(f.opt_list(bundle, "leasesObserved", "")):
+        where = f"leasesObserved[{i}]"
+        obj = f.as_object(raw, where)
+        key = (f.string(obj, "namespace", where), f.string(obj, "name", where))
+        since = f.parse_time(f.get(obj, "unchangedSince", where), f"{where}.unchangedSince")
+        out[key] = (since, f.opt_bool(obj, "changeSeen", where) or False)
     return out
 
 

@@ -8,12 +8,15 @@ policy's `spec.finalizerOwners` (a finalizer prefix → the Lease or the Deploym
 serves it; the longest prefix wins, and a policy entry wins over a built-in one); any
 other finalizer belongs to whatever installed it and is named by its domain.
 
-An owner is *alive* (a lease renewed within twice its duration, a Deployment with ≥ 1
-available replica), *gone* (a lease not renewed for longer, or with no holder; a
-Deployment with 0 available replicas; either one missing, as `ownersGoneSince` says), or
-*unknown* (not read, or no owner known). Since when it is gone: the lease's last renewal,
-the Deployment's `Available=False` transition, else the first time the reader saw it gone
-(`ownersGoneSince`). Evidence, plus `owner_gone_for`: with the policy's
+An owner is *alive* (a lease held, as client-go's leader election judges it: see
+`lease_state`; a Deployment with ≥ 1 available replica), *gone* (a lease the reader has
+seen unchanged for longer than twice its duration, or with no holder; a Deployment with 0
+available replicas; either one missing, as `ownersGoneSince` says), or *unknown* (not
+read, or no owner known). Since when it is gone: since the reader last saw the lease
+change (or first read it), the Deployment's `Available=False` transition, else the first
+time the reader saw it gone (`ownersGoneSince`). A lease's `renewTime` is its holder's
+clock: it is shown, never compared with the reader's (an owner renewing on a node whose
+clock lags is not gone). Evidence, plus `owner_gone_for`: with the policy's
 `spec.finalizerOwnerGoneSeconds` set the planner removes an allowlisted finalizer only
 once its owner has been gone for longer (never more than the allowlist, design.md §3
 invariant 4).
@@ -74,6 +77,20 @@ class OwnerView:
     gone_since: datetime | None = None  # GONE: since when (None: not known)
 
 
+def lease_state(lease: LeaseFacts, now: datetime) -> tuple[str, datetime | None]:
+    """ALIVE, or GONE and since when, judged as client-go's leader election does, on the
+    reader's clock only: a lease is held while the reader has seen its (renewTime,
+    resourceVersion) unchanged for no longer than twice its duration — counted from the
+    read that saw it change, or from the first read (a first sight counts as held, as in
+    client-go). No holder (released): gone, since an unknown time."""
+    if lease.renewed is None or not lease.holder:
+        return GONE, None
+    since = lease.unchanged_since or now  # no memory: read once, now
+    if now - since <= timedelta(seconds=lease.duration_s * 2):
+        return ALIVE, None
+    return GONE, since
+
+
 def owner_of(finalizer: str, mapping: tuple[FinalizerOwner, ...]) -> OwnerRef | None:
     """The policy's entry with the longest matching prefix, else the built-in lease."""
     matches = [m for m in mapping if finalizer.startswith(m.prefix)]
@@ -94,11 +111,8 @@ def view(finalizer: str, facts: Facts, mapping: tuple[FinalizerOwner, ...]) -> O
         lease = facts.leases.get(key)
         if lease is None:
             return OwnerView(finalizer, owner, GONE if seen_gone else UNKNOWN, seen_gone)
-        if lease.renewed is None or not lease.holder:
-            return OwnerView(finalizer, owner, GONE, seen_gone)
-        if facts.now - lease.renewed <= timedelta(seconds=lease.duration_s * 2):
-            return OwnerView(finalizer, owner, ALIVE)
-        return OwnerView(finalizer, owner, GONE, lease.renewed)
+        state, since = lease_state(lease, facts.now)
+        return OwnerView(finalizer, owner, state, since or (seen_gone if state == GONE else None))
     deployment = facts.deployments.get(key)
     if deployment is None:
         return OwnerView(finalizer, owner, GONE if seen_gone else UNKNOWN, seen_gone)
@@ -165,16 +179,32 @@ def _lease_words(owner: str, key: tuple[str, str], lease: LeaseFacts | None, now
         )
     if lease.renewed is None or not lease.holder:
         return f"its leader lease {name} has no holder: {owner} seems not to be running"
-    age = (now - lease.renewed).total_seconds()
-    by = f" by {lease.holder}"
-    if now - lease.renewed <= timedelta(seconds=lease.duration_s * 2):
+    state, _ = lease_state(lease, now)
+    since = lease.unchanged_since or now
+    unchanged = human(max((now - since).total_seconds(), 0.0))
+    window = human(lease.duration_s * 2)
+    theirs = (
+        f"its renewTime says {human(max((now - lease.renewed).total_seconds(), 0.0))} ago by "
+        "its holder's clock"
+    )
+    if state == ALIVE and lease.change_seen:
         return (
-            f"its leader lease {name} was renewed {human(max(age, 0.0))} ago{by}: it is alive — "
-            "wait for it, or read its log for why it does not remove the finalizer"
+            f"its leader lease {name} was seen renewed {unchanged} ago by {lease.holder} (its "
+            "renewTime or resourceVersion changed between two reads, timed on this reader's "
+            "clock): it is alive — wait for it, or read its log for why it does not remove "
+            "the finalizer"
+        )
+    if state == ALIVE:
+        return (
+            f"its leader lease {name} held by {lease.holder} was first read {unchanged} ago "
+            f"and has not changed since; it counts as held until seen unchanged for {window} "
+            f"on this reader's clock, as client-go's leader election judges ({theirs}): "
+            "wait for it — a single read (`unstick snapshot`) cannot tell more"
         )
     return (
-        f"its leader lease {name} was last renewed {human(age)} ago{by}: {owner} seems gone — "
-        "nothing removes the finalizer until it is back"
+        f"its leader lease {name} held by {lease.holder} has not changed for {unchanged} on "
+        f"this reader's clock, more than {window} (twice its duration; {theirs}): {owner} "
+        "seems gone — nothing removes the finalizer until it is back"
     )
 
 
