@@ -64,9 +64,27 @@ def restart_policy(unstick_release: Release, node_control_plane: ControlPlane) -
 
 
 def _set_policy(cp: ControlPlane, **spec: Any) -> None:
+    """Change the policy, then wait until the controller has the change: it takes a policy
+    in from its watch and then writes the Valid condition naming the generation it took
+    (observedGeneration). Before, a pod wedged right after the PUT could be decided on the
+    policy as it was (restart-kubelet "not permitted by policy") on a busy machine."""
     policy = cp.request("GET", POLICY)
     policy["spec"].update(spec)
-    cp.request("PUT", POLICY, policy)
+    generation = cp.request("PUT", POLICY, policy)["metadata"]["generation"]
+    wait_until(
+        lambda: _observed(cp) >= generation,
+        timeout=60,
+        what=f"the controller's Valid condition of the policy's generation {generation}",
+    )
+
+
+def _observed(cp: ControlPlane) -> int:
+    """The generation of the policy the controller last took in and found valid (0: none)."""
+    conditions = (cp.request("GET", POLICY).get("status") or {}).get("conditions") or []
+    for c in conditions:
+        if c.get("type") == "Valid" and c.get("status") == "True":
+            return int(c.get("observedGeneration") or 0)
+    return 0
 
 
 @pytest.fixture
