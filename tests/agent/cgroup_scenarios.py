@@ -163,7 +163,8 @@ def run(layout: str, driver: str, work: Path, top: str) -> dict[str, Any]:
         for path in (a_app, b_app):
             wait_for(partial(h.is_frozen, path), f"{path} frozen")
         probe = probe_pod(settings, UID_A, plugins={})
-        out["probe_a"] = {k: probe[k] for k in ("frozenCgroups", "runtime", "blindSpots")}
+        keys = ("frozenCgroups", "runtime", "blindSpots", "cgroupLayout", "cgroupDriver")
+        out["probe_a"] = {k: probe[k] for k in keys}
         out["probe_a_containers"] = sorted(c["id"] for c in probe["containers"])
         out["probe_b"] = probe_pod(settings, UID_B, plugins={})["frozenCgroups"]
 

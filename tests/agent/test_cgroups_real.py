@@ -93,7 +93,13 @@ def test_frozen_cgroups_are_seen_and_only_the_pods_own_is_thawed(
         "container": "a1a1a1",
         "selfFrozen": True,
     }
-    assert out["probe_a"] == {"frozenCgroups": [frozen_a], "runtime": "cgroup", "blindSpots": []}
+    assert out["probe_a"] == {
+        "frozenCgroups": [frozen_a],
+        "runtime": "cgroup",
+        "blindSpots": [],
+        "cgroupLayout": layout,  # the probe says which layout and driver it saw
+        "cgroupDriver": driver,
+    }
     assert out["probe_a_containers"] == ["a0a0a0", "a1a1a1"]
     assert out["probe_b"] == [{**frozen_a, "path": paths["b_app"], "container": "b1b1b1"}]
     # thaw: a dry run writes nothing; another pod's cgroup and a cgroup of the pod that is

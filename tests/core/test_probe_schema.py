@@ -101,6 +101,8 @@ AGENT_PROBE: dict[str, Any] = {
         }
     ],
     "waitersUnknown": [f"{POD}/volumes/kubernetes.io~nfs/data"],
+    "cgroupLayout": "v2",
+    "cgroupDriver": "systemd",
 }
 
 
@@ -150,6 +152,8 @@ def test_an_older_probe_with_only_the_required_keys_reads_with_nothing_reported(
         ({"probedAt": "yesterday"}, r"probe\.probedAt"),
         ({"runtime": "maybe"}, r"probe\.runtime"),
         ({"podDirsSeen": -1}, r"probe\.podDirsSeen"),
+        ({"cgroupLayout": "v3"}, r"probe\.cgroupLayout"),
+        ({"cgroupDriver": "docker"}, r"probe\.cgroupDriver"),
     ],
 )
 def test_a_bad_field_is_named(change: dict[str, Any], field: str) -> None:
@@ -239,6 +243,8 @@ _PROBE_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     frozen_cgroups=_tuple(_frozen),
     hung_mounts=_tuple(_hung),
     waiters_unknown=_tuple(_path),
+    cgroup_layout=st.none() | st.sampled_from(schema.CGROUP_LAYOUTS),
+    cgroup_driver=st.none() | st.sampled_from(schema.CGROUP_DRIVERS),
 )
 _probes = st.builds(Probe, **_PROBE_FIELDS)
 

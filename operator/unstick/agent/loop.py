@@ -30,11 +30,12 @@ from unstick.agent.orphans.cleanup import OrphanPass
 from unstick.agent.orphans.events import OrphanReporter
 from unstick.agent.probe.collect import orphaned_mounts
 from unstick.agent.probe.mount_file import read_mount_table
-from unstick.agent.probe.pod_tasks import CGROUP_LAYOUTS, cgroup_layout, cgroup_mounts
+from unstick.agent.probe.pod_tasks import cgroup_layout, cgroup_mounts
 from unstick.agent.serving import AgentMetrics, _HTTPServer6, serve_http
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import Executor
 from unstick.agent.workers import KeyedWorkers
+from unstick.core.model.probe import CGROUP_LAYOUTS
 from unstick.core.remediation import (
     ALL_REMEDIATIONS,
     NODE_LABEL,

@@ -32,6 +32,9 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
   (`unstick.agent.probe.hung_mounts`), found without touching the mount.
 - `waitersUnknown`: the pod's network/FUSE mount points a task blocked in a path lookup
   may wait on, its path unread (a blind spot says why): no plain unmount is planned there.
+- `cgroupLayout` and `cgroupDriver`: the freezer the agent saw (`v2`, `hybrid`, `v1`,
+  `none`) and how the pod's cgroups are named (`systemd`, `cgroupfs`); null when no process
+  of the pod was seen (`unstick.agent.probe.pod_tasks`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,13 @@ from unstick.agent.probe.hung_mounts import HungScan, hung_mounts
 from unstick.agent.probe.kubelet_health import kubelet_healthy
 from unstick.agent.probe.mount_file import MountTable, pod_lines, read_pod_table
 from unstick.agent.probe.plugins import Plugin, registered_plugins
-from unstick.agent.probe.pod_tasks import cgroup_mounts, d_tasks, frozen_cgroups
+from unstick.agent.probe.pod_tasks import (
+    cgroup_driver,
+    cgroup_layout,
+    cgroup_mounts,
+    d_tasks,
+    frozen_cgroups,
+)
 from unstick.agent.probe.volume_dirs import volume_dirs
 from unstick.agent.settings import AgentSettings
 from unstick.core.model.kubelet_paths import is_pod_volume_path, normalise, pod_dir
@@ -97,7 +106,8 @@ def probe_pod(
     blind = list(answer.gaps)
     tasks = d_tasks(settings.host_proc, answer.members)
     mounts = cgroup_mounts(settings.host_proc) if answer.members else []
-    frozen, unread = frozen_cgroups(answer.members, pod_component(uid), mounts)
+    pod = pod_component(uid)
+    frozen, unread = frozen_cgroups(answer.members, pod, mounts)
     pids = [m.pid for m in answer.members]
     hung = hung_mounts(settings.host_proc, mine, holders.holders, pids) if mine else HungScan([])
     blind.extend(unread[:2])
@@ -128,6 +138,8 @@ def probe_pod(
         frozen_cgroups=tuple(frozen),
         hung_mounts=tuple(hung.mounts),
         waiters_unknown=hung.unsure,
+        cgroup_layout=cgroup_layout(mounts) if answer.members else None,
+        cgroup_driver=cgroup_driver(answer.members, pod),
     )
     return probe.to_json()
 

@@ -113,8 +113,7 @@ def cgroup_mounts(host_proc: str) -> list[CgroupMount]:
     )
 
 
-HYBRID, NO_FREEZER = "hybrid", "none"
-CGROUP_LAYOUTS = (V2, HYBRID, V1, NO_FREEZER)
+HYBRID, NO_FREEZER = "hybrid", "none"  # with V1, V2: the probe's CGROUP_LAYOUTS
 
 
 def cgroup_layout(mounts: list[CgroupMount]) -> str:
@@ -128,15 +127,15 @@ def cgroup_layout(mounts: list[CgroupMount]) -> str:
     return versions.pop() if versions else NO_FREEZER
 
 
-def cgroup_driver(members: Iterable[Member], pod: re.Pattern[str]) -> str:
+def cgroup_driver(members: Iterable[Member], pod: re.Pattern[str]) -> str | None:
     """How the pod's cgroups are named: `systemd` (`kubepods-…-pod<uid>.slice`), `cgroupfs`
-    (`pod<uid>`), or "" when no process of the pod was seen."""
+    (`pod<uid>`), or None when no process of the pod was seen."""
     for m in members:
         for line in m.cgroups:
             for part in line.split(":", 2)[-1].split("/"):
                 if pod.match(part):
                     return "systemd" if part.endswith(".slice") else "cgroupfs"
-    return ""
+    return None
 
 
 def cgroup_dir(path: str, version: str, mounts: list[CgroupMount]) -> str | None:

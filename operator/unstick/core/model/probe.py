@@ -45,6 +45,8 @@ D_TASKS = "dTasks"
 FROZEN_CGROUPS = "frozenCgroups"
 HUNG_MOUNTS = "hungMounts"
 WAITERS_UNKNOWN = "waitersUnknown"
+CGROUP_LAYOUT = "cgroupLayout"
+CGROUP_DRIVER = "cgroupDriver"
 # ... and inside the objects of its lists
 PATH = "path"
 EMPTY = "empty"
@@ -71,6 +73,10 @@ BLOCKED = "blocked"
 CONTAINER_STATES = ("running", "exited", "created", "unknown")
 HOLDER_VIA = ("cwd", "root", "fd", "maps", "mountns")
 CGROUP_VERSIONS = ("v1", "v2")
+#: `cgroupLayout`: the freezer the agent saw — cgroup2 only, the v1 freezer and cgroup2, the
+#: v1 freezer, neither (every freezer state a blind spot)
+CGROUP_LAYOUTS = ("v2", "hybrid", "v1", "none")
+CGROUP_DRIVERS = ("systemd", "cgroupfs")  # `cgroupDriver`: how the pod's cgroups are named
 FREEZER_STATES = ("FROZEN", "FREEZING")
 BLOCKED_STATES = ("D", "S")
 RUNTIME_ANSWERED = ("cri+cgroup", "cri", "cgroup")  # `runtime` values: a source answered
@@ -378,6 +384,9 @@ class Probe:
     hung_mounts: tuple[HungMount, ...] = ()  # the pod's hung network/FUSE mounts (older: none)
     # the pod's network/FUSE mount points a blocked task may wait on, unread (older: none)
     waiters_unknown: tuple[str, ...] = ()
+    # the cgroup layout and driver the agent saw (None: no process of the pod, or older)
+    cgroup_layout: str | None = None
+    cgroup_driver: str | None = None
     mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -436,6 +445,8 @@ class Probe:
             FROZEN_CGROUPS: [c.to_json() for c in self.frozen_cgroups],
             HUNG_MOUNTS: [h.to_json() for h in self.hung_mounts],
             WAITERS_UNKNOWN: list(self.waiters_unknown),
+            CGROUP_LAYOUT: self.cgroup_layout,
+            CGROUP_DRIVER: self.cgroup_driver,
         }
 
     @classmethod
@@ -486,6 +497,8 @@ class Probe:
                 frozen_cgroups=_each(p, FROZEN_CGROUPS, where, FrozenCgroup.from_json),
                 hung_mounts=_each(p, HUNG_MOUNTS, where, HungMount.from_json),
                 waiters_unknown=parse_waiters_unknown(p, where),
+                cgroup_layout=_opt_one_of(p, CGROUP_LAYOUT, where, CGROUP_LAYOUTS),
+                cgroup_driver=_opt_one_of(p, CGROUP_DRIVER, where, CGROUP_DRIVERS),
             )
         except MountinfoError as err:
             raise f.FieldError(f"{where}.{MOUNTINFO}", str(err)) from None
