@@ -90,6 +90,23 @@ class Node:
         )
         self.requests = 0
 
+    def probe(self, name: str, uid: str) -> dict[str, Any]:
+        """The one patch answering a probe of web-0 (UID) asked in Remediation `name`."""
+        self.handler.handle(
+            {
+                "metadata": {"namespace": "team-a", "name": name, "uid": uid},
+                "spec": {
+                    "podName": "web-0",
+                    "podUID": UID,
+                    "nodeName": "node-1",
+                    "probeRequestedAt": stamp(NOW),
+                },
+                "status": {},
+            }
+        )
+        (patch,) = self.patches
+        return patch
+
     def steps(self, *actions: str, **spec: Any) -> list[dict[str, str]]:
         self.requests += 1
         self.handler.handle(
@@ -190,19 +207,7 @@ def test_probe_of_a_pod_that_is_not_named_is_refused_and_nothing_leaks(tmp_path:
     """A tenant's Remediation asking to probe another UID on the node: no probe (which
     would list that pod's mounts, holders and containers), a refusal on record."""
     node = Node(tmp_path, pod("true", uid="eeeeeeee-5555-4555-8555-eeeeeeeeeeee"))
-    node.handler.handle(
-        {
-            "metadata": {"namespace": "team-a", "name": "spy", "uid": "r-spy"},
-            "spec": {
-                "podName": "web-0",
-                "podUID": UID,
-                "nodeName": "node-1",
-                "probeRequestedAt": stamp(NOW),
-            },
-            "status": {},
-        }
-    )
-    (patch,) = node.patches
+    patch = node.probe("spy", "r-spy")
     assert "probe" not in patch
     (refusal,) = patch["nodeRefusals"]
     assert refusal["action"] == "probe" and refusal["reason"] == "forged", refusal
@@ -212,19 +217,7 @@ def test_probe_of_a_pod_that_is_not_named_is_refused_and_nothing_leaks(tmp_path:
 
 def test_probe_of_the_named_overdue_pod_is_served(tmp_path: Path) -> None:
     node = Node(tmp_path, pod())  # probes need no opt-in: observed pods are diagnosed too
-    node.handler.handle(
-        {
-            "metadata": {"namespace": "team-a", "name": "web-0-dddd", "uid": "r-ok"},
-            "spec": {
-                "podName": "web-0",
-                "podUID": UID,
-                "nodeName": "node-1",
-                "probeRequestedAt": stamp(NOW),
-            },
-            "status": {},
-        }
-    )
-    (patch,) = node.patches
+    patch = node.probe("web-0-dddd", "r-ok")
     assert patch["probe"]["nodeName"] == "node-1"
 
 

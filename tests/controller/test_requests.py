@@ -103,11 +103,7 @@ def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_reque
         {"probe": agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])},
     )
     objects.remediation_when(
-        namespace,
-        pod,
-        lambda r: r["spec"].get("nodeSteps"),
-        timeout=30,
-        what="node steps for the agent",
+        namespace, pod, timeout=30, what="node steps for the agent", spec_has="nodeSteps"
     )
     after = _record_requests(control_plane, namespace, name)[answered:]
     requested = next(i for i, e in enumerate(after) if _kind(e) == "patch 200")

@@ -48,11 +48,7 @@ def _steps_requested(
     kubelet = root or Path("/var/lib/kubelet")
     stale = kubelet / "pods" / pod["uid"] / "volumes" / "kubernetes.io~empty-dir" / "cache"
     rem = objects.remediation_when(
-        namespace,
-        pod,
-        lambda r: r["spec"].get("probeRequestedAt"),
-        timeout=60,
-        what="a probe request",
+        namespace, pod, timeout=60, what="a probe request", spec_has="probeRequestedAt"
     )
     probe = agent_probe(node, [{"path": str(stale), "empty": True}], pod["uid"])
     if root is not None:
@@ -60,11 +56,7 @@ def _steps_requested(
         probe["kubeletRoot"] = str(root)
     write_as_agent(objects, namespace, rem, {"probe": probe})
     rem = objects.remediation_when(
-        namespace,
-        pod,
-        lambda r: r["spec"].get("nodeSteps"),
-        timeout=30,
-        what="node steps for the agent",
+        namespace, pod, timeout=30, what="node steps for the agent", spec_has="nodeSteps"
     )
     return pod, rem, str(stale)
 

@@ -356,16 +356,17 @@ class Objects:
         timeout: float,
         what: str,
         incident: bool = False,
+        spec_has: str = "",
         **status: Any,
     ) -> dict[str, Any]:
         """Wait until the pod's Remediation (with `incident`, the node incident that lists
-        the pod) exists, its status has these values (`phase="WaitingForAgent"`) and
-        `check(it)` holds; that Remediation."""
+        the pod) exists, its status has these values (`phase="WaitingForAgent"`), its spec
+        this field set (`spec_has="nodeSteps"`) and `check(it)` holds; that Remediation."""
         read = self.incident if incident else self.remediation
 
         def ready() -> dict[str, Any] | None:
             record = read(namespace, pod)
-            if record is None:
+            if record is None or (spec_has and not (record.get("spec") or {}).get(spec_has)):
                 return None
             have = record.get("status") or {}
             if any(have.get(key) != value for key, value in status.items()):
