@@ -13,11 +13,13 @@ import os
 import signal
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devcluster.process import wait_until
 from tests.agent.cgroup_scenarios import UID_A, UID_B, UID_C
 from tests.support.processes import run_unshared
 
@@ -25,6 +27,10 @@ pytestmark = pytest.mark.mountns
 
 SCRIPT = Path(__file__).parent / "cgroup_scenarios.py"
 HOST_TREES = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup/freezer"))
+
+
+def _empty(cgroup: Path) -> bool:
+    return not (cgroup / "cgroup.procs").read_text().split()
 
 
 def _leftovers(top: str) -> list[Path]:
@@ -39,9 +45,10 @@ def _leftovers(top: str) -> list[Path]:
             for pid in (d / "cgroup.procs").read_text().split():
                 os.kill(int(pid), signal.SIGKILL)
     for top_dir in left:
-        for d in sorted((p for p in top_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        dirs = sorted((p for p in top_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for d in [*dirs, top_dir]:
+            wait_until(partial(_empty, d), timeout=30, what=f"{d} empty")
             d.rmdir()
-        top_dir.rmdir()
     return left
 
 
