@@ -105,7 +105,7 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
         )
 
     @kopf.on.startup(registry=registry)
-    async def startup(memo: Any, **_: Any) -> None:
+    async def startup(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> None:
         state: State = memo.state
         kube = _client(state)
         if state.settings.metrics_port:
@@ -117,14 +117,17 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             metrics.LEADER.set(1)
             return
         metrics.LEADER.set(0)
+        settings.posting.enabled = False  # Kopf's own Events too: only from the leader
         loop = asyncio.get_running_loop()
 
         def started() -> None:  # the elector's thread
             metrics.LEADER.set(1)
+            settings.posting.enabled = True
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(_revalidate(state)))
 
         def stopped() -> None:
             metrics.LEADER.set(0)
+            settings.posting.enabled = False
             if elector.lost:
                 state.stop_flag.set()  # Kopf stops; the process exits and restarts as standby
 
