@@ -25,7 +25,7 @@ help:
 	@echo "                  kube-scheduler, kubelet into bin/"
 	@echo "make node-deps    (root) apt-get install containerd, runc, CNI plugins, mmdebstrap, buildah, podman"
 	@echo "make images       (root) build the unstick, pause and busybox images for the node suite"
-	@echo "make kind-image   (root) build the kind suite's node image into podman (tests/kind builds"
+	@echo "make kind-image   (root) build the kind suite's node image into podman (tests/machines/kind builds"
 	@echo "                  it on first use too; docs/kind.md)"
 	@echo "make manifests    render manifests/ from the Helm chart"
 	@echo "make chart-readme charts/unstick/README.md from the comments in values.yaml"
@@ -56,7 +56,7 @@ tools:
 	bash hack/build-tools.sh
 	bash hack/build-thirdparty.sh
 
-# The real-node suite (tests/node): Debian's containerd, runc and CNI plugins, and the
+# The real-node suite (tests/machines/node): Debian's containerd, runc and CNI plugins, and the
 # images built here. Both are no-ops (with a message) when not root.
 node-deps:
 	bash hack/install-node-deps.sh
@@ -64,7 +64,7 @@ node-deps:
 images: node-deps
 	bash hack/build-images.sh
 
-# The kind suite's node image (tests/kind; podman from node-deps, kind/kubeadm from tools).
+# The kind suite's node image (tests/machines/kind; podman from node-deps, kind/kubeadm from tools).
 kind-image: node-deps tools
 	bash hack/build-kind-node-image.sh
 
@@ -77,7 +77,7 @@ lint: venv
 	$(ACTIONLINT) -no-color .github/workflows/*.yml
 
 # Every test in three pytest runs side by side (hack/run-tests.sh: the real machines,
-# tests/envtest, the rest), ~15-16 min instead of ~22 in one; with PYTEST_ARGS one plain
+# the envtests by marker, the rest), ~15-16 min instead of ~22 in one; with PYTEST_ARGS one plain
 # pytest run with them.
 test: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)
@@ -87,7 +87,7 @@ test-serial: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 test-fast: venv
-	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind' $(PYTEST_ARGS)
+	PATH="$(CURDIR)/bin:$$PATH" $(VENV)/bin/pytest -m 'not envtest and not mountns and not bench and not kind and not node' $(PYTEST_ARGS)
 
 # On a real node (kubelet + containerd, unstick from the chart) when the machine can run one
 # (root, node-deps, the images: `make images` is a no-op, with a message, when not root, and
