@@ -7,7 +7,6 @@ mounts: the mount table is a text file here (the mount work is covered by test_m
 from __future__ import annotations
 
 import socket
-import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -20,7 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from devcluster.process import wait_until
 from tests.agent.policy_sources import default_policy
-from unstick.agent.loop import Agent, LoopSettings
+from tests.support.agent import agent_running
+from unstick.agent.loop import LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import Kube, remediation_path
 
@@ -89,114 +89,111 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
         state_dir=str(tmp_path / "state"),
     )
     port = _free_port()
-    agent = Agent(
-        settings,
-        LoopSettings(
-            kubeconfig=str(control_plane.kubeconfig),
-            metrics_port=port,
-            metrics_host="127.0.0.1",
-            watch_timeout_s=5,
-            summary_interval_s=0.5,
-        ),
+    loop = LoopSettings(
+        kubeconfig=str(control_plane.kubeconfig),
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+        watch_timeout_s=5,
+        summary_interval_s=0.5,
     )
-    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
-    thread.start()
     try:
+        with agent_running(settings, loop):
 
-        def remediation(name: str, for_node: str, uid: str) -> dict[str, Any]:
-            return {
-                "apiVersion": "unstick.dev/v1alpha1",
-                "kind": "Remediation",
-                "metadata": {"name": name, "labels": {"unstick.dev/node": for_node}},
-                "spec": {"podName": name, "podUID": uid, "nodeName": for_node,
-                         "probeRequestedAt": now()},
-            }  # fmt: skip
+            def remediation(name: str, for_node: str, uid: str) -> dict[str, Any]:
+                return {
+                    "apiVersion": "unstick.dev/v1alpha1",
+                    "kind": "Remediation",
+                    "metadata": {"name": name, "labels": {"unstick.dev/node": for_node}},
+                    "spec": {"podName": name, "podUID": uid, "nodeName": for_node,
+                             "probeRequestedAt": now()},
+                }  # fmt: skip
 
-        kube.request("POST", remediation_path(ns), body=remediation("web-0", node, pod_uid))
-        kube.request("POST", remediation_path(ns), body=remediation("other", "elsewhere", ORPHAN))
+            kube.request("POST", remediation_path(ns), body=remediation("web-0", node, pod_uid))
+            kube.request(
+                "POST", remediation_path(ns), body=remediation("other", "elsewhere", ORPHAN)
+            )
 
-        def status(name: str) -> dict[str, Any]:
-            return (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
+            def status(name: str) -> dict[str, Any]:
+                return (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
 
-        # a probe of a pod that is not Terminating is refused (the same pod check as for
-        # node steps): on record, and no probe is written
-        refusal = wait_until(
-            lambda: status("web-0").get("nodeRefusals"), timeout=60, what="the probe refusal"
-        )
-        assert refusal[0]["action"] == "probe" and "is not terminating" in refusal[0]["message"]
-        assert "probe" not in status("web-0")
+            # a probe of a pod that is not Terminating is refused (the same pod check as for
+            # node steps): on record, and no probe is written
+            refusal = wait_until(
+                lambda: status("web-0").get("nodeRefusals"), timeout=60, what="the probe refusal"
+            )
+            assert refusal[0]["action"] == "probe" and "is not terminating" in refusal[0]["message"]
+            assert "probe" not in status("web-0")
 
-        step = {"action": "rmdir-stale", "target": "", "reason": "test"}
+            step = {"action": "rmdir-stale", "target": "", "reason": "test"}
 
-        def request_steps() -> dict[str, Any]:
-            requested = now()
+            def request_steps() -> dict[str, Any]:
+                requested = now()
+                kube.request(
+                    "PATCH",
+                    remediation_path(ns, "web-0"),
+                    body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
+                                   "dryRun": False}},
+                    content_type="application/merge-patch+json",
+                )  # fmt: skip
+                return wait_until(
+                    lambda: (
+                        (status("web-0").get("nodeStepsDoneAt") or "") >= requested
+                        and status("web-0")
+                    ),
+                    timeout=60,
+                    what="the node steps",
+                )
+
+            # the pod is running (not terminating): the agent GETs it and refuses
+            (refused,) = request_steps()["nodeActions"]
+            assert refused["result"] == "refused", refused
+            assert "is not terminating" in refused["message"], refused
+            assert stale.is_dir()
+            kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
+            wait_until(
+                lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
+            )
             kube.request(
                 "PATCH",
                 remediation_path(ns, "web-0"),
-                body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
-                               "dryRun": False}},
+                body={"spec": {"probeRequestedAt": now()}},
                 content_type="application/merge-patch+json",
-            )  # fmt: skip
-            return wait_until(
-                lambda: (
-                    (status("web-0").get("nodeStepsDoneAt") or "") >= requested and status("web-0")
-                ),
-                timeout=60,
-                what="the node steps",
             )
+            probe = wait_until(lambda: status("web-0").get("probe"), timeout=60, what="the probe")
+            assert probe["nodeName"] == node
+            assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
+            assert probe["mountinfo"] == ""
+            # Terminating and overdue, but neither the pod nor its namespace opted in: refused,
+            # whatever the record says (dryRun: false)
+            (refused,) = request_steps()["nodeActions"]
+            assert refused["result"] == "refused" and "has not opted in" in refused["message"]
+            assert stale.is_dir()
+            # the namespace opts in and the admin's default policy permits rmdir-stale: runs
+            kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}",
+                body={"metadata": {"labels": {"unstick.dev/remediate": "true"}}},
+                content_type="application/merge-patch+json",
+            )
+            with default_policy(kube, ["rmdir-stale"]):
+                done = request_steps()
+            (action,) = done["nodeActions"]
+            assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
+            assert not stale.exists() and (root / "pods" / pod_uid / "volumes").is_dir()
+            assert done["probe"]["volumeDirs"] == []
 
-        # the pod is running (not terminating): the agent GETs it and refuses
-        (refused,) = request_steps()["nodeActions"]
-        assert refused["result"] == "refused", refused
-        assert "is not terminating" in refused["message"], refused
-        assert stale.is_dir()
-        kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
-        wait_until(
-            lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
-        )
-        kube.request(
-            "PATCH",
-            remediation_path(ns, "web-0"),
-            body={"spec": {"probeRequestedAt": now()}},
-            content_type="application/merge-patch+json",
-        )
-        probe = wait_until(lambda: status("web-0").get("probe"), timeout=60, what="the probe")
-        assert probe["nodeName"] == node
-        assert {"path": str(stale), "empty": True} in probe["volumeDirs"]
-        assert probe["mountinfo"] == ""
-        # Terminating and overdue, but neither the pod nor its namespace opted in: refused,
-        # whatever the record says (dryRun: false)
-        (refused,) = request_steps()["nodeActions"]
-        assert refused["result"] == "refused" and "has not opted in" in refused["message"]
-        assert stale.is_dir()
-        # the namespace opts in and the admin's default policy permits rmdir-stale: runs
-        kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}",
-            body={"metadata": {"labels": {"unstick.dev/remediate": "true"}}},
-            content_type="application/merge-patch+json",
-        )
-        with default_policy(kube, ["rmdir-stale"]):
-            done = request_steps()
-        (action,) = done["nodeActions"]
-        assert action["action"] == "rmdir-stale" and action["result"] == "succeeded", action
-        assert not stale.exists() and (root / "pods" / pod_uid / "volumes").is_dir()
-        assert done["probe"]["volumeDirs"] == []
+            def orphan_gauge() -> bool:
+                code, text = _get(f"http://127.0.0.1:{port}/metrics")
+                return code == 200 and f'unstick_node_orphaned_mounts{{node="{node}"}} 1.0' in text
 
-        def orphan_gauge() -> bool:
-            code, text = _get(f"http://127.0.0.1:{port}/metrics")
-            return code == 200 and f'unstick_node_orphaned_mounts{{node="{node}"}} 1.0' in text
-
-        wait_until(orphan_gauge, timeout=60, what="the orphaned-mount gauge")
-        _, text = _get(f"http://127.0.0.1:{port}/metrics")
-        assert "unstick_node_probe_duration_seconds_count" in text
-        assert 'unstick_refusals_total{reason="not_opted_in"} 1.0' in text
-        assert 'unstick_refusals_total{reason="forged"} 2.0' in text  # probe + steps, running
-        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
-        assert "probe" not in status("other"), "a Remediation of another node was touched"
+            wait_until(orphan_gauge, timeout=60, what="the orphaned-mount gauge")
+            _, text = _get(f"http://127.0.0.1:{port}/metrics")
+            assert "unstick_node_probe_duration_seconds_count" in text
+            assert 'unstick_refusals_total{reason="not_opted_in"} 1.0' in text
+            assert 'unstick_refusals_total{reason="forged"} 2.0' in text  # probe + steps, running
+            assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+            assert "probe" not in status("other"), "a Remediation of another node was touched"
     finally:
-        agent.shutdown()
-        thread.join(timeout=60)
         try:
             kube.request("PATCH", pod_path, body={"metadata": {"finalizers": None}},
                          content_type="application/merge-patch+json")  # fmt: skip
@@ -206,4 +203,3 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
             kube.request("DELETE", f"/api/v1/namespaces/{ns}")
         except ApiException:
             pass
-    assert not thread.is_alive()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,8 @@ import pytest
 from devcluster.process import wait_until
 from tests.agent.policy_sources import default_policy
 from tests.agent.test_agent_end_to_end import HOLD, POLICIES, _deleted_at, _free_port, now
-from unstick.agent.loop import Agent, LoopSettings
+from tests.support.agent import agent_running
+from unstick.agent.loop import LoopSettings
 from unstick.agent.settings import AgentSettings
 from unstick.kube.client import Kube, remediation_path
 
@@ -100,81 +100,74 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
         kubelet_healthz="http://127.0.0.1:9/healthz",
         state_dir=str(tmp_path / "state"),
     )
-    agent = Agent(
-        settings,
-        LoopSettings(
-            kubeconfig=str(control_plane.kubeconfig),
-            metrics_port=_free_port(),
-            metrics_host="127.0.0.1",
-            watch_timeout_s=5,
-            summary_interval_s=0.5,
-        ),
+    loop = LoopSettings(
+        kubeconfig=str(control_plane.kubeconfig),
+        metrics_port=_free_port(),
+        metrics_host="127.0.0.1",
+        watch_timeout_s=5,
+        summary_interval_s=0.5,
     )
-    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
-    thread.start()
     try:
-        kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
-        wait_until(
-            lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
-        )
-        body = {
-            "apiVersion": "unstick.dev/v1alpha1",
-            "kind": "Remediation",
-            "metadata": {"name": "web-0", "labels": {"unstick.dev/node": node}},
-            "spec": {"podName": "web-0", "podUID": uid, "nodeName": node,
-                     "probeRequestedAt": now()},
-        }  # fmt: skip
-        kube.request("POST", remediation_path(ns), body=body)
-
-        def status() -> dict[str, Any]:
-            return (kube.get(remediation_path(ns, "web-0")) or {}).get("status") or {}
-
-        probe = wait_until(lambda: status().get("probe"), timeout=60, what="the probe")
-        assert probe["frozenCgroups"] == [
-            {
-                "path": target,
-                "state": "FROZEN",
-                "version": "v1",
-                "container": "c0ffee",
-                "selfFrozen": True,
-            }
-        ]
-
-        def request_thaw() -> dict[str, Any]:
-            requested = now()
-            step = {"action": "thaw", "target": target, "reason": "test"}
-            kube.request(
-                "PATCH",
-                remediation_path(ns, "web-0"),
-                body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
-                               "dryRun": False}},
-                content_type="application/merge-patch+json",
-            )  # fmt: skip
-            return wait_until(
-                lambda: (status().get("nodeStepsDoneAt") or "") >= requested and status(),
-                timeout=60,
-                what="the node steps",
+        with agent_running(settings, loop):
+            kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
+            wait_until(
+                lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
             )
+            body = {
+                "apiVersion": "unstick.dev/v1alpha1",
+                "kind": "Remediation",
+                "metadata": {"name": "web-0", "labels": {"unstick.dev/node": node}},
+                "spec": {"podName": "web-0", "podUID": uid, "nodeName": node,
+                         "probeRequestedAt": now()},
+            }  # fmt: skip
+            kube.request("POST", remediation_path(ns), body=body)
 
-        with default_policy(kube, ["unmount"]):
-            (refused,) = request_thaw()["nodeActions"]
-            assert refused["result"] == "refused", refused
-            assert (cgroup / "freezer.state").read_text().strip() == "FROZEN"
-            kube.request(
-                "PATCH",
-                f"{POLICIES}/default",
-                body={"spec": {"actions": ["thaw"]}},
-                content_type="application/merge-patch+json",
-            )
-            done = request_thaw()
-        (action,) = done["nodeActions"]
-        assert action["action"] == "thaw" and action["result"] == "succeeded", action
-        assert (cgroup / "freezer.state").read_text().strip() == "THAWED"
-        assert done["probe"]["frozenCgroups"] == []
+            def status() -> dict[str, Any]:
+                return (kube.get(remediation_path(ns, "web-0")) or {}).get("status") or {}
+
+            probe = wait_until(lambda: status().get("probe"), timeout=60, what="the probe")
+            assert probe["frozenCgroups"] == [
+                {
+                    "path": target,
+                    "state": "FROZEN",
+                    "version": "v1",
+                    "container": "c0ffee",
+                    "selfFrozen": True,
+                }
+            ]
+
+            def request_thaw() -> dict[str, Any]:
+                requested = now()
+                step = {"action": "thaw", "target": target, "reason": "test"}
+                kube.request(
+                    "PATCH",
+                    remediation_path(ns, "web-0"),
+                    body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
+                                   "dryRun": False}},
+                    content_type="application/merge-patch+json",
+                )  # fmt: skip
+                return wait_until(
+                    lambda: (status().get("nodeStepsDoneAt") or "") >= requested and status(),
+                    timeout=60,
+                    what="the node steps",
+                )
+
+            with default_policy(kube, ["unmount"]):
+                (refused,) = request_thaw()["nodeActions"]
+                assert refused["result"] == "refused", refused
+                assert (cgroup / "freezer.state").read_text().strip() == "FROZEN"
+                kube.request(
+                    "PATCH",
+                    f"{POLICIES}/default",
+                    body={"spec": {"actions": ["thaw"]}},
+                    content_type="application/merge-patch+json",
+                )
+                done = request_thaw()
+            (action,) = done["nodeActions"]
+            assert action["action"] == "thaw" and action["result"] == "succeeded", action
+            assert (cgroup / "freezer.state").read_text().strip() == "THAWED"
+            assert done["probe"]["frozenCgroups"] == []
     finally:
-        agent.shutdown()
-        thread.join(timeout=60)
         kube.request("PATCH", pod_path, body={"metadata": {"finalizers": None}},
                      content_type="application/merge-patch+json")  # fmt: skip
         kube.request("DELETE", f"/api/v1/namespaces/{ns}")
-    assert not thread.is_alive()

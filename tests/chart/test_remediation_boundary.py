@@ -17,7 +17,6 @@ server with the chart's ServiceAccounts, RBAC and admission policy applied exact
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import pytest
 from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.chart.render import CHART, release_objects
+from tests.support.agent import agent_running
 from tests.support.integrity import (
     JSON,
     Answer,
@@ -38,7 +38,7 @@ from tests.support.integrity import (
     delete_objects,
     token_for,
 )
-from unstick.agent.loop import Agent, LoopSettings
+from unstick.agent.loop import LoopSettings
 from unstick.agent.settings import AgentSettings
 
 pytestmark = pytest.mark.envtest
@@ -253,7 +253,7 @@ def _agent_answer(world: World, tmp_path: Path, path: str, done: str, **settings
     `path` has `status.<done>`; its status then."""
     (tmp_path / "kubelet" / "pods").mkdir(parents=True, exist_ok=True)
     (tmp_path / "mountinfo").write_text("")
-    agent = Agent(
+    with agent_running(
         AgentSettings(
             node_name=NODE_A,
             kubelet_root=str(tmp_path / "kubelet"),
@@ -265,18 +265,12 @@ def _agent_answer(world: World, tmp_path: Path, path: str, done: str, **settings
         ),
         LoopSettings(kubeconfig=str(world.cp.kubeconfig), metrics_port=0,
                      metrics_host="127.0.0.1", watch_timeout_s=5, summary_interval_s=3600),
-    )  # fmt: skip
-    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
-    thread.start()
-    try:
+    ):  # fmt: skip
         status: JSON = wait_until(
             lambda: (s := world.cp.request("GET", path).get("status") or {}).get(done) and s,
             timeout=60,
             what="the agent's answer",
         )
-    finally:
-        agent.shutdown()
-        thread.join(timeout=30)
     return status
 
 

@@ -7,7 +7,6 @@ ends `Failed` when a probe after the answer shows the steps still needed."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import free_port, wait_until
+from tests.support.agent import agent_running
 from tests.support.controller import (
     Controller,
     Objects,
@@ -202,15 +202,8 @@ def _agent(control_plane: ControlPlane, node: str, root: Path, tmp: Path) -> Ite
         metrics_host="127.0.0.1",
         watch_timeout_s=5,
     )
-    agent = Agent(settings, loop)
-    thread = threading.Thread(target=agent.run, name="agent", daemon=True)
-    thread.start()
-    try:
+    with agent_running(settings, loop) as agent:
         yield agent
-    finally:
-        agent.shutdown()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
 
 
 AGE_S = 2.0  # the agent's --max-request-age here
