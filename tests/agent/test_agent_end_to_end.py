@@ -43,6 +43,32 @@ def _deleted_at(kube: Kube, path: str) -> str | None:
     return (pod.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[no-any-return]
 
 
+def status_of(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    """The status of Remediation `name` (empty while it has none)."""
+    found: dict[str, Any] = (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
+    return found
+
+
+def node_steps_done(kube: Kube, ns: str, name: str, steps: list[dict[str, str]]) -> dict[str, Any]:
+    """Ask, as the controller does, for these node steps on Remediation `name`; its status
+    once the agent has answered them (`nodeStepsDoneAt` at or after the request)."""
+    requested = now()
+    kube.request(
+        "PATCH",
+        remediation_path(ns, name),
+        body={"spec": {"nodeSteps": steps, "nodeStepsRequestedAt": requested, "dryRun": False}},
+        content_type="application/merge-patch+json",
+    )
+    done: dict[str, Any] = wait_until(
+        lambda: (
+            (s := status_of(kube, ns, name)) and (s.get("nodeStepsDoneAt") or "") >= requested and s
+        ),
+        timeout=60,
+        what="the node steps",
+    )
+    return done
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,7 +140,7 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
             )
 
             def status(name: str) -> dict[str, Any]:
-                return (kube.get(remediation_path(ns, name)) or {}).get("status") or {}
+                return status_of(kube, ns, name)
 
             # a probe of a pod that is not Terminating is refused (the same pod check as for
             # node steps): on record, and no probe is written
@@ -127,22 +153,7 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
             step = {"action": "rmdir-stale", "target": "", "reason": "test"}
 
             def request_steps() -> dict[str, Any]:
-                requested = now()
-                kube.request(
-                    "PATCH",
-                    remediation_path(ns, "web-0"),
-                    body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
-                                   "dryRun": False}},
-                    content_type="application/merge-patch+json",
-                )  # fmt: skip
-                return wait_until(
-                    lambda: (
-                        (status("web-0").get("nodeStepsDoneAt") or "") >= requested
-                        and status("web-0")
-                    ),
-                    timeout=60,
-                    what="the node steps",
-                )
+                return node_steps_done(kube, ns, "web-0", [step])
 
             # the pod is running (not terminating): the agent GETs it and refuses
             (refused,) = request_steps()["nodeActions"]

@@ -17,7 +17,15 @@ import pytest
 
 from devcluster.process import wait_until
 from tests.agent.policy_sources import default_policy
-from tests.agent.test_agent_end_to_end import HOLD, POLICIES, _deleted_at, _free_port, now
+from tests.agent.test_agent_end_to_end import (
+    HOLD,
+    POLICIES,
+    _deleted_at,
+    _free_port,
+    node_steps_done,
+    now,
+    status_of,
+)
 from tests.support.agent import agent_running
 from unstick.agent.loop import LoopSettings
 from unstick.agent.settings import AgentSettings
@@ -123,7 +131,7 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
             kube.request("POST", remediation_path(ns), body=body)
 
             def status() -> dict[str, Any]:
-                return (kube.get(remediation_path(ns, "web-0")) or {}).get("status") or {}
+                return status_of(kube, ns, "web-0")
 
             probe = wait_until(lambda: status().get("probe"), timeout=60, what="the probe")
             assert probe["frozenCgroups"] == [
@@ -137,20 +145,8 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
             ]
 
             def request_thaw() -> dict[str, Any]:
-                requested = now()
                 step = {"action": "thaw", "target": target, "reason": "test"}
-                kube.request(
-                    "PATCH",
-                    remediation_path(ns, "web-0"),
-                    body={"spec": {"nodeSteps": [step], "nodeStepsRequestedAt": requested,
-                                   "dryRun": False}},
-                    content_type="application/merge-patch+json",
-                )  # fmt: skip
-                return wait_until(
-                    lambda: (status().get("nodeStepsDoneAt") or "") >= requested and status(),
-                    timeout=60,
-                    what="the node steps",
-                )
+                return node_steps_done(kube, ns, "web-0", [step])
 
             with default_policy(kube, ["unmount"]):
                 (refused,) = request_thaw()["nodeActions"]
