@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -92,11 +93,8 @@ def kwok(control_plane: ControlPlane) -> Iterator[Kwok]:
 def core_api(control_plane: ControlPlane) -> Iterator[Any]:
     from kubernetes import client
 
-    api_client = control_plane.api_client()
-    try:
+    with closing(control_plane.api_client()) as api_client:
         yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 @pytest.fixture
@@ -105,11 +103,8 @@ def kube(control_plane: ControlPlane) -> Iterator[Any]:
     the end."""
     from unstick.kube.client import ClientSettings, Kube
 
-    k = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    try:
+    with closing(Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))) as k:
         yield k
-    finally:
-        k.close()
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -176,11 +177,8 @@ def node_namespace(node_cluster: ClusterControllers) -> Iterator[str]:
 def core(node_control_plane: ControlPlane) -> Iterator[Any]:
     from kubernetes import client
 
-    api_client = node_control_plane.api_client()
-    try:
+    with closing(node_control_plane.api_client()) as api_client:
         yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 @pytest.fixture
