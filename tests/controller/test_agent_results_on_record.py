@@ -58,8 +58,9 @@ def controller(
 class Node:
     """What the agent of one node reports about one pod: a tmpfs left mounted in its
     emptyDir `data` (`left`), its volume dirs, and the results of the steps it is asked
-    for (the unmount succeeds; an rmdir-stale fails: `data` still holds `left`), as in the
-    kind suite's case."""
+    for (the unmount succeeds; an rmdir-stale fails, so the controller asks again), as in
+    the kind suite's case. The emptyDir's dirs still hold `left` after the unmount, so the
+    rmdir asked for is the empty projected dir's."""
 
     def __init__(self, name: str, uid: str) -> None:
         self.name, self.uid = name, uid
@@ -179,7 +180,7 @@ def test_the_unmount_stays_on_record_when_the_next_answer_comes_at_once(
 ) -> None:
     pod, node = _stuck_pod(objects, namespace, make_node)
     unmounted = ("unmount", node.left, "succeeded")
-    rmdir = ("rmdir-stale", node.dirs[0], "failed")
+    rmdir = ("rmdir-stale", node.empty, "failed")
     with QuickAgent(objects, namespace, node) as agent:
         # run 2's answer recorded: run 1's must be there too
         status = wait_until(
@@ -229,10 +230,14 @@ def test_a_controller_killed_right_after_the_next_request_lost_no_result(
             lambda: not first.alive(), timeout=30, what="the controller killed at its fail point"
         )
         assert "fail point node-steps-requested reached (2): SIGKILL" in first.log()
-    assert [s["action"] for s in rem["spec"]["nodeSteps"]] == ["rmdir-stale", "rmdir-stale"]
+    # the emptyDir's dirs still hold `left` (the mount point): only the empty dir's rmdir
+    # is planned (the planner refuses an rmdir of a dir the probe saw non-empty)
+    assert [(s["action"], s["target"]) for s in rem["spec"]["nodeSteps"]] == [
+        ("rmdir-stale", node.empty)
+    ]
     _patch(objects, namespace, rem["metadata"]["name"], node.run(rem["spec"]["nodeSteps"]))
 
-    rmdir = ("rmdir-stale", node.dirs[0], "failed")
+    rmdir = ("rmdir-stale", node.empty, "failed")
     with controller_started(control_plane, objects, tmp_path / "next.log", valid=[POLICY]):
         status = wait_until(
             lambda: rmdir in _done(s := objects.status(namespace, pod)) and s,
