@@ -34,10 +34,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tests.support.agent import node_under
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import pod_component, scan_cgroups, still_running
 from unstick.agent.probe.pod_tasks import cgroup_driver, cgroup_layout, cgroup_mounts
-from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import Executor
 
 UID_A = "aaaaaaaa-3737-4737-8737-aaaaaaaaaaaa"
@@ -131,19 +131,7 @@ def run(layout: str, driver: str, work: Path, top: str) -> dict[str, Any]:
             proc = subprocess.Popen(["sleep", "600"])
             procs[name] = proc
             (h.dir(path) / "cgroup.procs").write_text(str(proc.pid))
-        settings = AgentSettings(
-            node_name="node-1",
-            kubelet_root=str(work / "kubelet"),
-            host_proc="/proc",
-            mountinfo_path=str(work / "mountinfo"),
-            kubelet_healthz="http://127.0.0.1:9/healthz",
-            plugins_registry=str(work / "registry"),
-            state_dir=str(work / "state"),
-            grpc_timeout_s=2,
-        )
-        for uid in pods:
-            (work / "kubelet" / "pods" / uid).mkdir(parents=True)
-        (work / "mountinfo").write_text("")
+        settings = node_under(work, pods=tuple(pods), grpc_timeout_s=2)
         mounts = cgroup_mounts("/proc")
         out: dict[str, Any] = {
             "layout": cgroup_layout(mounts),

@@ -18,11 +18,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.agent.mountns_orphans import _policy
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod
+from tests.agent.mountns_scenarios import (
+    UID_A,
+    Node,
+    main,
+    mount_points,
+    recording_handler,
+    steps_request,
+)
 from unstick.agent.authority.rederive import NodeBudget, PolicySources
-from unstick.agent.handler import Handler
 from unstick.agent.orphans.cleanup import OrphanPass
-from unstick.core.remediation import rfc3339
 
 
 def _uid(i: int) -> str:
@@ -61,12 +66,8 @@ def _stuck_pod_steps(node: Node, clock: Clock, budget: NodeBudget) -> dict[str, 
     the same budget, on the same clock."""
     vol = node.projected(UID_A, "kube-api-access-x")
     policy = _policy_5()
-    patches: list[dict[str, Any]] = []
-    handler = Handler(
-        node.settings,
-        node.executor(),
-        lambda ns, name, p: patches.append(p),
-        terminating_pod,
+    handler, patches = recording_handler(
+        node,
         policies=PolicySources(
             namespace=lambda name: {
                 "metadata": {"name": name, "labels": {"unstick.dev/remediate": "true"}}
@@ -76,23 +77,8 @@ def _stuck_pod_steps(node: Node, clock: Clock, budget: NodeBudget) -> dict[str, 
         budget=budget,
         clock=lambda: datetime.fromtimestamp(clock.now, UTC),
     )
-    handler.handle(
-        {
-            "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},
-            "spec": {
-                "podName": "web-0",
-                "podUID": UID_A,
-                "nodeName": "test-node",
-                "nodeSteps": [
-                    {"action": "unmount", "target": "", "reason": "test"},
-                    {"action": "rmdir-stale", "target": "", "reason": "test"},
-                ],
-                "nodeStepsRequestedAt": rfc3339(datetime.fromtimestamp(clock.now, UTC)),
-                "dryRun": False,
-            },
-            "status": {},
-        }
-    )
+    now = datetime.fromtimestamp(clock.now, UTC)
+    handler.handle(steps_request(UID_A, ["unmount", "rmdir-stale"], now))
     return {"actions": patches[-1]["nodeActions"], "mounted": str(vol) in mount_points()}
 
 

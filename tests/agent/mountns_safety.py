@@ -20,11 +20,16 @@ from typing import Any
 
 import unstick.agent.steps.unmount as unmount_module
 from devcluster.process import wait_until
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, terminating_pod
-from tests.agent.policy_sources import opted_in
-from unstick.agent.handler import Handler
+from tests.agent.mountns_scenarios import (
+    UID_A,
+    Node,
+    main,
+    mount_points,
+    recording_handler,
+    steps_request,
+    terminating_pod,
+)
 from unstick.agent.steps.executor import Executor
-from unstick.core.remediation import rfc3339
 
 # Holds a file of the mount without any process having it open: the fd is in flight in a
 # unix socket's queue (SCM_RIGHTS). No cwd/root/fd/maps/mountns of any process shows it.
@@ -169,38 +174,15 @@ def scenario_requests(node: Node) -> dict[str, Any]:
     agent restart; (b) fresh, for a pod in ContainerCreating (no deletionTimestamp);
     (c) fresh for the overdue Terminating pod: runs."""
     vol = node.projected(UID_A, "kube-api-access-x")
-    patches: list[dict[str, Any]] = []
     answer: dict[str, Any] = {}
 
     def lookup(ns: str, name: str) -> dict[str, Any]:
         return answer["pod"]  # type: ignore[no-any-return]
 
-    handler = Handler(
-        node.settings,
-        node.executor(),
-        lambda ns, n, p: patches.append(p),
-        lookup,
-        policies=opted_in(),
-    )
+    handler, patches = recording_handler(node, lookup)
 
     def request(key: str, requested: datetime) -> dict[str, Any]:
-        handler.handle(
-            {
-                "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": key},
-                "spec": {
-                    "podName": "web-0",
-                    "podUID": UID_A,
-                    "nodeName": "test-node",
-                    "nodeSteps": [
-                        {"action": "unmount", "target": "", "reason": "test"},
-                        {"action": "rmdir-stale", "target": "", "reason": "test"},
-                    ],
-                    "nodeStepsRequestedAt": rfc3339(requested),
-                    "dryRun": False,
-                },
-                "status": {},
-            }
-        )
+        handler.handle(steps_request(UID_A, ["unmount", "rmdir-stale"], requested, key))
         return {"patch": patches[-1], "mounted": str(vol) in mount_points(), "dir": vol.is_dir()}
 
     now = datetime.now(UTC)

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import grpc
 from devcluster.csi_hostpath import kubelet_capability
 from devcluster.process import wait_until
 from tests.agent.policy_sources import opted_in
+from tests.support.remediations import node_steps, remediation
 from unstick.agent.handler import Handler
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
@@ -360,31 +361,42 @@ def terminating_pod(namespace: str, name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _run_handler_steps(
-    node: Node, uid: str, steps: list[str] | list[tuple[str, str]]
+def steps_request(
+    uid: str, steps: Sequence[str | tuple[str, str]], requested: datetime, key: str = "rem-1"
 ) -> dict[str, Any]:
+    """The Remediation of pod web-0 (UID `uid`) on test-node asking for `steps`, requested at
+    `requested`, as the agent's watch hands it over (its record UID `key`)."""
+    body = remediation(
+        "web-0", uid, "test-node", name="web-0-aaaaaaaa",
+        metadata={"namespace": "default", "uid": key},
+        nodeSteps=node_steps(*steps), nodeStepsRequestedAt=rfc3339(requested), dryRun=False,
+    )  # fmt: skip
+    return {**body, "status": {}}
+
+
+def recording_handler(
+    node: Node, lookup: Callable[[str, str], Any] = terminating_pod, **options: Any
+) -> tuple[Handler, list[dict[str, Any]]]:
+    """The agent's handler on `node` (opted-in policies unless `options` say otherwise) and
+    the list its status patches go to."""
     patches: list[dict[str, Any]] = []
     handler = Handler(
         node.settings,
         node.executor(),
         lambda ns, name, p: patches.append(p),
-        terminating_pod,
-        policies=opted_in(),
+        lookup,
+        **{"policies": opted_in(), **options},
     )
-    remediation = {
-        "metadata": {"namespace": "default", "name": "web-0-aaaaaaaa", "uid": "rem-1"},
-        "spec": {
-            "podName": "web-0", "podUID": uid, "nodeName": "test-node",
-            "nodeSteps": [
-                {"action": a, "target": t, "reason": "test"}
-                for a, t in ((s, "") if isinstance(s, str) else s for s in steps)
-            ],
-            "nodeStepsRequestedAt": rfc3339(datetime.now(UTC)), "dryRun": False,
-        },
-        "status": {},
-    }  # fmt: skip
-    handler.handle(remediation)
-    handler.handle(remediation)  # the same request again: already served, no second run
+    return handler, patches
+
+
+def _run_handler_steps(
+    node: Node, uid: str, steps: list[str] | list[tuple[str, str]]
+) -> dict[str, Any]:
+    handler, patches = recording_handler(node)
+    request = steps_request(uid, steps, datetime.now(UTC))
+    handler.handle(request)
+    handler.handle(request)  # the same request again: already served, no second run
     return {"patches": patches}
 
 

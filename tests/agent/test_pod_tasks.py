@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from devcluster.process import wait_until
+from tests.support.agent import node_under
 from tests.support.bundles import diagnose_probe, overdue_pod
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import Member, pod_component
@@ -49,17 +50,7 @@ def _diagnose(probe: dict[str, Any]) -> Any:
 
 
 def _node(tmp: Path) -> AgentSettings:
-    (tmp / "kubelet" / "pods" / UID).mkdir(parents=True, exist_ok=True)
-    (tmp / "mountinfo").write_text("")
-    return AgentSettings(
-        node_name="node-1",
-        kubelet_root=str(tmp / "kubelet"),
-        host_proc="/proc",
-        mountinfo_path=str(tmp / "mountinfo"),
-        kubelet_healthz="http://127.0.0.1:9/healthz",
-        plugins_registry=str(tmp / "registry"),
-        grpc_timeout_s=2,
-    )
+    return node_under(tmp, pods=(UID,), grpc_timeout_s=2)
 
 
 def _procs(cgroup: Path) -> list[int]:

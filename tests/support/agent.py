@@ -6,9 +6,39 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
+
+
+def node_under(
+    tmp: Path,
+    node: str = "node-1",
+    *,
+    pods: tuple[str, ...] = (),
+    mountinfo: str = "",
+    **settings: Any,
+) -> AgentSettings:
+    """The settings of an agent of `node` whose kubelet root (`tmp/kubelet`, with a pod dir
+    per UID of `pods`), host mount table (the file `tmp/mountinfo`, holding `mountinfo`),
+    plugin registry and state dir live under `tmp`; the real /proc (a complete cgroup
+    scan); a kubelet /healthz that nothing answers. `settings` override any of them."""
+    (tmp / "kubelet" / "pods").mkdir(parents=True, exist_ok=True)
+    for uid in pods:
+        (tmp / "kubelet" / "pods" / uid).mkdir(exist_ok=True)
+    (tmp / "mountinfo").write_text(mountinfo)
+    values: dict[str, Any] = {
+        "node_name": node,
+        "kubelet_root": str(tmp / "kubelet"),
+        "host_proc": "/proc",
+        "mountinfo_path": str(tmp / "mountinfo"),
+        "kubelet_healthz": "http://127.0.0.1:9/healthz",
+        "plugins_registry": str(tmp / "registry"),
+        "state_dir": str(tmp / "state"),
+    }
+    return AgentSettings(**{**values, **settings})
 
 
 @contextmanager
