@@ -6,7 +6,6 @@ mounts: the mount table is a text file here (the mount work is covered by test_m
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -17,11 +16,10 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from devcluster.process import wait_until
+from devcluster.process import free_port, wait_until
 from tests.agent.policy_sources import default_policy
-from tests.support.agent import agent_running
-from unstick.agent.loop import LoopSettings
-from unstick.agent.settings import AgentSettings
+from tests.support.agent import agent_running, node_under, watching
+from tests.support.remediations import remediation
 from unstick.kube.client import Kube, remediation_path
 
 pytestmark = pytest.mark.envtest
@@ -41,6 +39,17 @@ def now() -> str:
 def _deleted_at(kube: Kube, path: str) -> str | None:
     pod = kube.get(path) or {}
     return (pod.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[no-any-return]
+
+
+def held_pod(kube: Kube, ns: str, node: str) -> str:
+    """The pod web-0 a Remediation names: bound to `node`, held by a finalizer so that it
+    stays Terminating once deleted (no kubelet here); its uid, from the API server."""
+    body = {
+        "metadata": {"name": "web-0", "finalizers": [HOLD]},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
+    }
+    uid: str = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)["metadata"]["uid"]
+    return uid
 
 
 def status_of(kube: Kube, ns: str, name: str) -> dict[str, Any]:
@@ -69,12 +78,6 @@ def node_steps_done(kube: Kube, ns: str, name: str, steps: list[dict[str, str]])
     return done
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -89,55 +92,22 @@ def test_agent_probes_and_runs_node_steps_for_its_node_only(
     node = f"node-{uuid.uuid4().hex[:6]}"
     ns = f"agent-{uuid.uuid4().hex[:6]}"
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
-    # the pod the Remediation names: bound to the node, held by a finalizer so that it
-    # stays Terminating once deleted (no kubelet here); its uid comes from the API server
-    pod_body = {
-        "metadata": {"name": "web-0", "finalizers": [HOLD]},
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
-    }
-    pod_uid = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body)["metadata"][
-        "uid"
-    ]
+    pod_uid = held_pod(kube, ns, node)
     pod_path = f"/api/v1/namespaces/{ns}/pods/web-0"
     root = tmp_path / "kubelet"
     stale = root / "pods" / pod_uid / "volumes" / "kubernetes.io~empty-dir" / "cache"
     stale.mkdir(parents=True)
     orphan = f"{root}/pods/{ORPHAN}/volumes/kubernetes.io~projected/tok"
-    (tmp_path / "mountinfo").write_text(f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
-    settings = AgentSettings(
-        node_name=node,
-        kubelet_root=str(root),
-        # the real /proc: the container check before rmdir-stale needs a complete cgroup
-        # scan (no process of the pod's UID runs here); an empty one would be blind
-        host_proc="/proc",
-        mountinfo_path=str(tmp_path / "mountinfo"),
-        kubelet_healthz="http://127.0.0.1:9/healthz",
-        state_dir=str(tmp_path / "state"),
-    )
-    port = _free_port()
-    loop = LoopSettings(
-        kubeconfig=str(control_plane.kubeconfig),
-        metrics_port=port,
-        metrics_host="127.0.0.1",
-        watch_timeout_s=5,
-        summary_interval_s=0.5,
-    )
+    # the real /proc: the container check before rmdir-stale needs a complete cgroup scan
+    # (no process of the pod's UID runs here); an empty one would be blind
+    settings = node_under(tmp_path, node, mountinfo=f"60 22 0:50 / {orphan} rw - tmpfs tmpfs rw\n")
+    port = free_port()
+    loop = watching(control_plane.kubeconfig, port, summary_interval_s=0.5)
     try:
         with agent_running(settings, loop):
-
-            def remediation(name: str, for_node: str, uid: str) -> dict[str, Any]:
-                return {
-                    "apiVersion": "unstick.dev/v1alpha1",
-                    "kind": "Remediation",
-                    "metadata": {"name": name, "labels": {"unstick.dev/node": for_node}},
-                    "spec": {"podName": name, "podUID": uid, "nodeName": for_node,
-                             "probeRequestedAt": now()},
-                }  # fmt: skip
-
-            kube.request("POST", remediation_path(ns), body=remediation("web-0", node, pod_uid))
-            kube.request(
-                "POST", remediation_path(ns), body=remediation("other", "elsewhere", ORPHAN)
-            )
+            for name, for_node, uid in (("web-0", node, pod_uid), ("other", "elsewhere", ORPHAN)):
+                body = remediation(name, uid, for_node, probeRequestedAt=now())
+                kube.request("POST", remediation_path(ns), body=body)
 
             def status(name: str) -> dict[str, Any]:
                 return status_of(kube, ns, name)

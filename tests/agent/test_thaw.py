@@ -18,17 +18,15 @@ import pytest
 from devcluster.process import wait_until
 from tests.agent.policy_sources import default_policy
 from tests.agent.test_agent_end_to_end import (
-    HOLD,
     POLICIES,
     _deleted_at,
-    _free_port,
+    held_pod,
     node_steps_done,
     now,
     status_of,
 )
-from tests.support.agent import agent_running
-from unstick.agent.loop import LoopSettings
-from unstick.agent.settings import AgentSettings
+from tests.support.agent import agent_running, node_under, watching
+from tests.support.remediations import remediation
 from unstick.kube.client import Kube, remediation_path
 
 pytestmark = [pytest.mark.envtest, pytest.mark.mountns]
@@ -90,44 +88,19 @@ def test_the_agent_thaws_only_when_the_policy_lists_thaw(
         "/api/v1/namespaces",
         body={"metadata": {"name": ns, "labels": {"unstick.dev/remediate": "true"}}},
     )
-    pod_body = {
-        "metadata": {"name": "web-0", "finalizers": [HOLD]},
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
-    }
-    uid = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body=pod_body)["metadata"]["uid"]
+    uid = held_pod(kube, ns, node)
     pod_path = f"/api/v1/namespaces/{ns}/pods/web-0"
     cgroup = frozen_for(uid)
     target = "/" + str(cgroup.relative_to(FREEZER))
-    (tmp_path / "kubelet" / "pods" / uid).mkdir(parents=True)
-    (tmp_path / "mountinfo").write_text("")
-    settings = AgentSettings(
-        node_name=node,
-        kubelet_root=str(tmp_path / "kubelet"),
-        host_proc="/proc",
-        mountinfo_path=str(tmp_path / "mountinfo"),
-        kubelet_healthz="http://127.0.0.1:9/healthz",
-        state_dir=str(tmp_path / "state"),
-    )
-    loop = LoopSettings(
-        kubeconfig=str(control_plane.kubeconfig),
-        metrics_port=_free_port(),
-        metrics_host="127.0.0.1",
-        watch_timeout_s=5,
-        summary_interval_s=0.5,
-    )
+    settings = node_under(tmp_path, node, pods=(uid,))
+    loop = watching(control_plane.kubeconfig, summary_interval_s=0.5)
     try:
         with agent_running(settings, loop):
             kube.request("DELETE", pod_path, body={"gracePeriodSeconds": 0})
             wait_until(
                 lambda: _deleted_at(kube, pod_path), timeout=60, what="the pod's deletionTimestamp"
             )
-            body = {
-                "apiVersion": "unstick.dev/v1alpha1",
-                "kind": "Remediation",
-                "metadata": {"name": "web-0", "labels": {"unstick.dev/node": node}},
-                "spec": {"podName": "web-0", "podUID": uid, "nodeName": node,
-                         "probeRequestedAt": now()},
-            }  # fmt: skip
+            body = remediation("web-0", uid, node, probeRequestedAt=now())
             kube.request("POST", remediation_path(ns), body=body)
 
             def status() -> dict[str, Any]:

@@ -29,7 +29,7 @@ import pytest
 from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.chart.render import CHART, release_objects
-from tests.support.agent import agent_running
+from tests.support.agent import agent_running, node_under, watching
 from tests.support.integrity import (
     JSON,
     Answer,
@@ -38,8 +38,7 @@ from tests.support.integrity import (
     delete_objects,
     token_for,
 )
-from unstick.agent.loop import LoopSettings
-from unstick.agent.settings import AgentSettings
+from tests.support.remediations import remediation
 
 pytestmark = pytest.mark.envtest
 
@@ -130,14 +129,11 @@ class World:
 
     def remediation(self, client: TokenClient, ns: str, **spec: Any) -> Answer:
         uid = self.pod["metadata"]["uid"] if ns == TENANT_NS else str(uuid.uuid4())
-        body = {
-            "apiVersion": "unstick.dev/v1alpha1",
-            "kind": "Remediation",
-            "metadata": {"generateName": "web-0-",
-                         "labels": {"unstick.dev/node": NODE_A, "unstick.dev/pod-uid": uid}},
-            "spec": {"podName": "web-0", "podUID": uid, "nodeName": NODE_A, **spec},
-        }  # fmt: skip
-        return client.request("POST", rems(ns), body)
+        labels = {"unstick.dev/node": NODE_A, "unstick.dev/pod-uid": uid}
+        meta = {"generateName": "web-0-", "labels": labels}
+        return client.request(
+            "POST", rems(ns), remediation("web-0", uid, NODE_A, metadata=meta, **spec)
+        )
 
     def by_controller(self, ns: str = SCOPED_NS) -> JSON:
         answer = self.remediation(self.controller, ns)
@@ -148,12 +144,7 @@ class World:
 def _controller_writes(cp: ControlPlane, controller: TokenClient) -> bool:
     """Our policy is active (a tenant is refused) and no other release's is left over (our
     controller is not): policies take effect, and go, a moment after they are applied."""
-    probe = {
-        "apiVersion": "unstick.dev/v1alpha1",
-        "kind": "Remediation",
-        "metadata": {"name": f"probe-{uuid.uuid4().hex[:8]}"},
-        "spec": {"podName": "p", "podUID": str(uuid.uuid4()), "nodeName": NODE_B},
-    }
+    probe = remediation("p", str(uuid.uuid4()), NODE_B, name=f"probe-{uuid.uuid4().hex[:8]}")
     answer = controller.request("POST", rems(SCOPED_NS), probe)
     if answer.status == 201:
         cp.request("DELETE", f"{rems(SCOPED_NS)}/{probe['metadata']['name']}")
@@ -164,10 +155,8 @@ def _policy_active(tenant: TokenClient) -> bool:
     answer = tenant.request(
         "POST",
         rems(SCOPED_NS),
-        {"apiVersion": "unstick.dev/v1alpha1", "kind": "Remediation",
-         "metadata": {"generateName": "probe-"},
-         "spec": {"podName": "p", "podUID": str(uuid.uuid4()), "nodeName": NODE_B}},
-    )  # fmt: skip
+        remediation("p", str(uuid.uuid4()), NODE_B, metadata={"generateName": "probe-"}),
+    )
     if answer.status == 201:  # not yet: take it away again
         return False
     return answer.status == 403 and "only the unstick controller" in answer.message
@@ -251,21 +240,10 @@ def test_forged_rmdir_stale_requests_outside_the_scope_are_refused_by_the_api_se
 def _agent_answer(world: World, tmp_path: Path, path: str, done: str, **settings: Any) -> JSON:
     """Run the agent of NODE_A (in this process, as the admin) until the Remediation at
     `path` has `status.<done>`; its status then."""
-    (tmp_path / "kubelet" / "pods").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "mountinfo").write_text("")
     with agent_running(
-        AgentSettings(
-            node_name=NODE_A,
-            kubelet_root=str(tmp_path / "kubelet"),
-            host_proc="/proc",
-            mountinfo_path=str(tmp_path / "mountinfo"),
-            kubelet_healthz="http://127.0.0.1:9/healthz",
-            state_dir=str(tmp_path / "state"),
-            **settings,
-        ),
-        LoopSettings(kubeconfig=str(world.cp.kubeconfig), metrics_port=0,
-                     metrics_host="127.0.0.1", watch_timeout_s=5, summary_interval_s=3600),
-    ):  # fmt: skip
+        node_under(tmp_path, NODE_A, **settings),
+        watching(world.cp.kubeconfig, 0, summary_interval_s=3600),
+    ):
         status: JSON = wait_until(
             lambda: (s := world.cp.request("GET", path).get("status") or {}).get(done) and s,
             timeout=60,
@@ -282,15 +260,12 @@ def test_the_agent_refuses_on_record_a_request_outside_the_scope(
     uid = world.pod["metadata"]["uid"]
     stale = tmp_path / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "c"
     stale.mkdir(parents=True)
-    admin = world.cp.request(
-        "POST",
-        rems(TENANT_NS),
-        {"apiVersion": "unstick.dev/v1alpha1", "kind": "Remediation",
-         "metadata": {"generateName": "web-0-", "labels": {"unstick.dev/node": NODE_A}},
-         "spec": {"podName": "web-0", "podUID": uid, "nodeName": NODE_A,
-                  "nodeSteps": [{"action": "rmdir-stale", "target": ""}],
-                  "nodeStepsRequestedAt": now(), "probeRequestedAt": now()}},
+    body = remediation(
+        "web-0", uid, NODE_A, metadata={"generateName": "web-0-"},
+        nodeSteps=[{"action": "rmdir-stale", "target": ""}],
+        nodeStepsRequestedAt=now(), probeRequestedAt=now(),
     )  # fmt: skip
+    admin = world.cp.request("POST", rems(TENANT_NS), body)
     path = f"{rems(TENANT_NS)}/{admin['metadata']['name']}"
     try:
         status = _agent_answer(

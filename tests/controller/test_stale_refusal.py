@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from devcluster.process import free_port, wait_until
-from tests.support.agent import agent_running
+from devcluster.process import wait_until
+from tests.support.agent import agent_running, node_under, watching
 from tests.support.controller import (
     Controller,
     Objects,
@@ -26,8 +26,7 @@ from tests.support.controller import (
     write_as_agent,
 )
 from tests.support.controller import policy_spec as spec
-from unstick.agent.loop import Agent, LoopSettings
-from unstick.agent.settings import AgentSettings
+from unstick.agent.loop import Agent
 
 pytestmark = pytest.mark.envtest
 
@@ -186,23 +185,9 @@ def test_a_request_refused_for_safety_is_not_asked_again(
 def _agent(control_plane: ControlPlane, node: str, root: Path, tmp: Path) -> Iterator[Agent]:
     """The real agent loop of `node` (kubelet root `root`, the mount table an empty file),
     in a thread; shut down and joined at the end."""
-    (tmp / "mountinfo").write_text("")
-    settings = AgentSettings(
-        node_name=node,
-        kubelet_root=str(root),
-        host_proc="/proc",  # a complete cgroup scan: no process of the pod runs here
-        mountinfo_path=str(tmp / "mountinfo"),
-        kubelet_healthz="http://127.0.0.1:9/healthz",
-        state_dir=str(tmp / "state"),
-        max_request_age_s=AGE_S,
-    )
-    loop = LoopSettings(
-        kubeconfig=str(control_plane.kubeconfig),
-        metrics_port=free_port(),
-        metrics_host="127.0.0.1",
-        watch_timeout_s=5,
-    )
-    with agent_running(settings, loop) as agent:
+    # the real /proc: a complete cgroup scan (no process of the pod runs here)
+    settings = node_under(tmp, node, kubelet_root=str(root), max_request_age_s=AGE_S)
+    with agent_running(settings, watching(control_plane.kubeconfig)) as agent:
         yield agent
 
 

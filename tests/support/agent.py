@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from devcluster.process import free_port
 from unstick.agent.loop import Agent, LoopSettings
 from unstick.agent.settings import AgentSettings
 
@@ -39,6 +40,19 @@ def node_under(
         "state_dir": str(tmp / "state"),
     }
     return AgentSettings(**{**values, **settings})
+
+
+def watching(kubeconfig: Path | str, metrics_port: int | None = None, **loop: Any) -> LoopSettings:
+    """The loop of an agent that watches the API server of `kubeconfig` (5 s watches) and
+    serves its metrics on 127.0.0.1:`metrics_port` (a free port unless given)."""
+    port = free_port() if metrics_port is None else metrics_port
+    return LoopSettings(
+        kubeconfig=str(kubeconfig),
+        metrics_port=port,
+        metrics_host="127.0.0.1",
+        watch_timeout_s=5,
+        **loop,
+    )
 
 
 @contextmanager

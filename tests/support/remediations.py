@@ -12,12 +12,16 @@ def remediation(
     pod: str, uid: str, node: str, *, name: str = "", metadata: JSON | None = None, **spec: Any
 ) -> JSON:
     """A Remediation of the pod `pod` (UID `uid`) on `node`, named `name` (the pod's name by
-    default) and labelled with its node as the controller labels it; `metadata` adds to its
-    metadata, `spec` (camelCase keys: probeRequestedAt, nodeSteps, ...) to its spec."""
+    default; none with a generateName in `metadata`) and labelled with its node as the
+    controller labels it; `metadata` adds to (or replaces) its metadata's keys, `spec`
+    (camelCase keys: probeRequestedAt, nodeSteps, ...) to its spec."""
+    meta: JSON = {"labels": {"unstick.dev/node": node}, **(metadata or {})}
+    if "generateName" not in meta:
+        meta["name"] = name or pod
     return {
         "apiVersion": "unstick.dev/v1alpha1",
         "kind": "Remediation",
-        "metadata": {"name": name or pod, "labels": {"unstick.dev/node": node}, **(metadata or {})},
+        "metadata": meta,
         "spec": {"podName": pod, "podUID": uid, "nodeName": node, **spec},
     }
 
