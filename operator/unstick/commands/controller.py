@@ -20,6 +20,7 @@ DEFAULT_LEASE_DURATION = "15s"
 DEFAULT_RENEW_DEADLINE = "10s"
 DEFAULT_RETRY_PERIOD = "2s"
 DEFAULT_LEASE_NAME = "unstick-controller"
+DEFAULT_RETENTION = "168h"  # finished Remediations kept a week (controller/retention.py)
 
 DESCRIPTION = """\
 Run the unstick controller. It watches pods with a lean paginated list+watch that keeps
@@ -152,6 +153,15 @@ def add_parser(sub: Any) -> None:
         help="cap on actions per node per minute that no RemediationPolicy can raise "
         f"(default {DEFAULT_NODE_CAP}); a policy's rateLimits.nodePerMinute applies when lower",
     )
+    p.add_argument(
+        "--remediation-retention",
+        default=DEFAULT_RETENTION,
+        metavar="DURATION",
+        help="remove Resolved and Refused Remediations nothing was written to for this long "
+        "(e.g. 168h, 720h, 30m; 0: keep them for ever; default "
+        f"{DEFAULT_RETENTION}). A record the action budget, an open node incident or a "
+        "pod still Terminating needs is kept",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging (--log-level DEBUG)")
     logs.add_log_flags(p)
     p.set_defaults(command="controller")
@@ -178,6 +188,14 @@ def run(args: argparse.Namespace) -> int:
     election, problem = lease_settings(args)
     if problem:
         print(f"unstick controller: {problem}", file=sys.stderr)
+        return 2
+    retention_s = parse_duration(str(args.remediation_retention))
+    if retention_s is None:
+        print(
+            f"unstick controller: --remediation-retention {args.remediation_retention!r}: "
+            "not a duration (e.g. 168h, 30m; 0: keep for ever)",
+            file=sys.stderr,
+        )
         return 2
     for count_flag in ("workers", "max_actions_per_minute", "max_node_actions_per_minute"):
         if getattr(args, count_flag) < 1:
@@ -221,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
         runtime=RuntimeSettings(
             namespaces=namespaces,
             workers=args.workers,
+            retention_s=retention_s,
             reconcile=ReconcileSettings(
                 recheck_s=args.recheck_seconds,
                 kubelet_finish_s=args.kubelet_finish_seconds,
@@ -257,14 +276,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
 def parse_duration(text: str) -> float | None:
-    """client-go's flag durations as far as they are useful here: 15s, 1.5s, 500ms, 1m, or
-    plain seconds. None when it is none of these."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", text)
-    if match is None:
+    """client-go's (Go's) flag durations as far as they are useful here: 15s, 1.5s, 500ms,
+    1m, 168h, 1h30m, or plain seconds. None when it is none of these."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    if not re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h))+", text):
         return None
-    value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    return sum(float(value) * _UNIT_S[unit] for value, unit in parts)
 
 
 def lease_settings(args: argparse.Namespace) -> tuple[LeaseSettings | None, str | None]:

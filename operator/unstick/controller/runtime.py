@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from unstick.controller import retention
 from unstick.controller.aftermath.watcher import Aftermath, Sources
 from unstick.controller.agent_channel.trust import usable_probe
 from unstick.controller.deciding.policies import PolicyBook, opt_in
@@ -60,6 +61,7 @@ class RuntimeSettings:
     workers: int = DEFAULT_WORKERS
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
     watch: WatchSettings = field(default_factory=WatchSettings)
+    retention_s: float = 0.0  # finished Remediations removed after this (0: kept for ever)
 
 
 class Runtime:
@@ -267,6 +269,16 @@ class Runtime:
             gate=self.gate,
             synced=lambda: all(w.synced.is_set() for w in self.watchers),
             pods=self.pods,
+        )
+        self._spawn(  # finished records past their retention (retention.py)
+            retention.keep_removing(
+                self.kube,
+                self.settings.namespaces,
+                self.settings.retention_s,
+                clock=self.clock,
+                gate=self.gate,
+                terminating=lambda: set(self.pods),
+            )
         )
         try:
             while True:
