@@ -75,15 +75,22 @@ def host_mounts_under(path: Path) -> list[str]:
 
 
 @pytest.fixture
-def work() -> Iterator[Path]:
-    """The scenario's work dir, with a short path (unix socket paths are limited to 107
-    bytes); afterwards no mount under it may exist in the host namespace."""
+def short_tmp() -> Iterator[Path]:
+    """A dir with a short path (unix socket paths are limited to 107 bytes), removed
+    afterwards."""
     path = Path(tempfile.mkdtemp(prefix="ua-", dir="/tmp"))
     try:
         yield path
-        assert host_mounts_under(path) == [], "a mount leaked into the host namespace"
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def work(short_tmp: Path) -> Iterator[Path]:
+    """The scenario's work dir (`short_tmp`); afterwards no mount under it may exist in the
+    host namespace."""
+    yield short_tmp
+    assert host_mounts_under(short_tmp) == [], "a mount leaked into the host namespace"
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,8 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,15 +38,6 @@ from unstick.core.model.mount_identity import MountTable, Target, holding_copies
 from unstick.core.model.mountinfo import parse_mountinfo
 
 UID = "cccccccc-3333-4333-8333-cccccccccccc"
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ua-", dir="/tmp"))  # unix socket paths are short
-    try:
-        yield path
-    finally:
-        subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 # --- kubelet health ------------------------------------------------------------------

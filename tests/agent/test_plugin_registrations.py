@@ -6,8 +6,6 @@ socket and a dead driver's leftover socket are all seen by the rule of the modul
 from __future__ import annotations
 
 import socket
-import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -54,12 +52,9 @@ class Driver:
 
 
 @pytest.fixture
-def registry() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="ur-", dir="/tmp"))  # unix socket paths are short
-    try:
-        yield path
-    finally:
-        subprocess.run(["rm", "-rf", str(path)], check=False)
+def registry(short_tmp: Path) -> Path:
+    """The plugin registry: a dir of registration sockets."""
+    return short_tmp
 
 
 @pytest.fixture

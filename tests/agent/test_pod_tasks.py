@@ -21,6 +21,7 @@ import pytest
 from devcluster.process import wait_until
 from tests.support.agent import node_under
 from tests.support.bundles import diagnose_probe, overdue_pod
+from tests.support.processes import pod_container_cgroup
 from unstick.agent.probe.collect import probe_pod
 from unstick.agent.probe.containers import Member, pod_component
 from unstick.agent.probe.pod_tasks import CgroupMount, frozen_cgroups
@@ -31,7 +32,6 @@ from unstick.core.vocabulary import CHANGING_ACTIONS, Action, Cause
 
 UID = "eeeeeeee-5555-4555-8555-eeeeeeeeeeee"
 NOW = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
-PIDS_CGROUP = Path("/sys/fs/cgroup/pids")
 FREEZER_CGROUP = Path("/sys/fs/cgroup/freezer")
 VFORK_C = r"""
 #include <unistd.h>
@@ -88,42 +88,37 @@ def _state(pid: int) -> str:
 @pytest.fixture
 def d_state_task(vfork_binary: str) -> Iterator[int]:
     """A real process in D state in a pids cgroup named like a container of pod UID."""
-    if not os.access(PIDS_CGROUP, os.W_OK):
-        pytest.skip("needs a writable pids cgroup")
-    top = PIDS_CGROUP / f"unstick-test-{uuid.uuid4().hex[:8]}"
-    cgroup = top / "kubepods" / f"pod{UID}" / "cri-containerd-abc123.scope"
-    cgroup.mkdir(parents=True)
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        # the cgroup first (its children inherit it), then the program
-        proc = subprocess.Popen(
-            [
-                "sh",
-                "-c",
-                f'echo $$ > {cgroup}/cgroup.procs && exec "$0"',
-                vfork_binary,
-            ]
-        )
-        parent = proc.pid
-        # D with its child there: vfork() happened (a page-in during exec is D briefly too)
-        wait_until(
-            lambda: _state(parent) == "D" and len(_procs(cgroup)) == 2,
-            timeout=10,
-            what="the vfork parent in D",
-        )
-        yield parent
-    finally:
-        for pid in _procs(cgroup):  # the child first: its parent then reaps it and exits
-            if proc is None or pid != proc.pid:
-                os.kill(pid, signal.SIGKILL)
-        if proc is not None:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        wait_until(lambda: not _procs(cgroup), timeout=10, what="the test cgroup empty")
-        _remove(top)
+    with pod_container_cgroup(UID, "abc123", qos=None) as cgroup:
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            # the cgroup first (its children inherit it), then the program
+            proc = subprocess.Popen(
+                [
+                    "sh",
+                    "-c",
+                    f'echo $$ > {cgroup}/cgroup.procs && exec "$0"',
+                    vfork_binary,
+                ]
+            )
+            parent = proc.pid
+            # D with its child there: vfork() happened (a page-in during exec is D briefly too)
+            wait_until(
+                lambda: _state(parent) == "D" and len(_procs(cgroup)) == 2,
+                timeout=10,
+                what="the vfork parent in D",
+            )
+            yield parent
+        finally:
+            for pid in _procs(cgroup):  # the child first: its parent then reaps it and exits
+                if proc is None or pid != proc.pid:
+                    os.kill(pid, signal.SIGKILL)
+            if proc is not None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            wait_until(lambda: not _procs(cgroup), timeout=10, what="the test cgroup empty")
 
 
 @pytest.mark.mountns
