@@ -16,6 +16,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.support.controller import node_unknown
 from tests.support.pods import claim_body, pod_body
 
 pytestmark = pytest.mark.envtest
@@ -142,22 +143,7 @@ def test_snapshot_of_a_stuck_pod_diagnoses_as_the_cluster_is(
         },
     )
     # The node went down 10 minutes ago and an admin fenced it.
-    core_api.patch_node_status(
-        node,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "Unknown",
-                        "reason": "NodeStatusUnknown",
-                        "lastHeartbeatTime": "2020-01-01T00:00:00Z",
-                        "lastTransitionTime": "2020-01-01T00:00:00Z",
-                    }
-                ]
-            }
-        },
-    )
+    node_unknown(core_api, node, "2020-01-01T00:00:00Z")
     core_api.patch_node(
         node,
         {

@@ -72,17 +72,7 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
     storage = client.StorageV1Api(objects.api_client)
     old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
     pv, claim = _volume(objects, namespace)
-    va_name = f"csi-{uuid.uuid4().hex}"
-    storage.create_volume_attachment(
-        {
-            "metadata": {"name": va_name},
-            "spec": {
-                "attacher": "ebs.csi.example.com",
-                "nodeName": old_node,
-                "source": {"persistentVolumeName": pv},
-            },
-        }
-    )
+    va_name = _attachment(storage, pv, old_node, "ebs.csi.example.com")
     try:
         holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
         objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
@@ -91,25 +81,8 @@ def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
         )
         va_before = storage.read_volume_attachment(va_name).metadata.resource_version
         waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
-        objects.core.create_namespaced_event(
-            namespace,
-            {
-                "metadata": {"name": f"db-0-new.{uuid.uuid4().hex[:8]}"},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "namespace": namespace,
-                    "name": "db-0-new",
-                    "uid": waiter["uid"],
-                },
-                "reason": "FailedAttachVolume",
-                "message": f'Multi-Attach error for volume "{pv}" Volume is already exclusively '
-                "attached to one node and can't be attached to another",
-                "type": "Warning",
-                "source": {"component": "attachdetach-controller"},
-                "firstTimestamp": _now(),
-                "lastTimestamp": _now(),
-                "count": 1,
-            },
+        _failed_attach_event(
+            objects, namespace, waiter, pv, source={"component": "attachdetach-controller"}
         )
         (event,) = wait_until(
             lambda: _events(objects, namespace, "BlockedReplacement"),
@@ -366,11 +339,7 @@ def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
     storage = client.StorageV1Api(objects.api_client)
     old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
     pv, claim = _volume(objects, namespace)
-    va = f"csi-{uuid.uuid4().hex}"
-    storage.create_volume_attachment(
-        {"metadata": {"name": va},
-         "spec": {"attacher": "x", "nodeName": old_node, "source": {"persistentVolumeName": pv}}}
-    )  # fmt: skip
+    va = _attachment(storage, pv, old_node, "x")
     try:
         holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
         objects.core.delete_namespaced_pod("db-0", namespace)
@@ -417,7 +386,20 @@ def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
         objects.core.delete_persistent_volume(pv)
 
 
-def _failed_attach_event(objects: Objects, namespace: str, waiter: dict[str, Any], pv: str) -> None:
+def _attachment(storage: Any, pv: str, node: str, attacher: str) -> str:
+    """A VolumeAttachment of `pv` to `node` by `attacher`; its name."""
+    name = f"csi-{uuid.uuid4().hex}"
+    storage.create_volume_attachment(
+        {"metadata": {"name": name},
+         "spec": {"attacher": attacher, "nodeName": node, "source": {"persistentVolumeName": pv}}}
+    )  # fmt: skip
+    return name
+
+
+def _failed_attach_event(
+    objects: Objects, namespace: str, waiter: dict[str, Any], pv: str, **fields: Any
+) -> None:
+    """The attach/detach controller's Multi-Attach Event for `waiter` (with `fields` added)."""
     objects.core.create_namespaced_event(
         namespace,
         {
@@ -431,6 +413,7 @@ def _failed_attach_event(objects: Objects, namespace: str, waiter: dict[str, Any
             "firstTimestamp": _now(),
             "lastTimestamp": _now(),
             "count": 1,
+            **fields,
         },
     )  # fmt: skip
 

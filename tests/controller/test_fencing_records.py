@@ -30,7 +30,13 @@ from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
 from tests.commands.test_snapshot import diagnose, snapshot
-from tests.support.controller import Controller, Objects, controller_pod_writes, policy_spec
+from tests.support.controller import (
+    Controller,
+    Objects,
+    controller_pod_writes,
+    node_unknown,
+    policy_spec,
+)
 from unstick.controller.deciding.fencing_records import (
     FAR_GROUP,
     SNR_GROUP,
@@ -98,23 +104,16 @@ def medik8s(
 
 
 def _not_ready(objects: Objects, node: str, since: datetime) -> None:
-    objects.core.patch_node_status(
-        node,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "Unknown",
-                        "reason": "NodeStatusUnknown",
-                        "message": "Kubelet stopped posting node status.",
-                        "lastHeartbeatTime": _iso(since),
-                        "lastTransitionTime": _iso(since),
-                    }
-                ]
-            }
-        },
-    )
+    message = "Kubelet stopped posting node status."
+    node_unknown(objects.core, node, _iso(since), message=message)
+
+
+def _lost_node(objects: Objects, make_node: Any) -> tuple[str, datetime]:
+    """A node with no kubelet, NotReady since 10 minutes ago; that time."""
+    node = make_node(kubelet=False)
+    lost = datetime.now(UTC) - timedelta(minutes=10)
+    _not_ready(objects, node, lost)
+    return node, lost
 
 
 def _far(kube: Kube, node: str, succeeded: datetime) -> dict[str, Any]:
@@ -164,9 +163,7 @@ def _evidence(status: dict[str, Any]) -> str:
 def test_a_far_success_after_notready_fences_the_node_and_the_pod_is_force_deleted(
     medik8s: Kube, controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    node = make_node(kubelet=False)
-    lost = datetime.now(UTC) - timedelta(minutes=10)
-    _not_ready(objects, node, lost)
+    node, lost = _lost_node(objects, make_node)
     far = _far(medik8s, node, lost + timedelta(minutes=2))
     pod = objects.stuck_pod(namespace, node, remediate="t-far")
     objects.pod_gone(namespace, pod, timeout=60, what="force-delete (fenced by FAR)")
@@ -183,9 +180,7 @@ def test_a_far_success_after_notready_fences_the_node_and_the_pod_is_force_delet
 def test_a_policy_that_does_not_list_far_observes(
     medik8s: Kube, controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    node = make_node(kubelet=False)
-    lost = datetime.now(UTC) - timedelta(minutes=10)
-    _not_ready(objects, node, lost)
+    node, lost = _lost_node(objects, make_node)
     _far(medik8s, node, lost + timedelta(minutes=2))
     pod = objects.stuck_pod(namespace, node, remediate="t-taint-only")
     status = objects.remediation_when(
@@ -234,9 +229,7 @@ def test_a_far_success_before_the_last_ready_is_not_proof_and_is_captured_withou
 def test_an_snr_whose_reboot_time_passed_fences_the_node(
     medik8s: Kube, controller: Controller, objects: Objects, namespace: str, make_node: Any
 ) -> None:
-    node = make_node(kubelet=False)
-    lost = datetime.now(UTC) - timedelta(minutes=10)
-    _not_ready(objects, node, lost)
+    node, lost = _lost_node(objects, make_node)
     medik8s.request(
         "POST",
         f"/apis/{SNR_GROUP}/v1alpha1/namespaces/{FAR_NS}/selfnoderemediations",

@@ -60,13 +60,38 @@ def setup(
 
 
 def _stuck(objects: Objects, namespace: str, node: str | None, **pod: Any) -> dict[str, Any]:
-    made = objects.pod(namespace, node, remediate=POLICY, **pod)
-    objects.core.delete_namespaced_pod(made["name"], namespace)
-    return made
+    return objects.stuck_pod(namespace, node, remediate=POLICY, **pod)
 
 
 def _answered(entry: dict[str, Any]) -> bool:
     return bool(entry.get("result")) and entry.get("result") not in INTENTS
+
+
+def _settled(objects: Objects, namespace: str, pod: dict[str, Any], action: str, what: str) -> Any:
+    """Wait until the pod's record holds `action` with an answer; those entries."""
+    return wait_until(
+        lambda: [
+            a
+            for a in objects.status(namespace, pod).get("actions") or []
+            if a.get("action") == action and _answered(a)
+        ],
+        timeout=30,
+        what=what,
+    )
+
+
+def _waiting_for_the_rate_limit(objects: Objects, namespace: str, pod: dict[str, Any]) -> Any:
+    """Wait until the pod is listed in its node incident and the incident waits for the
+    rate limit; that incident."""
+    return objects.remediation_when(
+        namespace,
+        pod,
+        lambda _r: objects.incident_entry(namespace, pod),
+        incident=True,
+        timeout=30,
+        what="the second pod waiting for the rate limit",
+        waitingFor=RATE_LIMITED,
+    )
 
 
 def test_an_incident_force_delete_whose_answer_is_lost_stays_on_record(
@@ -82,11 +107,7 @@ def test_an_incident_force_delete_whose_answer_is_lost_stays_on_record(
     proxy.lose_answer("DELETE", [pod_path(namespace, first["name"])])
     objects.core.delete_namespaced_pod(first["name"], namespace)
 
-    wait_until(
-        lambda: objects.read_pod(namespace, first["name"]) is None,
-        timeout=60,
-        what="the first pod force-deleted",
-    )
+    objects.pod_gone(namespace, first, timeout=60, what="the first pod force-deleted")
     entry = wait_until(
         lambda: (e := objects.incident_entry(namespace, first)).get("goneAt") and e,
         timeout=30,
@@ -100,17 +121,7 @@ def test_an_incident_force_delete_whose_answer_is_lost_stays_on_record(
 
     # Its slot stays taken: the next pod of the node waits for the rate limit.
     second = _stuck(objects, namespace, node)
-    objects_incident = wait_until(
-        lambda: (
-            (r := objects.incident(namespace, second))
-            and (r.get("status") or {}).get("waitingFor") == RATE_LIMITED
-            and objects.incident_entry(namespace, second)
-            and r
-        ),
-        timeout=30,
-        what="the second pod waiting for the rate limit",
-    )
-    assert objects_incident is not None
+    assert _waiting_for_the_rate_limit(objects, namespace, second) is not None
     assert objects.read_pod(namespace, second["name"]) is not None
     assert not objects.incident_entry(namespace, second).get("action")
 
@@ -126,42 +137,20 @@ def test_a_per_pod_force_delete_whose_answer_is_lost_stays_on_record(
     node_ready(objects, node)
     first = _stuck(objects, namespace, node)
     # Its own record first (cause Unknown: no probe), so the force-delete is a per-pod one.
-    wait_until(
-        lambda: objects.remediation(namespace, first),
-        timeout=60,
-        what="the first pod's own record",
-    )
+    objects.remediation_when(namespace, first, timeout=60, what="the first pod's own record")
     proxy.lose_answer("DELETE", [pod_path(namespace, first["name"])])
     objects.core.delete_node(node)  # NodeGone: force-delete
 
-    wait_until(
-        lambda: objects.read_pod(namespace, first["name"]) is None,
-        timeout=60,
-        what="the first pod force-deleted",
-    )
-    actions = wait_until(
-        lambda: [
-            a
-            for a in objects.status(namespace, first).get("actions") or []
-            if a.get("action") == "force-delete" and _answered(a)
-        ],
-        timeout=30,
-        what="the force-delete settled on record",
+    objects.pod_gone(namespace, first, timeout=60, what="the first pod force-deleted")
+    actions = _settled(
+        objects, namespace, first, "force-delete", "the force-delete settled on record"
     )
     assert [(m, c) for m, _p, c in proxy.lost] == [("DELETE", 200)]
     assert controller_delete_codes(control_plane, namespace, first["name"]) == [200]
     assert [(a["result"], a["by"]) for a in actions] == [("gone", "controller")], actions
 
     second = _stuck(objects, namespace, node)  # no record of its own: the incident path
-    wait_until(
-        lambda: (
-            ((objects.incident(namespace, second) or {}).get("status") or {}).get("waitingFor")
-            == RATE_LIMITED
-            and objects.incident_entry(namespace, second)
-        ),
-        timeout=30,
-        what="the second pod waiting for the rate limit",
-    )
+    _waiting_for_the_rate_limit(objects, namespace, second)
     assert objects.read_pod(namespace, second["name"]) is not None
 
 
@@ -175,19 +164,9 @@ def test_a_finalizer_removal_whose_answer_is_lost_stays_on_record(
     first = _stuck(objects, namespace, None, finalizers=[KEEP])
     proxy.lose_answer("PATCH", [pod_path(namespace, first["name"])])
 
-    wait_until(
-        lambda: objects.read_pod(namespace, first["name"]) is None,
-        timeout=90,
-        what="the first pod's finalizer removed",
-    )
-    actions = wait_until(
-        lambda: [
-            a
-            for a in objects.status(namespace, first).get("actions") or []
-            if a.get("action") == "remove-finalizer" and _answered(a)
-        ],
-        timeout=30,
-        what="the finalizer removal settled on record",
+    objects.pod_gone(namespace, first, timeout=90, what="the first pod's finalizer removed")
+    actions = _settled(
+        objects, namespace, first, "remove-finalizer", "the finalizer removal settled on record"
     )
     patches = requests(
         control_plane,
