@@ -26,6 +26,8 @@ from unstick.core.remediation import pod_label, remediation_name
 
 GROUP, VERSION = "unstick.dev", "v1alpha1"
 USER_AGENT_PREFIX = "unstick-controller/"
+# The actions of docs/contracts.md's example policy, which the chart's default policy
+# permits too (thaw and restart-kubelet only where a policy lists them).
 ALL_ACTIONS = [
     "observe",
     "replay-unpublish",
@@ -328,6 +330,14 @@ class Objects:
                 return None
             raise
 
+    def record(self, namespace: str, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Create the Remediation `body` (tests/support/remediations.remediation) and write
+        its status, as no controller would: a record that was forged or left behind."""
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "remediations", body["metadata"]["name"], {"status": status}
+        )
+
     def status(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
         rem = self.remediation(namespace, pod) or {}
         return dict(rem.get("status") or {})
@@ -456,6 +466,21 @@ def node_ready(objects: Objects, node: str) -> None:
         "lastTransitionTime": now,
     }
     objects.core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+def node_unknown(core: Any, node: str, since: str, **condition: str) -> None:
+    """The Node's Ready condition Unknown since `since` (RFC 3339), as the node lifecycle
+    controller writes it once the kubelet stopped posting status; `condition` adds to it.
+    `core`: a CoreV1Api."""
+    unknown = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "lastHeartbeatTime": since,
+        "lastTransitionTime": since,
+        **condition,
+    }
+    core.patch_node_status(node, {"status": {"conditions": [unknown]}})
 
 
 def controller_pod_writes(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
