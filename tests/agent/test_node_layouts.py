@@ -17,6 +17,7 @@ nor a CRI socket the agent does not start, and says what it tried."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import socket
@@ -35,6 +36,7 @@ from devcluster.process import wait_until
 from unstick.agent.probe.containers import answers_cri, find_cri_socket, runtime_answer
 from unstick.agent.proto import cri_pb2, cri_pb2_grpc
 from unstick.agent.settings import KNOWN_CRI_SOCKETS, AgentSettings, find_kubelet_root
+from unstick.commands import agent as agent_command
 from unstick.commands.agent import find_host_paths, kubelet_root_problem
 from unstick.core.model.mountinfo import parse_mountinfo
 
@@ -159,8 +161,19 @@ state = "{state}/state"
 
 
 @pytest.fixture
-def host() -> Iterator[Host]:
+def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[Host]:
     h = Host()
+    # The agent's own view of a kubelet root (what its container has mounted at that path)
+    # is an empty directory of the test's, not this machine's own /var/lib/kubelet, which
+    # a real node or kind cluster on this machine may have made (or not).
+    view = h.top / "agent-view"
+    view.mkdir()
+    real_view = agent_command.root_view
+    monkeypatch.setattr(
+        agent_command,
+        "root_view",
+        lambda root: dataclasses.replace(real_view(str(view / root.lstrip("/"))), root=root),
+    )
     try:
         yield h
     finally:
