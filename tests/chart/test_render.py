@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.controller import ALL_ACTIONS
+
 from .render import (
     ALL_ON,
     CHART,
@@ -366,14 +368,7 @@ def test_default_policy_is_dry_run_and_parses(defaults: list[dict[str, Any]]) ->
     # Apart from the permitted actions (a spec without `actions` permits only observe;
     # the chart lists docs/contracts.md's set), the chart's defaults are the core's.
     assert replace(policy, actions=RemediationPolicy().actions) == RemediationPolicy()
-    assert {str(a) for a in policy.actions} == {
-        "observe",
-        "replay-unpublish",
-        "unmount",
-        "rmdir-stale",
-        "force-delete",
-        "remove-finalizer",
-    }
+    assert {str(a) for a in policy.actions} == set(ALL_ACTIONS)
 
 
 def test_all_on_policy_parses(helm: str) -> None:

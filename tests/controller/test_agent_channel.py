@@ -21,6 +21,7 @@ from tests.support.controller import (
     write_as_agent,
 )
 from tests.support.controller import policy_spec as spec
+from tests.support.remediations import remediation
 from unstick.core.remediation import parse_time
 
 pytestmark = pytest.mark.envtest
@@ -149,16 +150,8 @@ def _running(objects: Objects, namespace: str, name: str) -> None:
 def _forge(
     objects: Objects, namespace: str, name: str, spec: dict[str, Any], status: dict[str, Any]
 ) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Remediation",
-        "metadata": {"name": name, "labels": {"unstick.dev/node": spec.get("nodeName", "")}},
-        "spec": spec,
-    }
-    objects.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
-    objects.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "remediations", name, {"status": status}
-    )
+    body = remediation(spec["podName"], spec["podUID"], spec["nodeName"], name=name)
+    objects.record(namespace, body, status)
 
 
 def _get_rem(objects: Objects, namespace: str, name: str) -> dict[str, Any] | None:

@@ -47,16 +47,8 @@ class _Rebuilt:
 
 
 def _record(objects: Objects, namespace: str, name: str, spec: Any, status: Any) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Remediation",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    objects.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
-    objects.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "remediations", name, {"status": status}
-    )
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Remediation", "metadata": {"name": name}}
+    objects.record(namespace, {**body, "spec": spec}, status)
 
 
 @pytest.mark.envtest

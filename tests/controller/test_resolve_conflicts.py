@@ -21,6 +21,7 @@ import pytest
 
 from devcluster import ControlPlane
 from tests.support.controller import Objects
+from tests.support.pods import remembered_pod
 from unstick.controller import metrics
 from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.records import writer as records
@@ -64,17 +65,8 @@ class Meddling(Kube):
 
 
 def _gone_pod(namespace: str) -> TerminatingPod:
-    return TerminatingPod(
-        namespace=namespace,
-        name="app",
-        uid=str(uuid.uuid4()),
-        node=NODE,
-        deletion_timestamp=time.time() - 60,
-        deletion_grace_period_s=30,
-        finalizers=(),
-        remediate="true",
-        containers_running=False,
-    )
+    uid = str(uuid.uuid4())
+    return remembered_pod(namespace, "app", uid, NODE, deleted_at=time.time() - 60, running=False)
 
 
 ANSWER = {  # the agent's answer to node steps, which no pass has recorded yet

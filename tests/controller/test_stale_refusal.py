@@ -60,6 +60,28 @@ def _steps_requested(
     return pod, rem, str(stale)
 
 
+def _probe_after(
+    objects: Objects,
+    namespace: str,
+    pod: dict[str, Any],
+    rem: dict[str, Any],
+    after: tuple[str, str],
+    volume_dirs: list[dict[str, Any]],
+) -> None:
+    """Wait for the probe the controller asks for after `after` (a time, and what happened
+    then) and answer it, as the agent, with these volume dirs."""
+    done, what = after
+    objects.remediation_when(
+        namespace,
+        pod,
+        lambda r: r["spec"]["probeRequestedAt"] > done,
+        timeout=30,
+        what=f"a probe request after {what}",
+    )
+    probe = agent_probe(rem["spec"]["nodeName"], volume_dirs, pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
+
+
 def _refuse(
     objects: Objects,
     namespace: str,
@@ -127,16 +149,7 @@ def test_a_request_refused_as_stale_or_busy_is_asked_again_and_carried_out(
     write_as_agent(
         objects, namespace, rem, {"nodeActions": [{**ran, "time": done}], "nodeStepsDoneAt": done}
     )
-    objects.remediation_when(
-        namespace,
-        pod,
-        lambda r: r["spec"]["probeRequestedAt"] > done,
-        timeout=30,
-        what="a probe request after the node steps",
-    )
-    write_as_agent(
-        objects, namespace, rem, {"probe": agent_probe(rem["spec"]["nodeName"], [], pod["uid"])}
-    )
+    _probe_after(objects, namespace, pod, rem, (done, "the node steps"), [])
     status = objects.remediation_when(
         namespace, pod, timeout=60, what="Resolved", phase="Resolved"
     )["status"]
@@ -158,15 +171,9 @@ def test_a_request_refused_for_safety_is_not_asked_again(
     done = _refuse(objects, namespace, rem, stale, reason)
 
     # Judged, as any answer, by a probe taken after it: the dir is still there.
-    objects.remediation_when(
-        namespace,
-        pod,
-        lambda r: r["spec"]["probeRequestedAt"] > done,
-        timeout=30,
-        what="a probe request after the refusal",
+    _probe_after(
+        objects, namespace, pod, rem, (done, "the refusal"), [{"path": stale, "empty": True}]
     )
-    probe = agent_probe(rem["spec"]["nodeName"], [{"path": stale, "empty": True}], pod["uid"])
-    write_as_agent(objects, namespace, rem, {"probe": probe})
     status = objects.remediation_when(namespace, pod, timeout=30, what="Failed", phase="Failed")[
         "status"
     ]

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.pods import remembered_pod
+from tests.support.remediations import remediation
 from unstick.controller.agent_channel import trust
 from unstick.controller.records import identity
 from unstick.core.safety import MAX_CLOCK_SKEW_S, bound_probe, fresh_probe
@@ -21,17 +23,7 @@ OTHER = "99999999-2222-3333-4444-555555555555"
 
 
 def record(uid: str = UID, node: str = "n1", name: str = "web-0") -> TerminatingPod:
-    return TerminatingPod(
-        namespace="ns",
-        name=name,
-        uid=uid,
-        node=node,
-        deletion_timestamp=NOW.timestamp() - 600,
-        deletion_grace_period_s=30,
-        finalizers=(),
-        remediate="true",
-        containers_running=True,
-    )
+    return remembered_pod("ns", name, uid, node, deleted_at=NOW.timestamp() - 600, running=True)
 
 
 def probe(uid: str | None = UID, node: str = "n1", at: datetime = NOW) -> dict[str, object]:
@@ -146,10 +138,7 @@ def test_usable_probe_not_an_object() -> None:
 
 
 def rem(uid: str = UID, node: str = "n1", name: str = "web-0") -> dict[str, object]:
-    return {
-        "metadata": {"namespace": "ns", "name": f"{name}-{uid[:8]}"},
-        "spec": {"podName": name, "podUID": uid, "nodeName": node},
-    }
+    return remediation(name, uid, node, name=f"{name}-{uid[:8]}", metadata={"namespace": "ns"})
 
 
 def test_identity_mismatch() -> None:

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.support.bundles import UID, bundle, pod
 from tests.support.cni_events import kill_pod_event
 from unstick.core.model.snapshot import parse_bundle
@@ -25,19 +27,32 @@ REAL = (
 )  # fmt: skip
 
 
-def test_the_real_kubelets_words_name_the_plugin_sandbox_and_error() -> None:
+def _failure(message: str, times: int = 3) -> Any:
+    """The teardown failure read from a FailedKillPod Event (seen `times` times) with this
+    message, of a pod diagnosed CNITeardownFailed."""
     b = bundle(the_pod=pod(statuses=[("c", "terminated")]))
-    b["events"] = [kill_pod_event(UID, "2026-11-20T09:50:00Z", 2) | {"message": REAL}]
+    b["events"] = [kill_pod_event(UID, "2026-11-20T09:50:00Z", times) | {"message": message}]
     facts = parse_bundle(b)
-    failure = teardown_failure(facts.pod, facts.events)
-    assert failure is not None
-    assert (failure.plugin, failure.network, failure.sandbox) == ("unstick-cnifail", "", SANDBOX)
-    assert failure.error == ERROR
-    assert failure_words(failure) == (
-        f"the kubelet cannot remove the pod's sandbox {SANDBOX}: CNI plugin unstick-cnifail "
-        f"fails to delete its network (2 times): {ERROR}"
-    )
     assert diagnose(facts).cause is Cause.CNITeardownFailed
+    return teardown_failure(facts.pod, facts.events)
+
+
+def _read(failure: Any) -> tuple[str, str, str, str, str]:
+    """What a failure names: (plugin, network, sandbox, error, its words)."""
+    assert failure is not None
+    words = failure_words(failure)
+    return (failure.plugin, failure.network, failure.sandbox, failure.error, words)
+
+
+def test_the_real_kubelets_words_name_the_plugin_sandbox_and_error() -> None:
+    assert _read(_failure(REAL, times=2)) == (
+        "unstick-cnifail",
+        "",
+        SANDBOX,
+        ERROR,
+        f"the kubelet cannot remove the pod's sandbox {SANDBOX}: CNI plugin unstick-cnifail "
+        f"fails to delete its network (2 times): {ERROR}",
+    )
 
 
 # CRI-O's words (server/sandbox_network.go: `failed to destroy network for pod sandbox
@@ -61,22 +76,14 @@ def _crio(rest: str) -> str:
     )
 
 
-def _failure(message: str) -> object:
-    b = bundle(the_pod=pod(statuses=[("c", "terminated")]))
-    b["events"] = [kill_pod_event(UID, "2026-11-20T09:50:00Z", 3) | {"message": message}]
-    facts = parse_bundle(b)
-    assert diagnose(facts).cause is Cause.CNITeardownFailed
-    return teardown_failure(facts.pod, facts.events)
-
-
 def test_crio_names_the_sandbox_id_and_the_cni_network() -> None:
-    failure = _failure(_crio(CILIUM_ERROR))
-    assert failure is not None
-    assert (failure.plugin, failure.network, failure.sandbox) == ("", "cilium", CRIO_SANDBOX)
-    assert failure.error == CILIUM_ERROR
-    assert failure_words(failure) == (
+    assert _read(_failure(_crio(CILIUM_ERROR))) == (
+        "",
+        "cilium",
+        CRIO_SANDBOX,
+        CILIUM_ERROR,
         f"the kubelet cannot remove the pod's sandbox {CRIO_SANDBOX}: the CNI plugin (network "
-        f"cilium) fails to delete its network (3 times): {CILIUM_ERROR}"
+        f"cilium) fails to delete its network (3 times): {CILIUM_ERROR}",
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,15 +19,12 @@ import pytest
 from devcluster.process import wait_until
 from devcluster.prometheus import PrometheusError
 from tests.prometheus.conftest import Stack
-from tests.support.controller import GROUP, VERSION
+from tests.support.controller import agent_probe, node_ready, utc_now, write_as_agent
+from tests.support.remediations import remediation
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.envtest]
 
 HOLD = "example.com/hold"  # keeps a test pod Terminating on a node without a kubelet
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def _unstick_alerts(stack: Stack, state: str | None = None) -> list[dict[str, Any]]:
@@ -38,6 +35,14 @@ def _unstick_alerts(stack: Stack, state: str | None = None) -> list[dict[str, An
     ]
 
 
+def _alert_when(stack: Stack, name: str, state: str, **labels: str) -> dict[str, Any]:
+    """Wait until the unstick alert `name` with these labels is in `state`; that alert."""
+    found: dict[str, Any] = wait_until(
+        lambda: _alert(stack, name, state, **labels), timeout=60, what=f"{name} {state}"
+    )
+    return found
+
+
 def _alert(stack: Stack, name: str, state: str, **labels: str) -> dict[str, Any] | None:
     for a in _unstick_alerts(stack, state):
         if a["labels"]["alertname"] == name and all(
@@ -45,13 +50,6 @@ def _alert(stack: Stack, name: str, state: str, **labels: str) -> dict[str, Any]
         ):
             return a
     return None
-
-
-def _ready(stack: Stack, node: str) -> None:
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test",
-                 "lastHeartbeatTime": now, "lastTransitionTime": now}  # fmt: skip
-    stack.objects.core.patch_node_status(node, {"status": {"conditions": [condition]}})
 
 
 def _evaluations_after(stack: Stack, since: float) -> bool:
@@ -83,27 +81,12 @@ def test_stuck_pod_not_opted_in_goes_pending_then_firing(stack: Stack, namespace
     node = f"gone-{uuid.uuid4().hex[:6]}"  # no Node object: the pod's node is gone
     pod = stack.objects.pod(namespace, node, finalizers=[HOLD])
     stack.objects.core.delete_namespaced_pod(pod["name"], namespace)
-    pending = wait_until(
-        lambda: _alert(stack, "UnstickPodStuck", "pending", namespace=namespace),
-        timeout=60,
-        what="UnstickPodStuck pending",
-    )
-    firing = wait_until(
-        lambda: _alert(stack, "UnstickPodStuck", "firing", namespace=namespace),
-        timeout=60,
-        what="UnstickPodStuck firing",
-    )
+    pending = _alert_when(stack, "UnstickPodStuck", "pending", namespace=namespace)
+    firing = _alert_when(stack, "UnstickPodStuck", "firing", namespace=namespace)
     assert pending["labels"]["cause"] == firing["labels"]["cause"]
     assert firing["annotations"]["runbook_url"].endswith("#unstickpodstuck")
     assert stack.controller.sample("unstick_stuck_pods", namespace=namespace,
                                    cause=firing["labels"]["cause"]) == 1  # fmt: skip
-
-
-def _probe(node: str, uid: str, volume_dirs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"podUID": uid, "nodeName": node, "probedAt": _now(), "kubeletRoot": "/var/lib/kubelet",
-            "kubeletHealthy": True, "registeredPlugins": [], "mountinfo": "",
-            "volumeDirs": volume_dirs, "holders": [], "containers": [], "podDirExists": True,
-            "podDirsSeen": 3, "runtime": "cri+cgroup", "holderScan": "complete"}  # fmt: skip
 
 
 def test_failing_action_fires_the_failure_alert(stack: Stack, namespace: str) -> None:
@@ -114,66 +97,40 @@ def test_failing_action_fires_the_failure_alert(stack: Stack, namespace: str) ->
     node = f"fail-{uuid.uuid4().hex[:6]}"
     objects.core.create_node({"metadata": {"name": node}})
     try:
-        _ready(stack, node)
+        node_ready(objects, node)
         pod = objects.stuck_pod(namespace, node, remediate="true", finalizers=[HOLD])
-
-        def rem_with(key: str, where: str = "spec") -> dict[str, Any] | None:
-            r = objects.remediation(namespace, pod)
-            return r if r and (r.get(where) or {}).get(key) else None
-
-        rem = wait_until(lambda: rem_with("probeRequestedAt"), timeout=60, what="a probe request")
+        rem = objects.remediation_when(
+            namespace, pod, spec_has="probeRequestedAt", timeout=60, what="a probe request"
+        )
         stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
-        _as_agent(
-            stack,
-            namespace,
-            rem,
-            {"probe": _probe(node, pod["uid"], [{"path": stale, "empty": True}])},
+        probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
+        write_as_agent(objects, namespace, rem, {"probe": probe})
+        rem = objects.remediation_when(
+            namespace, pod, spec_has="nodeSteps", timeout=60, what="node steps"
         )
-        rem = wait_until(lambda: rem_with("nodeSteps"), timeout=60, what="node steps")
         failed = {"action": "rmdir-stale", "target": stale, "result": "failed",
-                  "message": "rmdir: device or resource busy", "time": _now()}  # fmt: skip
-        _as_agent(stack, namespace, rem, {"nodeActions": [failed], "nodeStepsDoneAt": _now()})
-        alert = wait_until(
-            lambda: _alert(stack, "UnstickRemediationsFailing", "firing", action="rmdir-stale"),
-            timeout=60,
-            what="UnstickRemediationsFailing firing",
+                  "message": "rmdir: device or resource busy", "time": utc_now()}  # fmt: skip
+        write_as_agent(
+            objects, namespace, rem, {"nodeActions": [failed], "nodeStepsDoneAt": utc_now()}
         )
+        alert = _alert_when(stack, "UnstickRemediationsFailing", "firing", action="rmdir-stale")
         assert alert["labels"]["cause"] == "StaleVolumeDirs"
         assert alert["annotations"]["runbook_url"].endswith("#unstickremediationsfailing")
     finally:
         objects.core.delete_node(node)
 
 
-def _as_agent(stack: Stack, namespace: str, rem: dict[str, Any], status: Any) -> None:
-    stack.objects.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "remediations", rem["metadata"]["name"], {"status": status}
-    )
-
-
 def _forge(stack: Stack, namespace: str) -> str:
     """A Remediation of a pod that does not exist, dressed up as a remediation under way."""
     name = f"ghost-{uuid.uuid4().hex[:8]}"
-    spec = {"podName": "ghost", "podUID": "0badf00d-0000-4000-8000-000000000000",
-            "nodeName": "nowhere"}  # fmt: skip
-    meta = {"name": name, "labels": {"unstick.dev/node": "nowhere"}}
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Remediation", "metadata": meta,
-            "spec": spec}  # fmt: skip
-    custom = stack.objects.custom
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "remediations", body)
-    custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "remediations", name,
-        {"status": {"phase": "Remediating", "cause": "NodeGone"}},
-    )  # fmt: skip
+    body = remediation("ghost", "0badf00d-0000-4000-8000-000000000000", "nowhere", name=name)
+    stack.objects.record(namespace, body, {"phase": "Remediating", "cause": "NodeGone"})
     return name
 
 
 def test_forged_remediation_fires_the_refusal_alert(stack: Stack, namespace: str) -> None:
     _forge(stack, namespace)
-    alert = wait_until(
-        lambda: _alert(stack, "UnstickRequestsRefused", "firing", reason="forged"),
-        timeout=60,
-        what="UnstickRequestsRefused firing",
-    )
+    alert = _alert_when(stack, "UnstickRequestsRefused", "firing", reason="forged")
     assert alert["labels"]["severity"] == "critical"
     assert alert["annotations"]["runbook_url"].endswith("#unstickrequestsrefused")
 
@@ -215,7 +172,7 @@ def _situations(stack: Stack, namespace: str) -> None:
     """A pod stuck on the agent's node (opted in: the real agent probes it), a pod seen
     stuck and then gone (time to resolution), a forged record (a refusal)."""
     objects = stack.objects
-    _ready(stack, stack.agent_node)
+    node_ready(objects, stack.agent_node)
     objects.stuck_pod(namespace, stack.agent_node, remediate="true", finalizers=[HOLD])
     gone = objects.pod(namespace, f"gone-{uuid.uuid4().hex[:6]}", finalizers=[HOLD])
     objects.core.delete_namespaced_pod(gone["name"], namespace)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from unstick.kube.podwatch import TerminatingPod
+
 IMAGE = "registry.example/app:1"  # never pulled: no kubelet runs these pods
 
 
@@ -47,3 +49,22 @@ def claim_body(name: str, pv: str) -> dict[str, Any]:
             "storageClassName": "",
         },
     }
+
+
+def remembered_pod(
+    namespace: str, name: str, uid: str, node: str, *, deleted_at: float, running: bool
+) -> TerminatingPod:
+    """What the controller remembers of a pod opted in (remediate "true"), without
+    finalizers, deleted at `deleted_at` (epoch seconds) with 30 s of grace; `running`: its
+    containers still run."""
+    return TerminatingPod(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        node=node,
+        deletion_timestamp=deleted_at,
+        deletion_grace_period_s=30,
+        finalizers=(),
+        remediate="true",
+        containers_running=running,
+    )
