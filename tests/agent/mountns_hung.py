@@ -34,6 +34,25 @@ def _wchan(pid: int) -> str:
         return ""
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` stopped (state T): a SIGSTOP takes effect only when the task is
+    next scheduled, and a FUSE daemon woken by a request before that reads it first — the
+    request then waits for an answer uninterruptibly, and its process cannot be killed."""
+    try:
+        states = [
+            (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            for task in Path(f"/proc/{pid}/task").iterdir()
+        ]
+    except OSError:
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
+def _stop(daemon: subprocess.Popen[Any]) -> None:
+    daemon.send_signal(signal.SIGSTOP)
+    wait_until(lambda: _stopped(daemon.pid), timeout=20, what="the FUSE daemon stopped")
+
+
 def _hung_volume(
     node: Node, vol: Path | None = None, subdirs: str = ""
 ) -> tuple[Path, subprocess.Popen[str]]:
@@ -75,7 +94,7 @@ def scenario_fuse_stopped(node: Node) -> dict[str, Any]:
     # the daemon stops idle: a request it has read but not answered would leave the holder
     # unkillable (uninterruptible) until the daemon dies
     wait_until(lambda: "pipe" in _wchan(holder.pid), timeout=20, what="sh to wait on its stdin")
-    daemon.send_signal(signal.SIGSTOP)
+    _stop(daemon)
     assert holder.stdin is not None
     holder.stdin.write("go\n")
     holder.stdin.flush()
@@ -132,7 +151,7 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
     from unstick.agent.probe.waiters import mount_waiters
 
     vol, daemon = _hung_volume(node)
-    daemon.send_signal(signal.SIGSTOP)
+    _stop(daemon)
     stat = _blocked(node, "stat", str(vol))
     cat = _blocked(node, "cat", f"{vol}/missing.txt")
     table = node.executor().checks.pod_table(UID_A)
@@ -174,7 +193,7 @@ def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
     from unstick.agent.probe.waiters import scan_waiters
 
     vol, daemon = _hung_volume(node)
-    daemon.send_signal(signal.SIGSTOP)
+    _stop(daemon)
     waiter = _blocked(node, "stat", f"{vol}/../{vol.name}")
     table = node.executor().checks.pod_table(UID_A)
     mount = next(m for m in table.mounts if m.mount_point == str(vol))
@@ -221,7 +240,7 @@ def scenario_fuse_csi_replay_waiter(node: Node) -> dict[str, Any]:
 
     target = node.csi_volume(UID_A, "pv-fuse", "vol-fuse", bind=False)
     vol, daemon = _hung_volume(node, target)
-    daemon.send_signal(signal.SIGSTOP)
+    _stop(daemon)
     waiter = _blocked(node, "stat", str(vol))
     driver = RecordingDriver()
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
@@ -263,7 +282,7 @@ def scenario_fuse_held_submount(node: Node) -> dict[str, Any]:
     wait_until(
         lambda: Path(f"/proc/{holder.pid}/cwd").readlink() == sub, timeout=20, what="sleep to start"
     )
-    daemon.send_signal(signal.SIGSTOP)
+    _stop(daemon)
     ex = node.executor()
     done = step(ex, UID_A, "lazy-unmount", str(vol))
     points = mount_points()
@@ -293,7 +312,7 @@ def scenario_fuse_pod_process(node: Node) -> dict[str, Any]:
     vol, daemon = _hung_volume(node)
     waiter = None
     try:
-        daemon.send_signal(signal.SIGSTOP)
+        _stop(daemon)
         waiter = _blocked(
             node, "sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec stat "$0"', str(vol)
         )
