@@ -396,3 +396,33 @@ def test_a_skewed_wall_clock_changes_nothing(
             t.join(timeout=10)
         second.release()
         _delete_lease(objects, lease)
+
+
+def test_two_electors_starting_together_one_leads(
+    control_plane: ControlPlane, objects: Objects
+) -> None:
+    """No Lease yet, two replicas create it at once: one wins (the other's POST or PUT is
+    answered 409), and at no sampled moment do both lead."""
+    lease = "t-lease-race"
+    electors = [_elector(control_plane, lease, name) for name in ("one", "two")]
+    threads = [threading.Thread(target=e.run, daemon=True) for e in electors]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: any(e.leading() for e in electors), timeout=15, what="a leader")
+        until = time.monotonic() + 6.0  # two lease durations
+        while time.monotonic() < until:
+            assert [e.leading() for e in electors].count(True) <= 1
+            time.sleep(0.1)
+        found = holder(objects, lease)
+        assert found is not None
+        (winner,) = [e for e in electors if e.leading()]
+        assert found[0] == winner.settings.identity
+    finally:
+        for e in electors:
+            e.stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        for e in electors:
+            e.release()
+        _delete_lease(objects, lease)

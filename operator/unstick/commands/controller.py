@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
     import kopf
 
+    from unstick.controller.leader import own_identity
     from unstick.controller.operator import ControllerSettings, State, build_registry, configure
     from unstick.controller.reconciler import ReconcileSettings
     from unstick.controller.runtime import RuntimeSettings
@@ -267,6 +268,9 @@ def run(args: argparse.Namespace) -> int:
                 liveness_endpoint=liveness,
                 memo=memo,
                 stop_flag=state.stop_flag,
+                # Kopf's own name for this process (its logs); without one it asks the
+                # passwd database, which has no entry for the image's uid 65532.
+                identity=election.identity if election else own_identity(),  # type: ignore[arg-type]
             )
         )
     except KeyboardInterrupt:

@@ -152,7 +152,12 @@ class Elector:
         now = self.clock()
         if lease is None:
             body = self._body(None, transitions=0, acquire=True)
-            self._lease = self.kube.request("POST", self._collection, body=body)
+            try:
+                self._lease = self.kube.request("POST", self._collection, body=body)
+            except ApiException as exc:
+                if exc.status == 409:  # another replica created it first: read it next round
+                    return False
+                raise
             return self._won(sent)
         record = _record(lease)
         if record != self._observed:
