@@ -46,6 +46,14 @@ def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
+def refused(helm: str, *args: str) -> str:
+    """`helm template` the chart (release unstick) with these values, refused by the values
+    schema or a template's check; helm's message."""
+    proc = run_helm(helm, "template", RELEASE, str(CHART), *args, check=False)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    return proc.stderr
+
+
 def template(helm: str, *args: str) -> list[dict[str, Any]]:
     """`helm template` the chart (release unstick, namespace unstick) into objects; without
     the `helm test` hook (tests/chart/test_helm_test.py renders that)."""
