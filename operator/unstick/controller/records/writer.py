@@ -30,12 +30,14 @@ deleted) drops the copy and raises `Stale` too. The server's answer becomes the 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from unstick.controller import metrics
 from unstick.controller.deciding.decision import Pass
+from unstick.controller.records.conditions import conditions as derive_conditions
 from unstick.controller.records.copies import RemediationCopies, version
 from unstick.core.remediation import (
     Phase,
@@ -121,7 +123,18 @@ def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any], *, resource_version:
 def patch_status(
     kube: Kube, rem: JSON, status: dict[str, Any], *, resource_version: str = ""
 ) -> JSON:
+    """Every status write of the controller. `status.conditions` (records/conditions.py) go
+    with it when the record's would change — never a write of their own — derived from the
+    status after this write: exact when the write is guarded (`rem` is that version), and
+    otherwise only when the write sets the phase itself (an unguarded write onto a copy
+    that may be old must not restate an old phase in the conditions)."""
     meta = rem["metadata"]
+    current = rem.get("status") or {}
+    if resource_version or "phase" in status:
+        after = {k: v for k, v in {**current, **status}.items() if v is not None}
+        wanted = derive_conditions(after, meta.get("generation"), time.time())
+        if wanted is not None and wanted != current.get("conditions"):
+            status = {**status, "conditions": wanted}
     return kube.request(
         "PATCH",
         remediation_path(meta["namespace"], meta["name"]) + "/status",
