@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 HELM ?= bin/helm
 ACTIONLINT ?= bin/actionlint
 
-.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes test-chart version krew test-matrix
+.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes test-chart version krew test-matrix kind-up kind-down
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -27,6 +27,8 @@ help:
 	@echo "make images       (root) build the unstick, pause and busybox images for the node suite"
 	@echo "make kind-image   (root) build the kind suite's node image into podman (tests/machines/kind builds"
 	@echo "                  it on first use too; docs/kind.md)"
+	@echo "make kind-up      (root) a local kind cluster (3 machines, podman) with unstick installed"
+	@echo "                  from the image and chart built here; docs/quickstart.md. make kind-down"
 	@echo "make manifests    render manifests/ from the Helm chart"
 	@echo "make chart-readme charts/unstick/README.md from the comments in values.yaml"
 	@echo "make image        (root) the release image from the Dockerfile with buildah, this machine's"
@@ -67,6 +69,14 @@ images: node-deps
 # The kind suite's node image (tests/machines/kind; podman from node-deps, kind/kubeadm from tools).
 kind-image: node-deps tools
 	bash hack/build-kind-node-image.sh
+
+# The quickstart (docs/quickstart.md): a local 3-machine kind cluster with unstick installed
+# from the image and chart built here (devcluster/kind_up.py); kept until make kind-down.
+kind-up: venv tools images
+	$(PY) -m devcluster.kind_up
+
+kind-down: venv
+	$(PY) -m devcluster.kind_up --down
 
 lint: venv
 	$(VENV)/bin/ruff check operator devcluster tests bench hack
