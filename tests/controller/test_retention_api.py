@@ -87,6 +87,14 @@ def test_old_records_go_recent_and_terminating_ones_stay(
 
     assert sweep(kube, namespace, later) == 1
     assert names(kube, namespace) == everything - {old["metadata"]["name"]}
+    # the per-sweep cap: two more past their retention, one sweep of one takes one
+    more = {resolved(kube, namespace, f"gone-{i}", str(uuid.uuid4()), real_now)["metadata"]["name"]
+            for i in range(2)}  # fmt: skip
+    capped = retention.sweep(kube, (namespace,), WEEK, later, terminating=lambda _uid: False,
+                             gate=lambda: True, limit=1)  # fmt: skip
+    assert capped == 1 and len(names(kube, namespace) & more) == 1
+    assert sweep(kube, namespace, later) == 1
+    assert names(kube, namespace) == everything - {old["metadata"]["name"]}
 
 
 def test_a_record_written_since_the_list_stays(kube: Kube, namespace: str) -> None:

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 SWEEP_EVERY_S = 3600.0  # how often the records are looked through (at most)
 SWEEP_AT_LEAST_S = 60.0  # ... and at least this long apart, however short the retention
+MAX_PER_SWEEP = 500  # deletions per sweep (the first after an upgrade may find thousands):
+# the rest wait for the next sweep, so the API server never gets a burst of them
 
 
 def _times(value: Any, key: str = "") -> Iterator[float]:
@@ -177,14 +179,18 @@ def sweep(
     *,
     terminating: Callable[[str], bool],
     gate: Callable[[], bool],
+    limit: int = MAX_PER_SWEEP,
 ) -> int:
-    """One pass over the records: remove those past retention. Returns how many went."""
+    """One pass over the records: remove those past retention, at most `limit`. Returns
+    how many went."""
     if retention_s <= 0 or not gate():
         return 0
     items = _list(kube, namespaces)
     nodes = open_incident_nodes(items)
     removed = 0
     for rem in items:
+        if removed >= limit:
+            break
         if not removable(rem, now, retention_s, terminating=terminating, incident_nodes=nodes):
             continue
         if not gate() or pod_terminating(kube, rem):  # checked again right before the act
