@@ -36,6 +36,7 @@ from tests.support.integrity import (
     TokenClient,
     apply_objects,
     delete_objects,
+    tenant_refused,
     token_for,
 )
 from tests.support.remediations import remediation
@@ -151,17 +152,6 @@ def _controller_writes(cp: ControlPlane, controller: TokenClient) -> bool:
     return answer.status == 201
 
 
-def _policy_active(tenant: TokenClient) -> bool:
-    answer = tenant.request(
-        "POST",
-        rems(SCOPED_NS),
-        remediation("p", str(uuid.uuid4()), NODE_B, metadata={"generateName": "probe-"}),
-    )
-    if answer.status == 201:  # not yet: take it away again
-        return False
-    return answer.status == 403 and "only the unstick controller" in answer.message
-
-
 @pytest.fixture(scope="module")
 def world(control_plane: ControlPlane) -> Iterator[World]:
     cp = control_plane
@@ -200,7 +190,12 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
             tenant=tenant,
             pod=pod,
         )
-        wait_until(lambda: _policy_active(tenant), timeout=60, what="the admission policy")
+        probe = remediation("p", str(uuid.uuid4()), NODE_B, metadata={"generateName": "probe-"})
+        wait_until(
+            lambda: tenant_refused(cp, tenant, rems(SCOPED_NS), probe),
+            timeout=60,
+            what="the admission policy",
+        )
         wait_until(lambda: _controller_writes(cp, w.controller), timeout=60, what="no other")
         yield w
     finally:

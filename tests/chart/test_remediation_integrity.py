@@ -36,9 +36,11 @@ from tests.support.integrity import (
     TokenClient,
     apply_objects,
     delete_objects,
+    tenant_refused,
     token_for,
     whoami,
 )
+from tests.support.remediations import remediation
 
 pytestmark = pytest.mark.envtest
 
@@ -121,16 +123,9 @@ class World:
         """A Remediation created by the controller, as the controller creates them."""
         uid = str(uuid.uuid4())
         name = f"web-{uid[:8]}"
-        body = {
-            "apiVersion": "unstick.dev/v1alpha1",
-            "kind": "Remediation",
-            "metadata": {
-                "name": name,
-                "labels": {"unstick.dev/node": node, "unstick.dev/pod-uid": uid},
-            },
-            "spec": {"podName": "web-0", "podUID": uid, "nodeName": node, "dryRun": True,
-                     **spec},
-        }  # fmt: skip
+        labels = {"unstick.dev/node": node, "unstick.dev/pod-uid": uid}
+        meta = {"labels": labels}
+        body = remediation("web-0", uid, node, name=name, metadata=meta, dryRun=True, **spec)
         answer = self.controller.request("POST", REMEDIATIONS, body)
         assert answer.status == 201, answer
         return answer.body
@@ -144,24 +139,8 @@ def _path(rem: JSON, sub: str = "") -> str:
 
 
 def _forged(uid: str) -> JSON:
-    return {
-        "apiVersion": "unstick.dev/v1alpha1",
-        "kind": "Remediation",
-        "metadata": {"name": f"forged-{uid[:8]}", "labels": {"unstick.dev/node": NODE_A}},
-        "spec": {"podName": "db-0", "podUID": uid, "nodeName": NODE_A,
-                 "nodeSteps": [{"action": "restart-kubelet"}]},
-    }  # fmt: skip
-
-
-def _policy_active(cp: ControlPlane, tenant: TokenClient) -> bool:
-    """The policy refuses a tenant's create (it takes effect a moment after it is applied);
-    a forged Remediation accepted before that is deleted again."""
-    body = _forged(str(uuid.uuid4()))
-    answer = tenant.request("POST", REMEDIATIONS, body)
-    if answer.status == 201:
-        cp.request("DELETE", f"{REMEDIATIONS}/{body['metadata']['name']}")
-        return False
-    return answer.status == 403 and "only the unstick controller" in answer.message
+    steps = [{"action": "restart-kubelet"}]
+    return remediation("db-0", uid, NODE_A, name=f"forged-{uid[:8]}", nodeSteps=steps)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +165,11 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
             agent_unbound=token_for(cp, SYSTEM_NS, AGENT_SA),
             tenant=token_for(cp, TENANT_NS, "tenant"),
         )
-        wait_until(lambda: _policy_active(cp, w.tenant), timeout=60, what="the admission policy")
+        wait_until(
+            lambda: tenant_refused(cp, w.tenant, REMEDIATIONS, _forged(str(uuid.uuid4()))),
+            timeout=60,
+            what="the admission policy",
+        )
         yield w
     finally:
         cp.kubectl("delete", "remediations", "--all", "-n", TENANT_NS, check=False)

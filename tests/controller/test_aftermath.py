@@ -9,11 +9,13 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
@@ -65,82 +67,110 @@ def _controller_writes(cp: ControlPlane, resource: str) -> list[dict[str, Any]]:
     return requests(cp, by="unstick-controller", verbs=WRITES, resource=resource)
 
 
+class Held(NamedTuple):
+    """A claim's CSI volume attached to a node with no kubelet, where its pod db-0 (the
+    holder) is stuck Terminating, and another node for its replacement."""
+
+    storage: Any  # a StorageV1Api
+    old_node: str
+    new_node: str
+    pv: str
+    claim: str
+    attachment: str
+    holder: dict[str, Any]
+
+
+@pytest.fixture
+def stuck_holder(
+    objects: Objects, namespace: str, make_node: Any
+) -> Iterator[Callable[[str], Held]]:
+    """`stuck_holder(attacher)`: a Held, the volume attached by `attacher`; at the end its
+    VolumeAttachment (unless the test detached it) and its PersistentVolume are deleted."""
+    storage = client.StorageV1Api(objects.api_client)
+    made: list[Held] = []
+
+    def make(attacher: str) -> Held:
+        old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
+        pv, claim = _volume(objects, namespace)
+        va = _attachment(storage, pv, old_node, attacher)
+        held = Held(storage, old_node, new_node, pv, claim, va, {})
+        made.append(held)  # removed at the end from here on
+        held.holder.update(objects.pod(namespace, old_node, name="db-0", claim=claim))
+        objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
+        return held
+
+    yield make
+    for held in made:
+        try:
+            storage.delete_volume_attachment(held.attachment)
+        except ApiException as exc:
+            if exc.status != 404:  # detached by the test
+                raise
+        objects.core.delete_persistent_volume(held.pv)
+
+
 def test_multi_attach_of_a_replacement_is_linked_to_the_stuck_pod(
-    controller: Controller, objects: Objects, namespace: str, make_node: Any
+    controller: Controller, objects: Objects, namespace: str, stuck_holder: Any
 ) -> None:
     cp = controller.cp
-    storage = client.StorageV1Api(objects.api_client)
-    old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
-    pv, claim = _volume(objects, namespace)
-    va_name = _attachment(storage, pv, old_node, "ebs.csi.example.com")
-    try:
-        holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
-        objects.core.delete_namespaced_pod("db-0", namespace)  # stuck: no kubelet there
-        objects.remediation_when(
-            namespace, holder, timeout=60, what="the holder diagnosed", cause="NodeUnreachable"
-        )
-        va_before = storage.read_volume_attachment(va_name).metadata.resource_version
-        waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
-        _failed_attach_event(
-            objects, namespace, waiter, pv, source={"component": "attachdetach-controller"}
-        )
-        (event,) = wait_until(
-            lambda: _events(objects, namespace, "BlockedReplacement"),
-            timeout=60,
-            what="the waiter's Event",
-        )
-        assert event.involved_object.name == "db-0-new"
-        assert event.message == (
-            f"volume pvc/data is held by {namespace}/db-0, stuck Terminating on {old_node} "
-            f"(NodeUnreachable, not fenced): it is freed when {old_node} is fenced "
-            "(node.kubernetes.io/out-of-service) or by the attach/detach controller's "
-            "force-detach after 6 min"
-        )
-        waiters = wait_until(
-            lambda: objects.status(namespace, holder).get("waiters"),
-            timeout=30,
-            what="waiters on record",
-        )
-        assert [(w["pod"], w["uid"], w["claim"]) for w in waiters] == [
-            (f"{namespace}/db-0-new", waiter["uid"], "data")
-        ]
-        assert waiters[0]["reasons"] == ["Multi-Attach"] and waiters[0]["waitedSeconds"] >= 0
-        assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
-        # Nothing touched the VolumeAttachment; nothing was detached or deleted.
-        assert storage.read_volume_attachment(va_name).metadata.resource_version == va_before
-        assert _controller_writes(cp, "volumeattachments") == []
-        # The holder goes, the VolumeAttachment stays: still blocked, now by the attachment.
-        objects.core.delete_namespaced_pod("db-0", namespace, grace_period_seconds=0)
-        ended = wait_until(
-            lambda: [
-                w for w in objects.status(namespace, holder).get("waiters") or [] if "until" in w
-            ],
-            timeout=60,
-            what="the wait on the holder ended on record",
-        )
-        assert ended[0]["uid"] == waiter["uid"]
-        wait_until(
-            lambda: any(
-                "still attached" in e.message
-                for e in _events(objects, namespace, "BlockedReplacement")
-            ),
-            timeout=60,
-            what="the Event naming the attachment",
-        )
-        assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
-        # The attach/detach controller (played by the test) detaches: nobody waits any more.
-        storage.delete_volume_attachment(va_name)
-        va_name = ""
-        wait_until(
-            lambda: controller.sample("unstick_blocked_replacements", namespace=namespace) == 0,
-            timeout=60,
-            what="the gauge back to 0",
-        )
-        assert _controller_writes(cp, "volumeattachments") == []
-    finally:
-        if va_name:
-            storage.delete_volume_attachment(va_name)
-        objects.core.delete_persistent_volume(pv)
+    storage, old_node, new_node, pv, claim, va_name, holder = stuck_holder("ebs.csi.example.com")
+    objects.remediation_when(
+        namespace, holder, timeout=60, what="the holder diagnosed", cause="NodeUnreachable"
+    )
+    va_before = storage.read_volume_attachment(va_name).metadata.resource_version
+    waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
+    _failed_attach_event(
+        objects, namespace, waiter, pv, source={"component": "attachdetach-controller"}
+    )
+    (event,) = wait_until(
+        lambda: _events(objects, namespace, "BlockedReplacement"),
+        timeout=60,
+        what="the waiter's Event",
+    )
+    assert event.involved_object.name == "db-0-new"
+    assert event.message == (
+        f"volume pvc/data is held by {namespace}/db-0, stuck Terminating on {old_node} "
+        f"(NodeUnreachable, not fenced): it is freed when {old_node} is fenced "
+        "(node.kubernetes.io/out-of-service) or by the attach/detach controller's "
+        "force-detach after 6 min"
+    )
+    waiters = wait_until(
+        lambda: objects.status(namespace, holder).get("waiters"),
+        timeout=30,
+        what="waiters on record",
+    )
+    assert [(w["pod"], w["uid"], w["claim"]) for w in waiters] == [
+        (f"{namespace}/db-0-new", waiter["uid"], "data")
+    ]
+    assert waiters[0]["reasons"] == ["Multi-Attach"] and waiters[0]["waitedSeconds"] >= 0
+    assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
+    # Nothing touched the VolumeAttachment; nothing was detached or deleted.
+    assert storage.read_volume_attachment(va_name).metadata.resource_version == va_before
+    assert _controller_writes(cp, "volumeattachments") == []
+    # The holder goes, the VolumeAttachment stays: still blocked, now by the attachment.
+    objects.core.delete_namespaced_pod("db-0", namespace, grace_period_seconds=0)
+    ended = wait_until(
+        lambda: [w for w in objects.status(namespace, holder).get("waiters") or [] if "until" in w],
+        timeout=60,
+        what="the wait on the holder ended on record",
+    )
+    assert ended[0]["uid"] == waiter["uid"]
+    wait_until(
+        lambda: any(
+            "still attached" in e.message for e in _events(objects, namespace, "BlockedReplacement")
+        ),
+        timeout=60,
+        what="the Event naming the attachment",
+    )
+    assert controller.sample("unstick_blocked_replacements", namespace=namespace) == 1
+    # The attach/detach controller (played by the test) detaches: nobody waits any more.
+    storage.delete_volume_attachment(va_name)
+    wait_until(
+        lambda: controller.sample("unstick_blocked_replacements", namespace=namespace) == 0,
+        timeout=60,
+        what="the gauge back to 0",
+    )
+    assert _controller_writes(cp, "volumeattachments") == []
 
 
 def test_a_namespace_deletion_blocked_by_a_stuck_pod_is_reported(
@@ -330,60 +360,47 @@ def _read_only_kubeconfig(cp: ControlPlane, path: Path) -> Path:
 
 
 def test_status_shows_stuck_blocked_and_orphaned_with_read_only_rbac(
-    controller: Controller, objects: Objects, namespace: str, make_node: Any, tmp_path: Path
+    controller: Controller, objects: Objects, namespace: str, stuck_holder: Any, tmp_path: Path
 ) -> None:
     from unstick.agent.orphans.events import event_body
     from unstick.core.rules.aftermath import OrphanDir
 
     cp = controller.cp
-    storage = client.StorageV1Api(objects.api_client)
-    old_node, new_node = make_node(kubelet=False), make_node(kubelet=False)
-    pv, claim = _volume(objects, namespace)
-    va = _attachment(storage, pv, old_node, "x")
-    try:
-        holder = objects.pod(namespace, old_node, name="db-0", claim=claim)
-        objects.core.delete_namespaced_pod("db-0", namespace)
-        wait_until(
-            lambda: objects.status(namespace, holder).get("cause"),
-            timeout=60,
-            what="holder diagnosed",
-        )
-        waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
-        _failed_attach_event(objects, namespace, waiter, pv)
-        wait_until(
-            lambda: objects.status(namespace, holder).get("waiters"), timeout=60, what="waiters"
-        )
-        uid = str(uuid.uuid4())
-        orphan = OrphanDir(
-            uid, f"/var/lib/kubelet/pods/{uid}", 900.0, data=(("f", 7),), data_bytes=7
-        )
-        objects.core.create_namespaced_event(
-            "default", event_body(old_node, [orphan], "observe", _now())
-        )
-        kubeconfig = _read_only_kubeconfig(cp, tmp_path / "reader.kubeconfig")
-        out = _status(kubeconfig, "json")
-        data = json.loads(out)
-        assert data["notes"] == []
-        (stuck,) = [s for s in data["stuckPods"] if s["pod"] == f"{namespace}/db-0"]
-        assert stuck["cause"] == "NodeUnreachable" and stuck["node"] == old_node
-        assert "observe only (not opted in)" in stuck["did"]
-        (blocked,) = [w for w in data["blockedReplacements"] if w["heldBy"] == f"{namespace}/db-0"]
-        assert blocked["pod"] == f"{namespace}/db-0-new" and blocked["claim"] == "data"
-        (orphans,) = [o for o in data["orphanedPodDirs"] if o["node"] == old_node]
-        assert orphans["count"] == 1 and orphans["dirs"][0]["files"] == [{"path": "f", "bytes": 7}]
-        text = _status(kubeconfig, "text")
-        assert f"{namespace}/db-0-new waits" in text and f"/var/lib/kubelet/pods/{uid}" in text
-        # The bundle carries the aftermath and diagnose reads it offline.
-        holder_report = _snapshot_diagnosis(cp, f"{namespace}/db-0", tmp_path)
-        assert holder_report["aftermath"]["waiters"][0]["pod"] == f"{namespace}/db-0-new"
-        assert holder_report["aftermath"]["orphanedPodDirs"][0]["path"] == orphan.path
-        waiter_report = _snapshot_diagnosis(cp, f"{namespace}/db-0-new", tmp_path)
-        assert waiter_report["aftermath"]["attachedElsewhere"] == [
-            {"persistentVolume": pv, "node": old_node}
-        ]
-    finally:
-        storage.delete_volume_attachment(va)
-        objects.core.delete_persistent_volume(pv)
+    _storage, old_node, new_node, pv, claim, _va, holder = stuck_holder("x")
+    wait_until(
+        lambda: objects.status(namespace, holder).get("cause"),
+        timeout=60,
+        what="holder diagnosed",
+    )
+    waiter = objects.pod(namespace, new_node, name="db-0-new", claim=claim)
+    _failed_attach_event(objects, namespace, waiter, pv)
+    wait_until(lambda: objects.status(namespace, holder).get("waiters"), timeout=60, what="waiters")
+    uid = str(uuid.uuid4())
+    orphan = OrphanDir(uid, f"/var/lib/kubelet/pods/{uid}", 900.0, data=(("f", 7),), data_bytes=7)
+    objects.core.create_namespaced_event(
+        "default", event_body(old_node, [orphan], "observe", _now())
+    )
+    kubeconfig = _read_only_kubeconfig(cp, tmp_path / "reader.kubeconfig")
+    out = _status(kubeconfig, "json")
+    data = json.loads(out)
+    assert data["notes"] == []
+    (stuck,) = [s for s in data["stuckPods"] if s["pod"] == f"{namespace}/db-0"]
+    assert stuck["cause"] == "NodeUnreachable" and stuck["node"] == old_node
+    assert "observe only (not opted in)" in stuck["did"]
+    (blocked,) = [w for w in data["blockedReplacements"] if w["heldBy"] == f"{namespace}/db-0"]
+    assert blocked["pod"] == f"{namespace}/db-0-new" and blocked["claim"] == "data"
+    (orphans,) = [o for o in data["orphanedPodDirs"] if o["node"] == old_node]
+    assert orphans["count"] == 1 and orphans["dirs"][0]["files"] == [{"path": "f", "bytes": 7}]
+    text = _status(kubeconfig, "text")
+    assert f"{namespace}/db-0-new waits" in text and f"/var/lib/kubelet/pods/{uid}" in text
+    # The bundle carries the aftermath and diagnose reads it offline.
+    holder_report = _snapshot_diagnosis(cp, f"{namespace}/db-0", tmp_path)
+    assert holder_report["aftermath"]["waiters"][0]["pod"] == f"{namespace}/db-0-new"
+    assert holder_report["aftermath"]["orphanedPodDirs"][0]["path"] == orphan.path
+    waiter_report = _snapshot_diagnosis(cp, f"{namespace}/db-0-new", tmp_path)
+    assert waiter_report["aftermath"]["attachedElsewhere"] == [
+        {"persistentVolume": pv, "node": old_node}
+    ]
 
 
 def _attachment(storage: Any, pv: str, node: str, attacher: str) -> str:
@@ -438,12 +455,4 @@ def _cli(*args: str) -> str:
 
 
 def _status(kubeconfig: Path, output: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "unstick", "status", "--kubeconfig", str(kubeconfig), "-o", output],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return _cli("status", "--kubeconfig", str(kubeconfig), "-o", output)

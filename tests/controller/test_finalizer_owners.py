@@ -24,6 +24,7 @@ import pytest
 from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.commands.test_snapshot import diagnose, snapshot
+from tests.support.pods import pod_body
 from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest
@@ -57,21 +58,18 @@ def gone_leader(control_plane: ControlPlane) -> Iterator[None]:
         kube.request("DELETE", f"{LEASES}/kube-controller-manager")
 
 
+def _held_by(core_api: Any, namespace: str, name: str, finalizer: str) -> None:
+    """An opted-in pod with no node, kept by `finalizer`, deleted: Terminating until the
+    finalizer goes (the default 30 s of grace)."""
+    body = pod_body(name, None, remediate="true", finalizers=[finalizer], grace=30)
+    core_api.create_namespaced_pod(namespace, body)
+    core_api.delete_namespaced_pod(name, namespace)
+
+
 def test_a_job_tracking_finalizer_whose_controller_is_gone_is_triaged(
     control_plane: ControlPlane, core_api: Any, namespace: str, gone_leader: None, tmp_path: Path
 ) -> None:
-    core_api.create_namespaced_pod(
-        namespace,
-        {
-            "metadata": {
-                "name": "job-x-abcde",
-                "finalizers": [JOB],
-                "annotations": {"unstick.dev/remediate": "true"},
-            },
-            "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-        },
-    )
-    core_api.delete_namespaced_pod("job-x-abcde", namespace)
+    _held_by(core_api, namespace, "job-x-abcde", JOB)
     try:
         bundle = wait_until(
             lambda: (
@@ -216,18 +214,7 @@ def test_a_mapped_deployment_gone_longer_than_the_threshold_is_triaged(
     spec = _owned_spec(namespace)
     with policies_in_place(control_plane, {"default": spec}):
         _deployment(kube, namespace, "example-operator", available=0)
-        core_api.create_namespaced_pod(
-            namespace,
-            {
-                "metadata": {
-                    "name": "guarded",
-                    "finalizers": [OWNED],
-                    "annotations": {"unstick.dev/remediate": "true"},
-                },
-                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-            },
-        )
-        core_api.delete_namespaced_pod("guarded", namespace)
+        _held_by(core_api, namespace, "guarded", OWNED)
         ref = f"{namespace}/guarded"
         try:
             bundle = wait_until(
@@ -389,15 +376,7 @@ def test_an_owner_the_reader_may_not_read_is_not_known_and_never_counts_as_gone(
     kubeconfig, objs = _kubeconfig_without_deployments(control_plane, tmp_path / "kubeconfig")
     with policies_in_place(control_plane, {"default": spec}):
         _deployment(kube, namespace, "example-operator", available=0)
-        meta = {"name": "guarded", "finalizers": [OWNED]}
-        core_api.create_namespaced_pod(
-            namespace,
-            {
-                "metadata": meta | {"annotations": {"unstick.dev/remediate": "true"}},
-                "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]},
-            },
-        )
-        core_api.delete_namespaced_pod("guarded", namespace)
+        _held_by(core_api, namespace, "guarded", OWNED)
         try:
             r = unstick("snapshot", f"{namespace}/guarded", "--kubeconfig", str(kubeconfig))
             assert r.returncode == 0, r.stderr

@@ -104,3 +104,13 @@ def delete_objects(cp: ControlPlane, objects: list[JSON]) -> None:
         "delete", "--ignore-not-found", "--wait=false", "-f", "-",
         input=yaml.safe_dump_all(objects), check=False,
     )  # fmt: skip
+
+
+def tenant_refused(cp: ControlPlane, tenant: TokenClient, path: str, body: JSON) -> bool:
+    """The chart's admission policy refuses `tenant` this create of a Remediation (a policy
+    takes effect a moment after it is applied); one accepted before that is deleted again."""
+    answer = tenant.request("POST", path, body)
+    if answer.status == 201:
+        cp.request("DELETE", f"{path}/{answer.body['metadata']['name']}")
+        return False
+    return answer.status == 403 and "only the unstick controller" in answer.message
