@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.agent.mountns_scenarios import UID_A, Node, main, sh
+from tests.agent.mountns_scenarios import UID_A, Node, main, scenarios_in, sh
 from unstick.agent.holders.scan import scan_holders
 from unstick.core.model.mountinfo import parse_mountinfo
 
@@ -53,19 +53,11 @@ class Csi:
         the data dir private (no propagation), which runs `then` with {kr} its kubelet root."""
         kr = self.ctr / name / "kubelet"
         script = (
-            f"set -e; mkdir -p {kr}; mount --rbind {self.node.root} {kr}; "
+            f"mkdir -p {kr}; mount --rbind {self.node.root} {kr}; "
             f"mount --make-rshared {kr}; mount --make-rprivate {self.data}; "
-            f"{then.format(kr=kr, data=self.data, ctr=self.ctr / name)}; "
-            "echo ready; exec sleep 600"
+            f"{then.format(kr=kr, data=self.data, ctr=self.ctr / name)}"
         )
-        proc = self.node.start(
-            "unshare", "-m", "--propagation", "unchanged", "sh", "-c", script,
-            stdout=subprocess.PIPE, text=True, cwd="/",
-        )  # fmt: skip
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line == "ready", f"pod namespace {name} did not start: {line!r}"
-        return proc
+        return self.node.in_own_namespace(script, f"pod namespace {name}")
 
     def publish(self, stage: bool) -> None:
         """The plugin stages and publishes in its namespace, then restarts (state lost)."""
@@ -158,12 +150,5 @@ def _rel() -> str:
     return f"pods/{UID_A}/volumes/kubernetes.io~csi/seed-pv/mount"
 
 
-SCENARIOS = {
-    "orphan_staged": scenario_orphan_staged,
-    "orphan_unstaged": scenario_orphan_unstaged,
-    "fd_in_plugin": scenario_fd_in_plugin,
-    "bind_in_plugin": scenario_bind_in_plugin,
-}
-
 if __name__ == "__main__":
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, sh
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, scenarios_in, sh
 from unstick.agent.probe.mount_file import MountTable
 from unstick.agent.steps.checks import Checks
 from unstick.agent.steps.executor import Executor
@@ -81,11 +81,5 @@ def scenario_odd_source(node: Node) -> dict[str, Any]:
     }
 
 
-SCENARIOS = {
-    "id_reuse_same_path": scenario_id_reuse_same_path,
-    "id_reuse_other_path": scenario_id_reuse_other_path,
-    "odd_source": scenario_odd_source,
-}
-
 if __name__ == "__main__":
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, sh
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, scenarios_in, sh
 from unstick.core.model.mountinfo import parse_mountinfo
 
 
@@ -23,18 +23,10 @@ def _second_namespace(node: Node, then: str) -> subprocess.Popen[str]:
     """A process in a new mount namespace, an rslave of this one, with the pods dir
     rbind-mounted at <work>/host_pods; it runs `then` (shell), says ready, sleeps."""
     script = (
-        "set -e; mount --make-rslave /; "
-        f"mount --rbind {node.root / 'pods'} {node.work / 'host_pods'}; "
-        f"{then}; echo ready; exec sleep 600"
+        "mount --make-rslave /; "
+        f"mount --rbind {node.root / 'pods'} {node.work / 'host_pods'}; {then}"
     )
-    proc = node.start(
-        "unshare", "-m", "--propagation", "unchanged", "sh", "-c", script,
-        stdout=subprocess.PIPE, text=True, cwd="/",
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line == "ready", f"second namespace did not start: {line!r}"
-    return proc
+    return node.in_own_namespace(script, "second namespace")
 
 
 def _points_of(pid: int) -> list[str]:
@@ -159,15 +151,5 @@ def scenario_unused_copy(node: Node) -> dict[str, Any]:
     }
 
 
-SCENARIOS = {
-    "fd_through_copy": scenario_fd_through_copy,
-    "cwd_in_copy": scenario_cwd_in_copy,
-    "maps_through_copy": scenario_maps_through_copy,
-    "bind_elsewhere": scenario_bind_elsewhere,
-    "bind_in_same_namespace": scenario_bind_in_same_namespace,
-    "unused_copy": scenario_unused_copy,
-    "own_look_is_no_holder": scenario_own_look_is_no_holder,
-}
-
 if __name__ == "__main__":
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.agent.mountns_orphan_budget import Clock, _orphans
-from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points
+from tests.agent.mountns_scenarios import UID_A, Node, main, mount_points, scenarios_in
 from unstick.agent.authority.rederive import NodeBudget
 
 
@@ -46,4 +46,4 @@ def scenario_force_deleted(node: Node) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main({"force_deleted": scenario_force_deleted}))
+    sys.exit(main(scenarios_in(globals())))

@@ -24,6 +24,7 @@ from tests.agent.mountns_scenarios import (
     main,
     mount_points,
     recording_handler,
+    scenarios_in,
     steps_request,
 )
 from unstick.agent.authority.rederive import NodeBudget, PolicySources
@@ -133,4 +134,4 @@ def scenario_share(node: Node) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main({"starve": scenario_starve, "share": scenario_share}))
+    sys.exit(main(scenarios_in(globals())))

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tests.agent.mountns_scenarios import UID_A, UID_B, Node, main, mount_points
+from tests.agent.mountns_scenarios import UID_A, UID_B, Node, main, mount_points, scenarios_in
 from unstick.agent.authority.rederive import NodeBudget
 from unstick.agent.orphans.cleanup import OrphanPass
 
@@ -144,15 +144,6 @@ def scenario_blind(node: Node) -> dict[str, Any]:
     return {"first": first, "dir_after": top.exists()}
 
 
-SCENARIOS = {
-    "running": scenario_running,
-    "blind": scenario_blind,
-    "clean": scenario_clean,
-    "observe": scenario_observe,
-    "dry_run": scenario_dry_run,
-    "young": scenario_young,
-}
-
 if __name__ == "__main__":
     os.umask(0o022)
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

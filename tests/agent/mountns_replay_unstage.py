@@ -31,6 +31,7 @@ from tests.agent.mountns_scenarios import (
     Node,
     main,
     mount_points,
+    scenarios_in,
     step,
 )
 from unstick.agent.proto import csi_pb2, csi_pb2_grpc
@@ -95,4 +96,4 @@ def scenario_publishing(node: Node) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main({"published": scenario_published, "publishing": scenario_publishing}))
+    sys.exit(main(scenarios_in(globals())))

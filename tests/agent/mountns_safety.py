@@ -26,6 +26,7 @@ from tests.agent.mountns_scenarios import (
     main,
     mount_points,
     recording_handler,
+    scenarios_in,
     steps_request,
     terminating_pod,
 )
@@ -197,7 +198,5 @@ def scenario_requests(node: Node) -> dict[str, Any]:
     return {"stale": stale, "not_terminating": not_terminating, "fresh": fresh}
 
 
-SCENARIOS = {"lazy": scenario_lazy, "requests": scenario_requests}
-
 if __name__ == "__main__":
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

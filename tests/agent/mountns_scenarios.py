@@ -110,6 +110,19 @@ class Node:
         self.procs.append(proc)
         return proc
 
+    def in_own_namespace(self, script: str, what: str) -> subprocess.Popen[str]:
+        """A shell in a mount namespace of its own (`unshare -m`, propagation unchanged)
+        that runs `script` (`set -e`), says ready and sleeps; once it is ready."""
+        proc = self.start(
+            "unshare", "-m", "--propagation", "unchanged",
+            "sh", "-c", f"set -e; {script}; echo ready; exec sleep 600",
+            stdout=subprocess.PIPE, text=True, cwd="/",
+        )  # fmt: skip
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == "ready", f"{what} did not start: {line!r}"
+        return proc
+
     def stop(self, proc: subprocess.Popen[Any]) -> None:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -508,16 +521,14 @@ def scenario_core_plan(node: Node) -> dict[str, Any]:
         node.cleanup()
 
 
-SCENARIOS: dict[str, Callable[[Node], dict[str, Any]]] = {
-    "layout": scenario_layout,
-    "dry_run": scenario_dry_run,
-    "holders": scenario_holders,
-    "symlinks": scenario_symlinks,
-    "other_uid": scenario_other_uid,
-    "csi_replay": scenario_csi_replay,
-    "csi_lost_state": scenario_csi_lost_state,
-    "core_plan": scenario_core_plan,
-}
+def scenarios_in(namespace: dict[str, Any]) -> dict[str, Callable[[Node], dict[str, Any]]]:
+    """A script's scenarios (`scenarios_in(globals())`): its functions `scenario_<name>`,
+    by name."""
+    prefix = "scenario_"
+    return {k.removeprefix(prefix): v for k, v in namespace.items() if k.startswith(prefix)}
+
+
+SCENARIOS = scenarios_in(globals())
 
 
 def main(scenarios: dict[str, Callable[[Node], dict[str, Any]]] = SCENARIOS) -> int:

@@ -22,7 +22,7 @@ import unstick.agent.steps.checks as checks_module
 from devcluster.process import wait_until
 from tests.agent.mountns_hung import _hung_volume
 from tests.agent.mountns_safety import _cwd_in, _hold_in_flight
-from tests.agent.mountns_scenarios import UID_A, Node, main, sh, step
+from tests.agent.mountns_scenarios import UID_A, Node, main, scenarios_in, sh, step
 from unstick.agent.steps.executor import Executor
 from unstick.core.model.mountinfo import parse_mountinfo
 
@@ -117,4 +117,4 @@ def scenario_lazy_unmount(node: Node) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main({"unmount": scenario_unmount, "lazy_unmount": scenario_lazy_unmount}))
+    sys.exit(main(scenarios_in(globals())))

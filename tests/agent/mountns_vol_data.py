@@ -27,6 +27,7 @@ from tests.agent.mountns_scenarios import (
     _bundle,
     main,
     mount_points,
+    scenarios_in,
     step,
     tree,
 )
@@ -105,7 +106,5 @@ def scenario_driver_missing(node: Node) -> dict[str, Any]:
         node.cleanup()
 
 
-SCENARIOS = {"driver_missing": scenario_driver_missing}
-
 if __name__ == "__main__":
-    sys.exit(main(SCENARIOS))
+    sys.exit(main(scenarios_in(globals())))

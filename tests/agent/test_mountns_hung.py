@@ -9,6 +9,7 @@ does. Every process (daemon included) is killed and every mount goes with the na
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,21 +63,28 @@ def _diagnosed(probe: dict[str, Any]) -> tuple[Any, Any]:
     return d, plan(d, None)
 
 
-@pytest.fixture(scope="module")
-def stopped(
-    scenario: Callable[..., dict[str, Any]], host_mounts: Callable[[Path], list[str]]
-) -> dict[str, Any]:
-    # (not `from conftest import ...`: in a whole-suite run `conftest` may be another
-    # directory's, found first)
-    work = Path("/tmp") / f"uh-{os.getpid()}"
-    try:
-        result = scenario("fuse_stopped", work, script=HUNG)
-        assert host_mounts(work) == [], "a mount leaked into the host namespace"
-        return result
-    finally:
-        import shutil
+def _run_once(name: str, prefix: str) -> Any:
+    """A module fixture: the result of HUNG's scenario `name`, run once for the module in a
+    short work dir `/tmp/<prefix>-<pid>` (removed afterwards), no mount of it leaked into
+    the host's namespace. (The conftest's helpers come as fixtures, not `from conftest
+    import ...`: in a whole-suite run `conftest` may be another directory's, found first.)"""
 
-        shutil.rmtree(work, ignore_errors=True)
+    @pytest.fixture(scope="module")
+    def run(
+        scenario: Callable[..., dict[str, Any]], host_mounts: Callable[[Path], list[str]]
+    ) -> dict[str, Any]:
+        work = Path("/tmp") / f"{prefix}-{os.getpid()}"
+        try:
+            result = scenario(name, work, script=HUNG)
+            assert host_mounts(work) == [], "a mount leaked into the host namespace"
+            return result
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    return run
+
+
+stopped = _run_once("fuse_stopped", "uh")
 
 
 def test_the_probe_finds_a_held_hung_fuse_mount_without_touching_it(stopped: dict) -> None:
@@ -170,19 +178,7 @@ def test_a_process_of_the_pod_waiting_on_the_dead_server_is_named(scenario, work
     assert r["refused"]["result"] == "refused", r["refused"]
 
 
-@pytest.fixture(scope="module")
-def outside(
-    scenario: Callable[..., dict[str, Any]], host_mounts: Callable[[Path], list[str]]
-) -> dict[str, Any]:
-    work = Path("/tmp") / f"uw-{os.getpid()}"
-    try:
-        result = scenario("fuse_outside_waiter", work, script=HUNG)
-        assert host_mounts(work) == [], "a mount leaked into the host namespace"
-        return result
-    finally:
-        import shutil
-
-        shutil.rmtree(work, ignore_errors=True)
+outside = _run_once("fuse_outside_waiter", "uw")
 
 
 def test_waiters_outside_the_pod_are_found_from_their_blocked_system_calls(outside: dict) -> None:
