@@ -16,31 +16,32 @@ def _rem(version: str, name: str = "p-1234abcd", **status: Any) -> dict[str, Any
     }
 
 
+def _kept_phase(copies: RemediationCopies, *offered: dict[str, Any]) -> str:
+    """Offer these versions in turn; the phase of the copy kept of p-1234abcd."""
+    for rem in offered:
+        copies.offer(rem)
+    kept = copies.get("ns", "p-1234abcd")
+    assert kept is not None
+    return str(kept["status"]["phase"])
+
+
 def test_the_newest_version_wins_whatever_the_order_offered() -> None:
     copies = RemediationCopies()
-    copies.offer(_rem("12", phase="Remediating"))
-    copies.offer(_rem("9", phase="WaitingForAgent"))  # the watch, behind our own write
-    kept = copies.get("ns", "p-1234abcd")
-    assert kept is not None and kept["status"]["phase"] == "Remediating"
-    copies.offer(_rem("13", phase="Resolved"))
-    kept = copies.get("ns", "p-1234abcd")
-    assert kept is not None and kept["status"]["phase"] == "Resolved"
+    ours, watched = _rem("12", phase="Remediating"), _rem("9", phase="WaitingForAgent")
+    assert _kept_phase(copies, ours, watched) == "Remediating"  # the watch, behind our write
+    assert _kept_phase(copies, _rem("13", phase="Resolved")) == "Resolved"
 
 
 def test_a_version_that_is_not_a_number_is_taken_as_offered_last() -> None:
     copies = RemediationCopies()
-    copies.offer(_rem("12", phase="a"))
-    copies.offer(_rem("x7", phase="b"))
-    kept = copies.get("ns", "p-1234abcd")
-    assert kept is not None and kept["status"]["phase"] == "b"
+    assert _kept_phase(copies, _rem("12", phase="a"), _rem("x7", phase="b")) == "b"
 
 
 def test_another_record_claiming_the_same_pod_never_replaces_the_copy() -> None:
-    copies = RemediationCopies()
-    copies.offer(_rem("12", phase="Remediating"))
-    copies.offer(_rem("99", name="forged", phase="Resolved"))
-    kept = copies.get("ns", "p-1234abcd")
-    assert kept is not None and kept["status"]["phase"] == "Remediating"
+    forged = _rem("99", name="forged", phase="Resolved")
+    assert (
+        _kept_phase(RemediationCopies(), _rem("12", phase="Remediating"), forged) == "Remediating"
+    )
 
 
 def test_the_caller_gets_its_own_copy_and_a_dropped_record_is_gone() -> None:
