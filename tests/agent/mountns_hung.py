@@ -83,6 +83,19 @@ def _blocked(node: Node, *cmd: str, cwd: str = "/") -> subprocess.Popen[str]:
     return proc
 
 
+def _lazily_unmounted(ex: Any, vol: Path, **found: Any) -> dict[str, Any]:
+    """A hung scenario's end: the lazy unmount of `vol` (nobody holds it now); its result,
+    with what the scenario `found` before, and whether `vol` is still mounted after."""
+    done = step(ex, UID_A, "lazy-unmount", str(vol))
+    return {
+        "vol": str(vol),
+        "source": SOURCE,
+        **found,
+        "done": done,
+        "mounted_after": str(vol) in mount_points(),
+    }
+
+
 def scenario_fuse_stopped(node: Node) -> dict[str, Any]:
     vol, daemon = _hung_volume(node)
     projected = node.projected(UID_A, "kube-api-access-x")
@@ -115,23 +128,20 @@ def scenario_fuse_stopped(node: Node) -> dict[str, Any]:
     unheld = node.probe(UID_A)
     dry = step(ex, UID_A, "lazy-unmount", str(vol), dry=True)
     mounted_after_dry = str(vol) in mount_points()
-    done = step(ex, UID_A, "lazy-unmount", str(vol))
-    return {
-        "vol": str(vol),
-        "source": SOURCE,
-        "holder": holder.pid,
-        "checker": checker.pid,
-        "held": held,
-        "refused_held": refused_held,
-        "refused_tmpfs": refused_tmpfs,
-        "refused_other": refused_other,
-        "unheld": unheld,
-        "dry": dry,
-        "mounted_after_dry": mounted_after_dry,
-        "done": done,
-        "mounted_after": str(vol) in mount_points(),
-        "projected_mounted_after": str(projected) in mount_points(),
-    }
+    result = _lazily_unmounted(
+        ex,
+        vol,
+        holder=holder.pid,
+        checker=checker.pid,
+        held=held,
+        refused_held=refused_held,
+        refused_tmpfs=refused_tmpfs,
+        refused_other=refused_other,
+        unheld=unheld,
+        dry=dry,
+        mounted_after_dry=mounted_after_dry,
+    )
+    return {**result, "projected_mounted_after": str(projected) in mount_points()}
 
 
 def scenario_fuse_answering(node: Node) -> dict[str, Any]:
@@ -170,21 +180,18 @@ def scenario_fuse_outside_waiter(node: Node) -> dict[str, Any]:
     plain = step(ex, UID_A, "unmount", str(vol))
     plain_all = step(ex, UID_A, "unmount", "", dry=True)
     mounted_after_refusals = str(vol) in mount_points()
-    done = step(ex, UID_A, "lazy-unmount", str(vol))
-    return {
-        "vol": str(vol),
-        "source": SOURCE,
-        "stat": stat.pid,
-        "cat": cat.pid,
-        "waiters": waiters,
-        "probe": probe,
-        "probe_no_fusectl": probe_no_fusectl,
-        "plain": plain,
-        "plain_all": plain_all,
-        "mounted_after_refusals": mounted_after_refusals,
-        "done": done,
-        "mounted_after": str(vol) in mount_points(),
-    }
+    return _lazily_unmounted(
+        ex,
+        vol,
+        stat=stat.pid,
+        cat=cat.pid,
+        waiters=waiters,
+        probe=probe,
+        probe_no_fusectl=probe_no_fusectl,
+        plain=plain,
+        plain_all=plain_all,
+        mounted_after_refusals=mounted_after_refusals,
+    )
 
 
 def scenario_fuse_unreadable_waiter(node: Node) -> dict[str, Any]:
