@@ -15,6 +15,7 @@ import pytest
 from hypothesis import settings
 
 from devcluster import ControlPlane, Kwok, find_bin_dir, node_manifest
+from tests.support.clients import core_v1
 
 # The property tests draw the same examples on every run (Hypothesis seeds each test from
 # its own name): `make test` and CI see what a developer saw, and a property failure is
@@ -72,29 +73,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """etcd + kube-apiserver on loopback for the whole session (torn down at the end)."""
-    cp = ControlPlane().start()
-    try:
+    with ControlPlane() as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="session")
 def kwok(control_plane: ControlPlane) -> Iterator[Kwok]:
     """A kwok controller: nodes annotated `kwok.x-k8s.io/node: fake` get a simulated kubelet."""
-    k = Kwok(control_plane).start()
-    try:
+    with Kwok(control_plane) as k:
         yield k
-    finally:
-        k.stop()
 
 
 @pytest.fixture
 def core_api(control_plane: ControlPlane) -> Iterator[Any]:
-    from kubernetes import client
-
-    with closing(control_plane.api_client()) as api_client:
-        yield client.CoreV1Api(api_client)
+    with core_v1(control_plane) as core:
+        yield core
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
-from tests.support.controller import Controller, Objects, policy_spec
+from tests.support.controller import Objects, first_and_next, policy_spec
 from tests.support.reconciler import InProcess, pod_record
 from unstick.controller.deciding.decision import RATE_LIMITED
 from unstick.kube.client import Kube
@@ -58,9 +58,7 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
     tmp_path: Path,
 ) -> None:
     node = make_node(kubelet=False)
-    first = Controller(control_plane, tmp_path / "first.log")
-    second = Controller(control_plane, tmp_path / "second.log")
-    try:
+    with first_and_next(control_plane, tmp_path) as (first, second):
         first.start()
         wait_until(
             lambda: objects.policy_valid("default") == "True",
@@ -102,10 +100,6 @@ def test_a_restarted_controller_grants_only_what_is_left_of_the_minute(
             r"action budget rebuilt: (\d+) actions of the last minute", second.log()
         )
         assert rebuilt is not None and int(rebuilt.group(1)) >= 2, second.log()[-2000:]
-    finally:
-        second.stop()
-        first.stop()
-        print(first.log()[-2000:], second.log()[-3000:])
 
 
 def test_a_step_skipped_at_the_re_check_takes_no_slot(

@@ -14,7 +14,7 @@ import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
-from tests.support.controller import Controller, Objects, policy_spec
+from tests.support.controller import Objects, first_and_next, policy_spec
 
 pytestmark = pytest.mark.envtest
 
@@ -31,9 +31,7 @@ def test_a_finalizer_removal_is_on_record_before_it_is_sent(
     # unscheduled: deleted at once but for its finalizer (FinalizerBlocked, allowlisted)
     pod = objects.stuck_pod(namespace, None, remediate=POLICY, finalizers=[KEEP])
     env = {"UNSTICK_TEST_FAILPOINTS": "pod-intent-durable=kill@1"}
-    first = Controller(control_plane, tmp_path / "first.log", env=env)
-    second = Controller(control_plane, tmp_path / "second.log")
-    try:
+    with first_and_next(control_plane, tmp_path, env) as (first, second):
         try:
             first.start()
         except AssertionError:  # killed while starting: fine if at its fail point
@@ -61,6 +59,3 @@ def test_a_finalizer_removal_is_on_record_before_it_is_sent(
             timeout=30,
             what="the intent replaced by its answer",
         )
-    finally:
-        second.stop()
-        first.stop()

@@ -25,6 +25,7 @@ from devcluster.process import wait_until
 from tests.support.controller import (
     Controller,
     Objects,
+    first_and_next,
     policy_spec,
     utc_now,
     write_as_agent,
@@ -71,9 +72,7 @@ def test_records_of_pods_gone_while_no_controller_ran_are_resolved_at_start(
     renamed = _stuck(objects, namespace)  # released, and a new pod takes its name
     still = _stuck(objects, namespace)  # still Terminating when the next one starts
     pods = (gone, renamed, still)
-    first = Controller(control_plane, tmp_path / "first.log")
-    second = Controller(control_plane, tmp_path / "second.log")
-    try:
+    with first_and_next(control_plane, tmp_path) as (first, second):
         first.start()
         wait_until(
             lambda: all(_phase(objects, namespace, p) == "Observing" for p in pods),
@@ -121,10 +120,6 @@ def test_records_of_pods_gone_while_no_controller_ran_are_resolved_at_start(
         wait_until(
             lambda: second.sample(HISTOGRAM) == 1.0, timeout=10, what="its time to resolution"
         )
-    finally:
-        second.stop()
-        first.stop()
-        print(first.log()[-2000:], second.log()[-3000:])
 
 
 def test_the_start_up_write_reads_again_on_a_newer_version(

@@ -67,11 +67,8 @@ def control_plane() -> Iterator[ControlPlane]:
     session's `core_api` and `namespace` too): the session's holds what earlier tests left
     (Remediations the stack's controller refuses as forged fire UnstickRequestsRefused in
     the healthy test: seen once tests/envtest no longer ran in between, hack/run-tests.sh)."""
-    cp = ControlPlane().start()
-    try:
+    with ControlPlane() as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 @pytest.fixture(scope="module")

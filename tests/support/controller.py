@@ -127,6 +127,23 @@ class Controller:
 
 
 @contextmanager
+def first_and_next(
+    cp: ControlPlane, logs: Path, first_env: dict[str, str] | None = None
+) -> Iterator[tuple[Controller, Controller]]:
+    """Two controller processes, not started: a first one (with `first_env`) and the next
+    one, which takes over after it (logs `first.log` and `second.log` in `logs`); both are
+    stopped at the end and the ends of their logs printed (pytest shows them on failure)."""
+    first = Controller(cp, logs / "first.log", env=first_env)
+    second = Controller(cp, logs / "second.log")
+    try:
+        yield first, second
+    finally:
+        second.stop()
+        first.stop()
+        print(first.log()[-2000:], second.log()[-3000:])
+
+
+@contextmanager
 def crds_installed(cp: ControlPlane) -> Iterator[None]:
     ext = client.ApiextensionsV1Api(cp.api_client())
     names = ["remediations.unstick.dev", "remediationpolicies.unstick.dev"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from devcluster.node import RealNode
 from devcluster.node_check import node_unavailable
 from devcluster.node_cluster import ClusterControllers
 from devcluster.node_images import NodeImages, load_images
+from tests.support.clients import core_v1
 
 from .support import CHART, REPO, Release, delete_pods_and_wait
 
@@ -175,10 +175,8 @@ def node_namespace(node_cluster: ClusterControllers) -> Iterator[str]:
 
 @pytest.fixture
 def core(node_control_plane: ControlPlane) -> Iterator[Any]:
-    from kubernetes import client
-
-    with closing(node_control_plane.api_client()) as api_client:
-        yield client.CoreV1Api(api_client)
+    with core_v1(node_control_plane) as core:
+        yield core
 
 
 @pytest.fixture
