@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,8 +35,8 @@ from tests.support.integrity import (
     JSON,
     Answer,
     TokenClient,
+    applied,
     apply_objects,
-    delete_objects,
     tenant_refused,
     token_for,
 )
@@ -172,9 +173,12 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
                      "annotations": {"unstick.dev/remediate": POLICY}},
         "spec": {"nodeName": NODE_A, "containers": [{"name": "app", "image": "app:1"}]},
     }  # fmt: skip
-    mine = [o for o in base if o["metadata"]["name"] != "default"] + chart + _tenant_rbac()
-    try:
-        apply_objects(cp, base + chart + _tenant_rbac() + [_policy()])
+    default = [o for o in base if o["metadata"]["name"] == "default"]  # not ours to delete
+    ours = base + chart + _tenant_rbac() + [_policy()]
+    with (
+        applied(cp, ours, records_in=[SCOPED_NS, TENANT_NS], agents_in=SYSTEM_NS, keep=default),
+        _finalizer_removed(cp, "web-0", TENANT_NS),
+    ):
         agent = cp.request("POST", f"/api/v1/namespaces/{SYSTEM_NS}/pods", agent_pod)
         pod = cp.request("POST", f"/api/v1/namespaces/{TENANT_NS}/pods", tenant_pod)
         tenant = token_for(cp, TENANT_NS, "tenant")
@@ -198,15 +202,16 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
         )
         wait_until(lambda: _controller_writes(cp, w.controller), timeout=60, what="no other")
         yield w
+
+
+@contextmanager
+def _finalizer_removed(cp: ControlPlane, pod: str, namespace: str) -> Iterator[None]:
+    """At the end, the pod's finalizers removed (it goes, if it was deleted)."""
+    try:
+        yield
     finally:
-        for ns in (SCOPED_NS, TENANT_NS):
-            cp.kubectl("delete", "remediations", "--all", "-n", ns, check=False)
-        cp.kubectl("patch", "pod", "web-0", "-n", TENANT_NS, "--type=merge",
+        cp.kubectl("patch", "pod", pod, "-n", namespace, "--type=merge",
                    "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-        cp.kubectl("delete", "pods", "--all", "-n", SYSTEM_NS, "--grace-period=0", "--force",
-                   check=False)  # fmt: skip
-        cp.kubectl("delete", "remediationpolicy", POLICY, "--ignore-not-found", check=False)
-        delete_objects(cp, mine)
 
 
 def _refused(answer: Answer, *words: str) -> None:

@@ -34,8 +34,7 @@ from tests.support.integrity import (
     JSON,
     Answer,
     TokenClient,
-    apply_objects,
-    delete_objects,
+    applied,
     tenant_refused,
     token_for,
     whoami,
@@ -150,9 +149,7 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
     chart = render_chart()
     base = [_namespace(SYSTEM_NS), _namespace(TENANT_NS), _node(NODE_A), _node(NODE_B)]
     pods = [_pod("agent-a", NODE_A, AGENT_SA), _pod("agent-b", NODE_B, AGENT_SA)]
-    everything = base + chart + _tenant_rbac() + pods
-    try:
-        apply_objects(cp, base + chart + _tenant_rbac())
+    with applied(cp, base + chart + _tenant_rbac(), records_in=[TENANT_NS], agents_in=SYSTEM_NS):
         created = {
             p["metadata"]["name"]: cp.request("POST", f"/api/v1/namespaces/{SYSTEM_NS}/pods", p)
             for p in pods
@@ -171,15 +168,6 @@ def world(control_plane: ControlPlane) -> Iterator[World]:
             what="the admission policy",
         )
         yield w
-    finally:
-        cp.kubectl("delete", "remediations", "--all", "-n", TENANT_NS, check=False)
-        # The agent pods are bound to nodes with no kubelet: deleted gracefully they would
-        # stay Terminating (stuck, NodeGone once the nodes go) for the modules after this.
-        cp.kubectl(
-            "delete", "pods", "--all", "-n", SYSTEM_NS, "--grace-period=0", "--force",
-            check=False,
-        )  # fmt: skip
-        delete_objects(cp, everything)
 
 
 def _refused(answer: Answer, status: int, *words: str) -> None:

@@ -8,6 +8,8 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,3 +116,30 @@ def tenant_refused(cp: ControlPlane, tenant: TokenClient, path: str, body: JSON)
         cp.request("DELETE", f"{path}/{answer.body['metadata']['name']}")
         return False
     return answer.status == 403 and "only the unstick controller" in answer.message
+
+
+@contextmanager
+def applied(
+    cp: ControlPlane,
+    objects: list[JSON],
+    *,
+    records_in: Sequence[str],
+    agents_in: str,
+    keep: Sequence[JSON] = (),
+) -> Iterator[None]:
+    """`objects` applied (the namespaces, nodes, rendered chart and RBAC of a test's world);
+    at the end the Remediations in the namespaces `records_in` deleted, every pod in
+    `agents_in` force-deleted (the agents' pods are bound to nodes with no kubelet: deleted
+    gracefully they would stay Terminating, stuck and NodeGone once the nodes go, for the
+    modules after this) and `objects` deleted, but those in `keep`."""
+    try:
+        apply_objects(cp, objects)
+        yield
+    finally:
+        for namespace in records_in:
+            cp.kubectl("delete", "remediations", "--all", "-n", namespace, check=False)
+        cp.kubectl(
+            "delete", "pods", "--all", "-n", agents_in, "--grace-period=0", "--force",
+            check=False,
+        )  # fmt: skip
+        delete_objects(cp, [o for o in objects if o not in keep])
