@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# `make test`: every test but the benchmarks, in three pytest processes at
+# `make test`: every test but the benchmarks, in four pytest processes at
 # once, each with its own log:
 #   machines  `-m "kind or node"`: tests/machines (the demo on the real node, kind, the
 #             real node), in that order (one after the other, never at once: below)
-#   envtest   `-m envtest`: every other test on the real API server (the controller's,
-#             the agent's, the chart's install, ...), wherever it lives in tests/<room>/
-#   main      everything else (`-m "not envtest"`: pure code, mounts, chart rendering, ...)
-# The runs are chosen by markers, never by folder, so each test is in exactly one of them.
+#   envtest1, envtest2  `-m envtest --envtest-shard K/3`: two of three shares of the tests on
+#             the real API server (the controller's, the agent's, the chart's install, ...),
+#             wherever they live in tests/<room>/ (whole modules, dealt in path order)
+#   main      everything else (pure code, mounts, chart rendering, ...) and the third share
+#             of the envtests
+# The runs are chosen by markers and shares, never by folder, so each test is in exactly
+# one of them.
 #
 # Why side by side: most of the suite's time is waiting, not computing — on kind's cluster
 # and the real node's kubelet, on budget windows, on controllers started and killed. Run
@@ -27,7 +30,7 @@
 #
 # Output: the main run streams; the others write to $UNSTICK_TEST_LOGS/<name>.log (default
 # .test-logs/), printed whole once all ended. The exit code is the first failed run's
-# (main, machines, envtest), else 0.
+# (main, machines, envtest1, envtest2), else 0.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,11 +44,15 @@ fi
 logs=${UNSTICK_TEST_LOGS:-$root/.test-logs}
 mkdir -p "$logs"
 machines="kind or node"
+# The envtests (~26 min in one run at the last count) are dealt in three shares of whole
+# modules (tests/conftest.py --envtest-shard): two side runs take one share each, the main
+# run (~6 min of its own) the third.
 declare -A args=(
   [machines]="-m '$machines' --durations=15"
-  [envtest]="-m 'envtest and not bench and not ($machines)' --durations=15"
+  [envtest1]="-m 'envtest and not bench and not ($machines)' --envtest-shard 1/3 --durations=15"
+  [envtest2]="-m 'envtest and not bench and not ($machines)' --envtest-shard 2/3 --durations=15"
 )
-side=(machines envtest)
+side=(machines envtest1 envtest2)
 declare -A pid tmp
 for name in "${side[@]}"; do
   tmp[$name]=$(mktemp -d "/tmp/unstick-$name-tests.XXXXXX")
@@ -65,7 +72,7 @@ stop_side() {
 }
 trap 'stop_side; exit 130' INT TERM
 
-"${pytest[@]}" -m "not envtest and not bench and not ($machines)" --durations=25
+"${pytest[@]}" -m "not bench and not ($machines)" --envtest-shard 3/3 --durations=25
 code=$?
 echo "================ main (everything else): exit $code ================"
 

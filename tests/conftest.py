@@ -51,7 +51,39 @@ def _binaries_missing() -> str | None:
     return None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--envtest-shard",
+        metavar="K/N",
+        default=None,
+        help="keep only the K-th of N shares of the envtest modules (whole modules, dealt "
+        "round-robin in path order); other tests are not affected (hack/run-tests.sh)",
+    )
+
+
+def _envtest_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("--envtest-shard")
+    if not shard:
+        return
+    try:
+        k, n = (int(x) for x in shard.split("/"))
+        if not 1 <= k <= n:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"--envtest-shard {shard}: expected K/N with 1 <= K <= N")
+    modules = sorted({i.nodeid.split("::")[0] for i in items if i.get_closest_marker("envtest")})
+    mine = {m for index, m in enumerate(modules) if index % n == k - 1}
+    keep, drop = [], []
+    for item in items:
+        envtest = item.get_closest_marker("envtest") is not None
+        (drop if envtest and item.nodeid.split("::")[0] not in mine else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _envtest_shard(config, items)
     reasons: dict[str, str | None] = {}
     checks = {"mountns": _unshare_works, "kind": _kind_unavailable, "envtest": _binaries_missing}
     for item in items:
