@@ -70,7 +70,7 @@ def _envtest_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
         if not 1 <= k <= n:
             raise ValueError
     except ValueError:
-        raise pytest.UsageError(f"--envtest-shard {shard}: expected K/N with 1 <= K <= N")
+        raise pytest.UsageError(f"--envtest-shard {shard}: expected K/N with 1 <= K <= N") from None
     modules = sorted({i.nodeid.split("::")[0] for i in items if i.get_closest_marker("envtest")})
     mine = {m for index, m in enumerate(modules) if index % n == k - 1}
     keep, drop = [], []
