@@ -161,9 +161,11 @@ def first_write_after(cp: ControlPlane, identity: str, after: float) -> float | 
     return min(later) if later else None
 
 
-def writes_after(cp: ControlPlane, identity: str, after: float) -> list[dict[str, Any]]:
+def writes_after(cp: ControlPlane, identity: str, after: float) -> list[str]:
+    """The writes `identity` sent that the API server received at or after `after`."""
     return [
-        e
+        f"{e['verb']} {e['objectRef'].get('resource')}/{e['objectRef'].get('subresource', '')}"
+        f" {e['objectRef'].get('name')} at +{received_at(e) - after:.3f} s"
         for e in requests(cp, by_exactly=user_agent(identity), verbs=WRITES)
         if received_at(e) >= after
     ]
@@ -426,3 +428,34 @@ def test_two_electors_starting_together_one_leads(
         for e in electors:
             e.release()
         _delete_lease(objects, lease)
+
+
+def test_the_guard_is_checked_again_on_the_connection(
+    control_plane: ControlPlane, objects: Objects
+) -> None:
+    """The guard runs in `Kube._call` and once more inside the connection, right before the
+    request is written (after the pool, the connect and the TLS handshake): a lease lost in
+    between (a process stopped there) sends nothing. GETs are not guarded."""
+    agent = "unstick-guard-test/1"
+    kube = Kube(
+        ClientSettings(kubeconfig=str(control_plane.kubeconfig), user_agent=agent, retry_attempts=1)
+    )
+    checked: list[str] = []
+
+    def guard(method: str, path: str) -> None:
+        checked.append(f"{method} {path}")
+        if len(checked) > 1:  # the lease was lost after the first check
+            raise NotLeading("lost meanwhile")
+
+    kube.write_guard = guard
+    body = {"metadata": {"name": f"t-guard-{os.getpid()}"}, "data": {"a": "b"}}
+    try:
+        with pytest.raises(NotLeading):
+            kube.request("POST", "/api/v1/namespaces/default/configmaps", body=body)
+        assert len(checked) == 2, checked
+        assert kube.get("/api/v1/namespaces/default") is not None
+        assert len(checked) == 2  # a GET: no check
+        assert requests(control_plane, by_exactly=agent, verbs=WRITES) == []
+        assert [e["verb"] for e in requests(control_plane, by_exactly=agent)] == ["get"]
+    finally:
+        kube.close()

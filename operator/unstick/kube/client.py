@@ -317,6 +317,32 @@ class _WaitRetryAfter(tenacity.wait.wait_base):
         return float(self._backoff(retry_state))
 
 
+def _guard_connections(pools: urllib3.PoolManager, guard: Callable[[], Any]) -> None:
+    """Call `guard()`'s check once more inside the connection, right before a request that
+    is not a GET is written to it: after the pool handed the connection out and after its
+    TCP connect and TLS handshake, the slowest steps between `Kube._call`'s check and the
+    send. A process stopped there (SIGSTOP) and resumed after it lost the lease would
+    otherwise send a write it checked before the stop."""
+
+    def checked(base: type[urllib3.connection.HTTPConnection]) -> type[Any]:
+        class Guarded(base):  # type: ignore[valid-type,misc]
+            def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+                check = guard()
+                if method != "GET" and check is not None:
+                    check(method, url)
+                super().request(method, url, *args, **kwargs)
+
+        return Guarded
+
+    class HTTPPool(urllib3.HTTPConnectionPool):
+        ConnectionCls = checked(urllib3.connection.HTTPConnection)
+
+    class HTTPSPool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = checked(urllib3.connection.HTTPSConnection)
+
+    pools.pool_classes_by_scheme = {"http": HTTPPool, "https": HTTPSPool}
+
+
 def status_of(exc: BaseException) -> int | None:
     return exc.status if isinstance(exc, ApiException) else None
 
@@ -333,6 +359,7 @@ class Kube:
         # Called right before every request that is not a GET, each attempt (the leader
         # election's "I hold the lease now", controller/leader.py); it raises to refuse.
         self.write_guard: Callable[[str, str], None] | None = None
+        _guard_connections(self.api.rest_client.pool_manager, lambda: self.write_guard)
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
             wait=_WaitRetryAfter(settings.retry_max_wait_s),
