@@ -111,12 +111,12 @@ async def rebuild_from_remediations(
     clock: Callable[[], float],
     gate: Callable[[], bool] = lambda: True,
 ) -> list[JSON]:
-    """Once this replica is the active one (peering: a standby that takes over must see
-    what the previous one did), LIST the Remediations and rebuild the budget; retried
+    """Once this replica holds the leader Lease (controller/leader.py: a standby that takes
+    over must see what the previous one did), LIST the Remediations and rebuild the budget; retried
     until the LIST answers. The caller takes no action before this returns: acting on an
     empty budget could exceed the limits. Returns the Remediations read (the node
     incidents among them are adopted: controller/incidents/adoption.py)."""
-    while not gate():  # noqa: ASYNC110 (a plain callable: peering.PeeringGate)
+    while not gate():  # noqa: ASYNC110 (a plain callable: leader.Elector.leading)
         await asyncio.sleep(GATE_POLL_S)
     while True:
         try:
