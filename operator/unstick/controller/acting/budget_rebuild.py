@@ -43,7 +43,7 @@ from unstick.kube.client import JSON, Kube, remediation_path
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0
-GATE_POLL_S = 0.5
+GATE_POLL_S = 0.1  # a bool read: a replica that just took the Lease starts at once
 _API_ACTIONS = frozenset(str(a) for a in API_ACTIONS)
 _CARRIED_OUT = frozenset({"succeeded", "failed", "deleting", "removing", "gone"})
 ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this long, or never
