@@ -111,7 +111,9 @@ def unstick_release(
             },
             "policy": {"dryRun": False, "slackSeconds": 5},
             "agent": {"logLevel": "DEBUG"},
-            "controller": {"verbose": True},
+            # one node: one replica, as before the chart's hot standby (two replicas may not
+            # share a node by default; the kind suite has the two, one per worker)
+            "controller": {"verbose": True, "replicas": 1},
         },
     )
     release = Release(node_control_plane, home, namespace="unstick-system")
