@@ -10,7 +10,7 @@ restarted by the kubelet, the pod is deleted.
   busy". unstick diagnoses OrphanedMount, replays the unpublish against the real driver
   (OK, the mount stays), unmounts, removes the empty dirs; the kubelet removes the pod
   itself and the StatefulSet's replacement reads the file written before.
-- v1.12.0 (the fix): the same steps; the pod goes by itself and unstick does nothing."""
+- v1.12.0 (the fix): tests/machines/node/test_upstream_hostpath_fixed.py."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from devcluster import ControlPlane
-from devcluster.csi_upstream import BUGGY, DRIVER, FIXED, UpstreamDriver
+from devcluster.csi_upstream import BUGGY, DRIVER, UpstreamDriver
 from devcluster.csi_upstream_seed import UpstreamSeed
 from devcluster.node import RealNode
 from devcluster.process import wait_until
 
-from .support import REMEDIATE, Release, await_resolved_with_answer, pod_exists, remediation_for
+from .support import REMEDIATE, Release, await_resolved_with_answer, pod_exists
 
 pytestmark = pytest.mark.node
 
@@ -108,33 +108,3 @@ def test_v1_11_0_orphaned_mount_fixed_by_unstick(
     wait_until(lambda: "found: written" in seed.logs(), timeout=30, what="the file read back")
     attached = [a for a in seed.attachments() if (a.get("status") or {}).get("attached")]
     assert len(attached) == 1 and attached[0]["spec"]["nodeName"] == real_node.settings.name
-
-
-def test_v1_12_0_the_fix_needs_no_unstick(
-    upstream_driver: Callable[[str], UpstreamDriver],
-    unstick_release: Release,
-    real_node: RealNode,
-    node_control_plane: ControlPlane,
-    core: Any,
-    seed: UpstreamSeed,
-) -> None:
-    driver, cp, ns = upstream_driver(FIXED), node_control_plane, seed.ns
-    uid = start_restart_delete(driver, seed, core)
-    target = str(seed.target(uid))
-    wait_until(
-        lambda: not pod_exists(core, ns, seed.pod_name, uid),
-        timeout=60,
-        what="the pod removed by the kubelet alone",
-    )
-    assert f"hostpath: volume {target} has been unpublished." in driver.log()
-    assert "not published" not in driver.log()
-    assert not any(
-        "failed to remove dir" in line and target in line
-        for line in real_node.log_text("kubelet").splitlines()
-    )
-    assert remediation_for(cp, ns, uid) is None
-    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.uid={uid}").items
-    assert not [e for e in events if "unstick" in (e.source.component or "")], events
-    seed.wait_running(other_than=uid)
-    wait_until(lambda: "found: written" in seed.logs(), timeout=30, what="the file read back")
-    assert DRIVER in str(seed.attachments())
