@@ -245,10 +245,17 @@ def test_silent_node_is_observed_until_fenced_then_force_deleted(
     assert any(w["responseStatus"]["code"] == 200 for w in writes), writes
 
     def recorded() -> dict[str, Any] | None:
+        """The record once the force-delete's result is on it: the intent ('deleting',
+        written before the act) is replaced by the result after it."""
         st = ((remediation_for(cp, ns, uid) or {}).get("status")) or {}
-        return st if any(a["action"] == "force-delete" for a in st.get("actions") or []) else None
+        done = [
+            a
+            for a in st.get("actions") or []
+            if a["action"] == "force-delete" and a.get("result") != "deleting"
+        ]
+        return st if done else None
 
-    final = wait_until(recorded, timeout=30, what="the force-delete in the Remediation")
+    final = wait_until(recorded, timeout=30, what="the force-delete's result in the Remediation")
     (done,) = [a for a in final["actions"] if a["action"] == "force-delete"]
     assert done["result"] == "succeeded" and "gracePeriodSeconds=0" in done["message"], done
     assert final["cause"] == "NodeUnreachable", final
