@@ -22,7 +22,7 @@ from devcluster.csi_upstream_seed import UpstreamSeed
 from devcluster.node import RealNode
 from devcluster.process import wait_until
 
-from .support import Release, pod_exists, remediation_for
+from .support import pod_exists, remediation_for
 from .test_upstream_hostpath import start_restart_delete
 
 pytestmark = pytest.mark.node
@@ -30,9 +30,9 @@ pytestmark = pytest.mark.node
 SEED: dict[str, Any] = {}  # not opted in: unstick observes only
 
 
+@pytest.mark.usefixtures("unstick_release")
 def test_v1_12_0_the_fix_needs_no_unstick(
     upstream_driver: Callable[[str], UpstreamDriver],
-    unstick_release: Release,
     real_node: RealNode,
     node_control_plane: ControlPlane,
     core: Any,
