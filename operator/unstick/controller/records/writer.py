@@ -121,18 +121,28 @@ def patch_spec(kube: Kube, rem: JSON, spec: dict[str, Any], *, resource_version:
 
 
 def patch_status(
-    kube: Kube, rem: JSON, status: dict[str, Any], *, resource_version: str = ""
+    kube: Kube,
+    rem: JSON,
+    status: dict[str, Any],
+    *,
+    resource_version: str = "",
+    seen: JSON | None = None,
 ) -> JSON:
     """Every status write of the controller. `status.conditions` (records/conditions.py) go
     with it when the record's would change — never a write of their own — derived from the
     status after this write: exact when the write is guarded (`rem` is that version), and
     otherwise only when the write sets the phase itself (an unguarded write onto a copy
-    that may be old must not restate an old phase in the conditions)."""
+    that may be old must not restate an old phase in the conditions). `seen`: the record as
+    last seen, when `rem` is a stub without its conditions and generation (a pod's record
+    resolved from its name alone): their transition times and generation come from it."""
     meta = rem["metadata"]
     current = rem.get("status") or {}
     if resource_version or "phase" in status:
+        context = seen if seen is not None else rem
         after = {k: v for k, v in {**current, **status}.items() if v is not None}
-        wanted = derive_conditions(after, meta.get("generation"), time.time())
+        after["conditions"] = (context.get("status") or {}).get("conditions")
+        generation = (context.get("metadata") or {}).get("generation")
+        wanted = derive_conditions(after, generation, time.time())
         if wanted is not None and wanted != current.get("conditions"):
             status = {**status, "conditions": wanted}
     return kube.request(
@@ -265,9 +275,15 @@ class RecordWriter:
         changed = {k: v for k, v in desired.items() if current.get(k) != v}
         if not changed:
             return
+        meta = rem.get("metadata") or {}
+        seen = (  # a stub or a blanked status: the conditions as the copy has them
+            self.copies.get(str(meta.get("namespace")), str(meta.get("name")))
+            if "conditions" not in current
+            else None
+        )
         answer = self._send(
             rem,
-            lambda v: patch_status(self.kube, rem, changed, resource_version=v),
+            lambda v: patch_status(self.kube, rem, changed, resource_version=v, seen=seen),
             guarded=guarded,
         )
         rem["status"] = {**current, **changed}
