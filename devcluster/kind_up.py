@@ -32,6 +32,8 @@ NAME = "unstick-quickstart"
 NAMESPACE = "unstick"
 BIN = ROOT / "bin"
 CONFIG = ROOT / "tests" / "machines" / "kind" / "cluster.yaml"  # the kind suite's cluster
+# kind mounts the host's /lib/modules into every node (as the suite, tests/machines/kind)
+MODULES = Path("/lib/modules")
 
 
 def state_dir() -> Path:
@@ -84,6 +86,9 @@ def up() -> None:
     if not lines:
         raise RuntimeError("hack/build-kind-node-image.sh printed no image reference")
     state_dir().mkdir(parents=True, exist_ok=True)
+    if not MODULES.exists():  # kind mounts it into every node; podman refuses a missing one
+        say(f"{MODULES} made (empty: this machine has no kernel modules); left in place")
+        MODULES.mkdir()
     kubectl: list[str | Path] = [BIN / "kubectl", f"--kubeconfig={kubeconfig()}"]
     if exists():
         say(f"cluster {NAME} is there already: unstick is installed again")
