@@ -377,8 +377,19 @@ class RealNodeDemo:
         if kubelet is None or not kubelet.process.alive():
             raise RuntimeError("the real node's kubelet exited")
 
+    def _leader_first(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The controller replica that holds the leader Lease first: only it diagnoses and
+        acts (the chart runs two; the standby's metrics have no stuck pods)."""
+        assert self.cp is not None
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases"
+        leases: list[dict[str, Any]] = self.cp.request("GET", path)["items"]
+        holders = {(lease.get("spec") or {}).get("holderIdentity") for lease in leases}
+        return sorted(pods, key=lambda p: p["metadata"]["name"] not in holders)
+
     def _metrics(self, component: str, port: int, prefix: str) -> list[str]:
         pods = self._pods(component)
+        if component == "controller":
+            pods = self._leader_first(pods)
         ip = pods[0].get("status", {}).get("podIP") if pods else None
         if not ip:
             return [f"(no {component} pod with an address)"]
