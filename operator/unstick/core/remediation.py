@@ -66,12 +66,17 @@ LAZY_UNMOUNT = "lazyUnmount"
 PROBE_REQUESTED_AT = "probeRequestedAt"
 NODE_STEPS = "nodeSteps"
 NODE_STEPS_REQUESTED_AT = "nodeStepsRequestedAt"
+#: The controller's mandate: what the agent may do for this pod in one round trip
+#: (design.md §11; `NodeMandate`). Its request time is `nodeStepsRequestedAt`.
+MANDATE = "mandate"
 # status, written by the agent (the controller writes the rest of status)
 PROBE = "probe"
 #: The probe's own stamp: `probedAt`, and `podUID`/`nodeName` (the spec's names).
 PROBED_AT = "probedAt"
 NODE_ACTIONS_FIELD = "nodeActions"
 NODE_STEPS_DONE_AT = "nodeStepsDoneAt"
+#: The agent's own plan under a mandate, on record before it acts (`NodePlan`).
+NODE_PLAN = "nodePlan"
 #: The agent's refusals of a request as a whole (a probe, or a batch of node steps).
 NODE_REFUSALS = "nodeRefusals"
 #: In a `nodeRefusals` entry: the request was refused by a limit (the agent's node budget)
@@ -364,4 +369,130 @@ def probe_stamp(probe: Mapping[str, Any]) -> ProbeStamp:
         uid if isinstance(uid, str) else None,
         node if isinstance(node, str) else None,
         time_or_none(probe.get(PROBED_AT)),
+    )
+
+
+# --- the round trip (design.md §11): the mandate (controller → agent) and the plan back ---
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMandate:
+    """`spec.mandate`: the node actions the policy in force permits for this pod, that
+    policy's name and resourceVersion, dry-run, and the node-budget slots the controller
+    granted (and counted in its own budget). Bound to the pod's UID and node. Its request
+    time is `spec.nodeStepsRequestedAt`. A permission, never a fact: the agent plans from
+    its own probe and re-derives the pod and the policy from the API before acting."""
+
+    pod_uid: str
+    node: str
+    actions: tuple[Action, ...]
+    policy: str
+    policy_version: str
+    dry_run: bool
+    slots: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            POD_UID: self.pod_uid,
+            NODE_NAME: self.node,
+            "actions": [str(a) for a in self.actions],
+            "policy": self.policy,
+            "policyResourceVersion": self.policy_version,
+            DRY_RUN: self.dry_run,
+            "slots": self.slots,
+        }
+
+    def request(self, requested_at: datetime) -> dict[str, Any]:
+        """The merge patch of spec that makes this mandate the current request (no list of
+        steps: the agent plans them; an older request's `nodeSteps` is cleared)."""
+        return {
+            MANDATE: self.to_json(),
+            NODE_STEPS_REQUESTED_AT: rfc3339(requested_at),
+            NODE_STEPS: None,
+        }
+
+
+def _string(obj: Mapping[str, Any], key: str, field: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str):
+        raise RemediationError(f"{field}.{key}", "expected a string")
+    return value
+
+
+def parse_mandate(spec: Mapping[str, Any]) -> NodeMandate | None:
+    """`spec.mandate`, None when absent. RemediationError naming the field (e.g.
+    `spec.mandate.actions[1]`) when it is malformed."""
+    raw = spec.get(MANDATE)
+    if raw is None:
+        return None
+    field = f"spec.{MANDATE}"
+    if not isinstance(raw, Mapping):
+        raise RemediationError(field, "expected an object")
+    actions = raw.get("actions")
+    if not isinstance(actions, list):
+        raise RemediationError(f"{field}.actions", "expected a list of node actions")
+    names = {str(a) for a in NODE_ACTIONS}
+    for i, action in enumerate(actions):
+        if not isinstance(action, str) or action not in names:
+            raise RemediationError(f"{field}.actions[{i}]", f"{action!r} is not a node action")
+    dry_run, slots = raw.get(DRY_RUN), raw.get("slots")
+    if not isinstance(dry_run, bool):
+        raise RemediationError(f"{field}.{DRY_RUN}", "expected true or false")
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
+        raise RemediationError(f"{field}.slots", "expected a count (0 or more)")
+    return NodeMandate(
+        pod_uid=_string(raw, POD_UID, field),
+        node=_string(raw, NODE_NAME, field),
+        actions=tuple(Action(a) for a in dict.fromkeys(actions)),
+        policy=_string(raw, "policy", field),
+        policy_version=_string(raw, "policyResourceVersion", field),
+        dry_run=dry_run,
+        slots=slots,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """`status.nodePlan`: the agent's answer to a mandate before it acts (record before
+    act) — the request it answers (`for`, its `nodeStepsRequestedAt`), the cause its own
+    diagnosis found on its fresh probe, the steps it will carry out (the plan of that
+    diagnosis within the mandate and the policy in force), and the budget slots they take
+    (the controller gives back the rest of those it granted)."""
+
+    requested_at: datetime
+    cause: str
+    steps: tuple[NodeStep, ...]
+    slots_used: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "for": rfc3339(self.requested_at),
+            "cause": self.cause,
+            "steps": [s.to_json() for s in self.steps],
+            "slotsUsed": self.slots_used,
+        }
+
+
+def parse_node_plan(status: Mapping[str, Any]) -> NodePlan | None:
+    """`status.nodePlan`, None when absent. RemediationError naming the field when bad."""
+    raw = status.get(NODE_PLAN)
+    if raw is None:
+        return None
+    field = f"status.{NODE_PLAN}"
+    if not isinstance(raw, Mapping):
+        raise RemediationError(field, "expected an object")
+    at = field_time(raw, "for", f"{field}.for")
+    if at is None:
+        raise RemediationError(f"{field}.for", "missing")
+    steps = raw.get("steps")
+    if not isinstance(steps, list):
+        raise RemediationError(f"{field}.steps", "expected a list")
+    used = raw.get("slotsUsed")
+    if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+        raise RemediationError(f"{field}.slotsUsed", "expected a count (0 or more)")
+    return NodePlan(
+        at,
+        _string(raw, "cause", field),
+        tuple(_step(item, f"{field}.steps[{i}]") for i, item in enumerate(steps)),
+        used,
     )

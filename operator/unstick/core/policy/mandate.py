@@ -17,13 +17,14 @@ A policy is in force only if it exists, is valid and serves the pod's namespace
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from unstick.core.policy.planner import Step
 from unstick.core.policy.remediation_policy import RemediationPolicy
-from unstick.core.remediation import REMEDIATE
+from unstick.core.remediation import MANDATE, REMEDIATE, NodeMandate
 from unstick.core.verdict import SAFE, Verdict, refuse
-from unstick.core.vocabulary import Action, Refusal
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 
 OPT_IN = REMEDIATE  # the pod annotation and namespace label
 DEFAULT_POLICY = "default"
@@ -152,3 +153,90 @@ def permit(m: Mandate, action: Action) -> Mandate:
     if m.policy.dry_run:
         return Mandate(None, Refusal.DRY_RUN, f"RemediationPolicy {m.policy.name!r} is in dry-run")
     return m
+
+
+# --- the controller's mandate (design.md §11), judged against the policy in force ---------
+
+
+def within(granted: NodeMandate, m: Mandate, *, pod_uid: str, node: str) -> Mandate:
+    """`m` (the policy in force, re-derived from the API) narrowed by the controller's
+    `granted` mandate; refused when the mandate cannot be the controller's for this pod
+    under this policy: bound to another pod or node (forged), naming another policy than
+    the one in force (stale: asked again), naming an action that this very version of the
+    policy does not permit, or more slots than its node budget holds (forged). A policy
+    changed since (another resourceVersion) is not a refusal: what it permits now is
+    intersected with the mandate (`mandated_steps`)."""
+    field = f"spec.{MANDATE}"
+    if granted.pod_uid != pod_uid:
+        return Mandate(
+            None,
+            Refusal.FORGED,
+            f"{field}.podUID: {granted.pod_uid!r} is not this pod ({pod_uid!r})",
+        )
+    if granted.node != node:
+        return Mandate(
+            None, Refusal.FORGED, f"{field}.nodeName: {granted.node!r} is not this node ({node!r})"
+        )
+    if not m or m.policy is None:
+        return m
+    policy = m.policy
+    if granted.policy != policy.name:
+        return Mandate(
+            None,
+            Refusal.STALE,
+            f"{field}.policy: {granted.policy!r} is not the policy in force for the pod "
+            f"({policy.name!r}); the controller asks again if it still wants the steps",
+        )
+    if granted.policy_version == policy.resource_version:
+        for action in granted.actions:
+            if not policy.permits(action):
+                return Mandate(
+                    None,
+                    Refusal.FORGED,
+                    f"{field}.actions: RemediationPolicy {policy.name!r} (resourceVersion "
+                    f"{policy.resource_version}) does not permit {action}: not a mandate "
+                    "the controller writes",
+                )
+    limit = policy.rate_limits.node_per_minute
+    if granted.slots > limit:
+        return Mandate(
+            None,
+            Refusal.FORGED,
+            f"{field}.slots: {granted.slots} is more than RemediationPolicy "
+            f"{policy.name!r} grants a node per minute ({limit})",
+        )
+    return m
+
+
+@dataclass(frozen=True, slots=True)
+class Mandated:
+    """The agent's plan cut to its mandate: the node steps it may carry out, and each
+    node step of its plan it may not, with the refusal's reason word and message."""
+
+    steps: tuple[Step, ...]
+    refused: tuple[tuple[Step, Refusal, str], ...]
+    dry_run: bool  # the policy in force or the mandate is in dry-run: nothing is carried out
+
+
+def mandated_steps(planned: Sequence[Step], granted: NodeMandate, m: Mandate) -> Mandated:
+    """The node steps of `planned` (the core planner's plan of the agent's own diagnosis)
+    that are in the mandate AND that the policy in force (`m`, already judged by `within`)
+    permits. Steps of actions that change nothing on the node (observe) and of the
+    controller's actions (force-delete, remove-finalizer) are not the agent's: left out."""
+    node_steps = [s for s in planned if s.action in NODE_ACTIONS]
+    if not m or m.policy is None:
+        assert m.refusal is not None
+        return Mandated((), tuple((s, m.refusal, m.message) for s in node_steps), False)
+    kept: list[Step] = []
+    refused: list[tuple[Step, Refusal, str]] = []
+    for s in node_steps:
+        if s.action not in granted.actions:
+            refused.append(
+                (s, Refusal.POLICY_FORBIDS, f"spec.{MANDATE}.actions does not grant {s.action}")
+            )
+        elif not m.policy.permits(s.action):
+            why = f"RemediationPolicy {m.policy.name!r} does not permit {s.action}"
+            refused.append((s, Refusal.POLICY_FORBIDS, why))
+        else:
+            kept.append(s)
+    return Mandated(tuple(kept), tuple(refused), m.policy.dry_run or granted.dry_run)

@@ -121,6 +121,8 @@ class RemediationPolicy:
     finalizer_owner_gone_seconds: float | None = None
     #: which sources prove a NotReady node is off (docs/fencing.md)
     fencing: FencingSettings = field(default_factory=FencingSettings)
+    #: metadata.resourceVersion as read (a mandate names the version it was decided on)
+    resource_version: str = ""
 
     def serves(self, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
         """May a pod in `namespace` (with these labels) use this policy? `default` serves
@@ -299,13 +301,14 @@ def _selector(spec: Mapping[str, object]) -> LabelSelector | None:
 
 def _parse(obj: object) -> RemediationPolicy:
     top = f.as_object(obj, "policy")
-    name = DEFAULT_POLICY
+    name, version = DEFAULT_POLICY, ""
     if "spec" in top or "kind" in top or "apiVersion" in top:
         kind = top.get("kind")
         if kind is not None and kind != POLICY_KIND:
             raise f.FieldError("kind", f"must be {POLICY_KIND}, got {kind!r}")
         meta = f.opt_object(top, "metadata", "")
         name = f.opt_string(meta, "name", "metadata") or name
+        version = f.opt_string(meta, "resourceVersion", "metadata") or ""
         spec = f.opt_object(top, "spec", "")
     else:
         spec = top
@@ -330,6 +333,7 @@ def _parse(obj: object) -> RemediationPolicy:
         finalizer_owners=finalizer_owners(spec),
         finalizer_owner_gone_seconds=owner_gone_seconds(spec),
         fencing=_fencing(spec),
+        resource_version=version,
     )
 
 
