@@ -22,7 +22,15 @@ from devcluster.demo import cluster
 from devcluster.demo.backend import Backend
 from devcluster.demo.scenarios import GONE_NODE, NAMESPACE
 from devcluster.demo.table import Row, render
-from unstick.core.remediation import GROUP, INTENTS, PLURAL, VERSION
+from unstick.core.remediation import (
+    GROUP,
+    INTENTS,
+    NODE_ACTIONS_FIELD,
+    NODE_STEPS_REQUESTED_AT,
+    PLURAL,
+    VERSION,
+    steps_answered,
+)
 
 NODE_CHOICES = ("auto", "real", "stand-in")
 
@@ -103,6 +111,24 @@ def per_pod(rem: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+def answer_recorded(rem: dict[str, Any]) -> bool:
+    """The agent's answer to the pod's latest node steps (when it was asked any) is on the
+    record and recorded by the controller: answered (`status.nodeStepsDoneAt` at or after
+    the request) and each `status.nodeActions` entry in `status.actions`. The kubelet may
+    remove the pod right after the agent's unmount, before the agent writes its answer:
+    the controller marks the record Resolved first and records the late answer when it
+    lands (controller/records/pod_record.py), so a read in between sees the pod gone and
+    none of the agent's actions. A node incident asks no agent anything."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    if spec.get(NODE_STEPS_REQUESTED_AT) and not steps_answered(spec, status):
+        return False
+
+    def entries(key: str) -> set[tuple[Any, Any, Any]]:
+        return {(a.get("action"), a.get("target"), a.get("result")) for a in status.get(key) or []}
+
+    return entries(NODE_ACTIONS_FIELD) <= entries("actions")
+
+
 def _compact(items: list[str]) -> list[str]:
     """`[a, b, b, b]` as `[a, b x3]`."""
     groups = [(a, len(list(g))) for a, g in itertools.groupby(items)]
@@ -116,6 +142,7 @@ def _plan_text(actions: list[str]) -> str:
 def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Row]:
     rems = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL)
     by_pod = {pod: status for r in rems["items"] for pod, status in per_pod(r)}
+    unanswered = {pod for r in rems["items"] if not answer_recorded(r) for pod, _ in per_pod(r)}
     present = {p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items}
     finalised = backend.finalised()
     rows = []
@@ -137,7 +164,8 @@ def _rows(custom: Any, core: Any, backend: Backend, history: History) -> list[Ro
                 actions=" → ".join(done),
                 pod_gone=sc.pod not in present,
                 kubelet=backend.kubelet_view(sc.pod),
-                pending=any(a.get("result") in INTENTS for a in status.get("actions", [])),
+                pending=sc.pod in unanswered
+                or any(a.get("result") in INTENTS for a in status.get("actions", [])),
             )
         )
     return rows
@@ -260,11 +288,10 @@ def _play(backend: Backend, stack: contextlib.ExitStack, settings: DemoSettings)
 def _settled_rows(
     custom: Any, core: Any, backend: Backend, history: History, agent_node: str
 ) -> list[Row]:
-    """The rows once the records of the fixed pods are complete and the backend has all it
-    shows (at most 20 s): a real
-    kubelet removes the pod right after the agent's unmount, before the agent's report of
-    its steps lands on the Remediation (Resolved then); a node incident's record is
-    written after its force-deletes."""
+    """The rows once the records of the fixed pods are final and the backend has all it
+    shows (at most 20 s): the pod's own record marked Resolved after the pod went (the
+    agent's answer is recorded already: `Row.done` waits for it, answer_recorded); a node
+    incident's record is written after its force-deletes."""
     fixed = {sc.pod: sc.node == agent_node for sc in backend.scenarios if sc.fixed}
 
     def complete() -> bool:

@@ -18,7 +18,9 @@ class Row:
     actions: str  # actions carried out, with results, in order
     pod_gone: bool
     kubelet: str = ""  # the real kubelet's last log line about the pod's volumes
-    pending: bool = False  # an action on record as an intent whose answer is not written yet
+    # an action on record whose answer is not recorded yet: the controller's intent, or node
+    # steps whose agent's answer is not in status.actions (run.py answer_recorded)
+    pending: bool = False
 
     @property
     def causes(self) -> tuple[str, ...]:
