@@ -121,6 +121,10 @@ class Node:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         assert line == "ready", f"{what} did not start: {line!r}"
+        # "ready" is said by the shell before its exec: until the exec the process is
+        # still `sh`, and a holder scan then names it so (seen under load)
+        comm = Path(f"/proc/{proc.pid}/comm")
+        wait_until(lambda: comm.read_text().strip() == "sleep", timeout=20, what=f"{what} asleep")
         return proc
 
     def stop(self, proc: subprocess.Popen[Any]) -> None:
