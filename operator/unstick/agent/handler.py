@@ -59,6 +59,7 @@ from unstick.agent.authority.request import PROBE as PROBE_REFUSAL
 from unstick.agent.holders.scan_group import shared_scans
 from unstick.agent.keylocks import KeyLocks
 from unstick.agent.probe.collect import probe_pod
+from unstick.agent.round_trip import RoundTrip
 from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import DRY_RUN, REFUSED, Executor, StepResult
 from unstick.core import remediation as rem
@@ -119,6 +120,11 @@ class Handler:
     pod_locks: KeyLocks = field(default_factory=KeyLocks)
     call_lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def round_trip(self) -> RoundTrip:
+        """The mandate's path (design.md §11), on this handler's checks and steps."""
+        return RoundTrip(self)
+
     def probe(self, uid: str) -> JSON:
         """Probe the pod: the mount table from the executor's view (re-read only when the
         kernel says it changed, agent/probe/mount_table.py), the holder scan shared with the
@@ -161,7 +167,10 @@ class Handler:
         steps_due = steps_at and (done_at is None or steps_at > done_at)
         if steps_at and steps_due and self.served_steps.get(key) != steps_at_raw:
             self.served_steps[key] = str(steps_at_raw)
-            self._run_steps(ns, name, uid, spec, status, asked=(steps_at, received))
+            if spec.get(rem.MANDATE) is not None:  # one round trip (design.md §11)
+                self.round_trip.serve(ns, name, uid, spec, status, asked=(steps_at, received))
+            else:
+                self._run_steps(ns, name, uid, spec, status, asked=(steps_at, received))
             return
         probe_at_raw = spec.get(rem.PROBE_REQUESTED_AT)
         probe_at = time_of(spec, rem.PROBE_REQUESTED_AT, f"spec.{rem.PROBE_REQUESTED_AT}")
