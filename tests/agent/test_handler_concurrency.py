@@ -41,7 +41,7 @@ def handler(ex: GatedExecutor) -> Handler:
 
 
 def run(h: Handler, uid: str, steps: list[tuple[str, str]]) -> threading.Thread:
-    t = threading.Thread(target=h._act, args=(uid, steps), kwargs={"lazy": False}, daemon=True)
+    t = threading.Thread(target=h.act, args=(uid, steps), kwargs={"lazy": False}, daemon=True)
     t.start()
     return t
 

@@ -180,7 +180,7 @@ class Handler:
         if probe_due and self.served_probes.get(key) != probe_at_raw:
             self.served_probes[key] = str(probe_at_raw)
             try:
-                self._check_pod(ns, spec)
+                self.checked_pod(ns, spec)
             except BadRemediation as exc:
                 log.warning("remediation %s/%s: probe refused: %s", ns, name, exc)
                 self._refuse_probe(ns, name, status, exc)
@@ -193,7 +193,7 @@ class Handler:
         entry = refusal_entry(PROBE_REFUSAL, exc.refusal, str(exc), self.clock())
         self.patch_status(ns, name, {rem.NODE_REFUSALS: with_refusal(status, entry)})
 
-    def _check_pod(self, ns: str, spec: JSON) -> JSON:
+    def checked_pod(self, ns: str, spec: JSON) -> JSON:
         """The pod named in spec, from the API: this uid, on this node, overdue Terminating."""
         name = spec.get(rem.POD_NAME)
         if not isinstance(name, str) or not _POD_NAME.fullmatch(name):
@@ -215,7 +215,7 @@ class Handler:
         it came and names an overdue Terminating pod of this node; returns the policy in
         force for that pod, read from the API."""
         check_request_age(asked[0], asked[1], self.settings)
-        pod = self._check_pod(ns, spec)
+        pod = self.checked_pod(ns, spec)
         return read_mandate(self.policies, ns, pod)
 
     def _refused(self, action: str, target: str, refusal: Refusal, message: str) -> StepResult:
@@ -261,7 +261,7 @@ class Handler:
             return refused, Refusal.POLICY_FORBIDS, wait
         return [], m, None
 
-    def _act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
+    def act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]:
         """Run the steps in order until one fails or is refused (see `pod_locks`)."""
         with self.pod_locks.held(uid):
             return self._act_held(uid, steps, lazy=lazy)
@@ -309,7 +309,7 @@ class Handler:
             else:
                 m = granted
         lazy = bool(m is not None and m.policy is not None and m.policy.lazy_unmount)
-        results.extend(self._act(uid, steps, lazy=lazy))
+        results.extend(self.act(uid, steps, lazy=lazy))
         done = max(self.clock(), asked[0])  # never earlier than the request (clock skew)
         patch: JSON = {
             rem.NODE_ACTIONS_FIELD: [r.to_json() for r in results],

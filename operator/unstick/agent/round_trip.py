@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from unstick.agent.authority.rederive import read_mandate
+from unstick.agent.authority.rederive import NodeBudget, PolicySources, read_mandate
 from unstick.agent.authority.request import (
     NODE_STEPS,
     BadRemediation,
@@ -26,6 +27,7 @@ from unstick.agent.authority.request import (
     refusal_entry,
     with_refusal,
 )
+from unstick.agent.settings import AgentSettings
 from unstick.agent.steps.executor import DRY_RUN, REFUSED, StepResult
 from unstick.agent.steps.vol_data import driver_at
 from unstick.core import remediation as rem
@@ -47,8 +49,31 @@ from unstick.core.remediation import (
 from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Cause, Refusal
 
-if TYPE_CHECKING:
-    from unstick.agent.handler import Handler
+
+class Served(Protocol):
+    """What the round trip uses of the agent's Handler (agent/handler.py): its settings,
+    API sources, node budget, status patches, refusal counter and clock, its probe, its
+    pod check and its steps (one batch per pod, each step re-checked by the executor)."""
+
+    @property
+    def settings(self) -> AgentSettings: ...
+    @property
+    def policies(self) -> PolicySources: ...
+    @property
+    def budget(self) -> NodeBudget: ...
+    @property
+    def patch_status(self) -> Callable[[str, str, JSON], None]: ...
+    @property
+    def on_refusal(self) -> Callable[[Refusal], None]: ...
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    def probe(self, uid: str) -> JSON: ...
+
+    def checked_pod(self, ns: str, spec: JSON) -> JSON: ...
+
+    def act(self, uid: str, steps: list[tuple[str, str]], *, lazy: bool) -> list[StepResult]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +168,7 @@ class RoundTrip:
     then each step right after its own re-check, then the results with a probe taken
     after them in one more write."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Served) -> None:
         self.h = handler
 
     def serve(
@@ -172,7 +197,7 @@ class RoundTrip:
             return
         try:
             check_request_age(asked[0], asked[1], h.settings)
-            pod = h._check_pod(ns, spec)
+            pod = h.checked_pod(ns, spec)
         except BadRemediation as exc:
             self._refuse(r, exc.refusal, str(exc))
             return
@@ -252,7 +277,7 @@ class RoundTrip:
         # record before act (design.md §3 invariant 10): the probe and the plan first
         h.patch_status(r.ns, r.name, {rem.PROBE: probe, rem.NODE_PLAN: node_plan.to_json()})
         lazy = m.policy.lazy_unmount
-        results += h._act(r.uid, [(str(s.action), s.target) for s in steps], lazy=lazy)
+        results += h.act(r.uid, [(str(s.action), s.target) for s in steps], lazy=lazy)
         self._answer(r, results)
 
     def _answer(self, r: _Request, results: list[StepResult]) -> None:
@@ -274,7 +299,7 @@ class RoundTrip:
         plan of a diagnosis on it still has the step (left) or not (done)."""
         h = self.h
         try:
-            pod = h._check_pod(ns, spec)
+            pod = h.checked_pod(ns, spec)
         except BadRemediation as exc:
             message = f"not settled: {exc}"
             results = [self._result(s, REFUSED, message) for s in recorded.steps]
