@@ -39,6 +39,9 @@ class Action(StrEnum):
     RESTART_KUBELET = "restart-kubelet"
     FORCE_DELETE = "force-delete"
     REMOVE_FINALIZER = "remove-finalizer"
+    # node-level (design.md §10): the out-of-service taint on a node proven off, and its removal
+    TAINT_OUT_OF_SERVICE = "taint-out-of-service"
+    UNTAINT_OUT_OF_SERVICE = "untaint-out-of-service"
 
 
 #: Actions run by the node agent on the pod's node.
@@ -56,8 +59,14 @@ NODE_ACTIONS: frozenset[Action] = frozenset(
 #: Actions run by the controller against the Kubernetes API.
 API_ACTIONS: frozenset[Action] = frozenset({Action.FORCE_DELETE, Action.REMOVE_FINALIZER})
 
-#: Actions that change something (everything except observe).
+#: Actions that change something about a pod (everything of a pod's plan except observe).
 CHANGING_ACTIONS: frozenset[Action] = NODE_ACTIONS | API_ACTIONS
+
+#: Actions the controller takes on a Node, never in a pod's plan (docs/fencing.md): only
+#: the policy named `default` can permit them (a node is no tenant's).
+NODE_LEVEL_ACTIONS: frozenset[Action] = frozenset(
+    {Action.TAINT_OUT_OF_SERVICE, Action.UNTAINT_OUT_OF_SERVICE}
+)
 
 
 class Refusal(StrEnum):

@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 
 from unstick.core import fields as f
 from unstick.core.policy.finalizer_fields import finalizer_owners, owner_gone_seconds
+from unstick.core.policy.out_of_service import (
+    DEFAULT_FENCED_TAINT_MAX_SECONDS,
+    DEFAULT_MAX_FENCED_NODES,
+    DEFAULT_MAX_NOT_READY_PERCENT,
+    OutOfServiceGuards,
+)
 from unstick.core.remediation import POLICY_KIND
 from unstick.core.rules.fencing import DEFAULT_SOURCES, FencingSettings, FencingSource
 from unstick.core.rules.finalizer_owners import FinalizerOwner
@@ -49,6 +55,9 @@ SPEC_KEYS = (
     "finalizerOwnerGoneSeconds",
     "fencingEvidence",
     "fenceAgentsRemediationNamespaces",
+    "maxFencedNodes",
+    "maxNotReadyPercent",
+    "fencedTaintMaxSeconds",
 )
 #: What the agent does with a pod directory whose pod is gone from the API (design.md §9).
 ORPHANED_POD_DIRS = ("observe", "clean")
@@ -121,6 +130,8 @@ class RemediationPolicy:
     finalizer_owner_gone_seconds: float | None = None
     #: which sources prove a NotReady node is off (docs/fencing.md)
     fencing: FencingSettings = field(default_factory=FencingSettings)
+    #: the guards of taint-out-of-service / untaint-out-of-service (docs/fencing.md)
+    out_of_service: OutOfServiceGuards = field(default_factory=OutOfServiceGuards)
     #: metadata.resourceVersion as read (a mandate names the version it was decided on)
     resource_version: str = ""
 
@@ -261,6 +272,32 @@ def _fencing(spec: Mapping[str, object]) -> FencingSettings:
     return FencingSettings(sources, tuple(dict.fromkeys(namespaces)))
 
 
+def _whole(spec: Mapping[str, object], key: str, default: int, maximum: int | None = None) -> int:
+    value = spec.get(key)
+    if value is None:
+        return default
+    top = "" if maximum is None else f" <= {maximum}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise f.FieldError(f"spec.{key}", f"must be a whole number >= 0{top}")
+    if maximum is not None and value > maximum:
+        raise f.FieldError(f"spec.{key}", f"must be a whole number >= 0{top}")
+    return value
+
+
+def _out_of_service(spec: Mapping[str, object]) -> OutOfServiceGuards:
+    """`maxFencedNodes` (default 1; 0: unstick never taints), `maxNotReadyPercent` (default
+    49), `fencedTaintMaxSeconds` (default 3600)."""
+    return OutOfServiceGuards(
+        max_fenced_nodes=_whole(spec, "maxFencedNodes", DEFAULT_MAX_FENCED_NODES),
+        max_not_ready_percent=_whole(
+            spec, "maxNotReadyPercent", DEFAULT_MAX_NOT_READY_PERCENT, maximum=100
+        ),
+        fenced_taint_max_seconds=_seconds(
+            spec, "fencedTaintMaxSeconds", DEFAULT_FENCED_TAINT_MAX_SECONDS, minimum=1
+        ),
+    )
+
+
 def _requirement(raw: object, where: str) -> SelectorRequirement:
     obj = f.as_object(raw, where)
     _unknown_keys(obj, EXPRESSION_KEYS, where)
@@ -333,6 +370,7 @@ def _parse(obj: object) -> RemediationPolicy:
         finalizer_owners=finalizer_owners(spec),
         finalizer_owner_gone_seconds=owner_gone_seconds(spec),
         fencing=_fencing(spec),
+        out_of_service=_out_of_service(spec),
         resource_version=version,
     )
 

@@ -31,7 +31,9 @@ from unstick.core.model.facts import (
     CLOUD_SHUTDOWN_TAINT,
     OUT_OF_SERVICE_TAINT,
     Facts,
+    FenceAgentsRemediationFacts,
     NodeFacts,
+    SelfNodeRemediationFacts,
 )
 
 
@@ -78,6 +80,8 @@ class Proof:
 
     source: FencingSource
     message: str
+    object: str = ""  # what says so: `taint KEY`, `FenceAgentsRemediation NS/NAME`, ...
+    at: datetime | None = None  # since when it says so (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +115,38 @@ def _seen(
     settings: FencingSettings,
     proofs: list[Proof],
     notes: list[str],
+    *,
+    obj: str = "",
+    at: datetime | None = None,
 ) -> None:
     if settings.trusts(source):
-        proofs.append(Proof(source, what))
+        proofs.append(Proof(source, what, obj, at))
     else:
         notes.append(f"{what}, but the policy does not list {source.value} in fencingEvidence")
 
 
 def fencing(facts: Facts, settings: FencingSettings) -> Fencing:
     """The proofs that the pod's node is off, from the sources `settings` trusts."""
-    node = facts.node
-    if node is None:
+    if facts.node is None:
         return Fencing()
+    return node_fencing(
+        facts.node,
+        facts.fence_agents_remediations,
+        facts.self_node_remediations,
+        facts.now,
+        settings,
+    )
+
+
+def node_fencing(
+    node: NodeFacts,
+    fars: tuple[FenceAgentsRemediationFacts, ...],
+    snrs: tuple[SelfNodeRemediationFacts, ...],
+    now: datetime,
+    settings: FencingSettings,
+) -> Fencing:
+    """The proofs that `node` is off, from the sources `settings` trusts (no pod needed:
+    the node-level actions of core/policy/out_of_service.py ask this too)."""
     proofs: list[Proof] = []
     notes: list[str] = []
     for source, key in (
@@ -131,10 +155,11 @@ def fencing(facts: Facts, settings: FencingSettings) -> Fencing:
     ):
         taint = _taint(node, key)
         if taint is not None:
-            _seen(source, taint, settings, proofs, notes)
+            at = node.taints_added.get(key)
+            _seen(source, taint, settings, proofs, notes, obj=f"taint {key}", at=at)
     since = node.last_ready_transition
-    _far(facts, node, settings, since=since, proofs=proofs, notes=notes)
-    _snr(facts, node, settings, since=since, proofs=proofs, notes=notes)
+    _far(fars, node, settings, since=since, proofs=proofs, notes=notes)
+    _snr(snrs, now, node, settings, since=since, proofs=proofs, notes=notes)
     return Fencing(tuple(proofs), tuple(notes))
 
 
@@ -148,7 +173,7 @@ def _after(at: datetime, since: datetime | None) -> str | None:
 
 
 def _far(
-    facts: Facts,
+    fars: tuple[FenceAgentsRemediationFacts, ...],
     node: NodeFacts,
     settings: FencingSettings,
     *,
@@ -156,7 +181,7 @@ def _far(
     proofs: list[Proof],
     notes: list[str],
 ) -> None:
-    for far in facts.fence_agents_remediations:
+    for far in fars:
         if far.node != node.name or far.fence_succeeded_at is None:
             continue
         name = f"FenceAgentsRemediation {far.namespace}/{far.name}"
@@ -175,11 +200,20 @@ def _far(
         if stale is not None:
             notes.append(f"{what}, but {stale}: not proof")
             continue
-        _seen(FencingSource.FENCE_AGENTS_REMEDIATION, what, settings, proofs, notes)
+        _seen(
+            FencingSource.FENCE_AGENTS_REMEDIATION,
+            what,
+            settings,
+            proofs,
+            notes,
+            obj=name,
+            at=far.fence_succeeded_at,
+        )
 
 
 def _snr(
-    facts: Facts,
+    snrs: tuple[SelfNodeRemediationFacts, ...],
+    now: datetime,
     node: NodeFacts,
     settings: FencingSettings,
     *,
@@ -187,15 +221,15 @@ def _snr(
     proofs: list[Proof],
     notes: list[str],
 ) -> None:
-    for snr in facts.self_node_remediations:
+    for snr in snrs:
         if snr.node != node.name or snr.assumed_rebooted is None:
             continue
         at = snr.assumed_rebooted
         name = f"SelfNodeRemediation {snr.namespace}/{snr.name}"
-        if at > facts.now:
+        if at > now:
             notes.append(
                 f"{name} assumes the node rebooted at {_iso(at)}, which has not passed yet "
-                f"(now {_iso(facts.now)}): not proof yet"
+                f"(now {_iso(now)}): not proof yet"
             )
             continue
         what = f"{name} assumes the node rebooted by {_iso(at)} (timeAssumedRebooted has passed)"
@@ -203,4 +237,4 @@ def _snr(
         if stale is not None:
             notes.append(f"{what}, but {stale}: not proof")
             continue
-        _seen(FencingSource.SELF_NODE_REMEDIATION, what, settings, proofs, notes)
+        _seen(FencingSource.SELF_NODE_REMEDIATION, what, settings, proofs, notes, obj=name, at=at)
