@@ -16,6 +16,7 @@ answered 404, 409 or 422 (the pod already gone, the finalizer list already chang
 taken for "nothing done". Such an act's outcome is `unknown`: the caller keeps its intent
 and its budget slot, and `settle` looks at the pod (a GET by UID) to tell what happened —
 never retracts it. A request that could not even connect was not sent: `failed`.
+`carry_out` is both in one: the act sent once, a lost answer settled by looking.
 """
 
 from __future__ import annotations
@@ -130,6 +131,36 @@ def remove_finalizer(
     except _TRANSPORT as exc:
         return _lost(exc)
     return Outcome("succeeded", f"removed finalizer {finalizer} from {namespace}/{name}")
+
+
+def carry_out(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    action: str,
+    target: str,
+    version: str,
+    finalizers: tuple[str, ...] = (),
+) -> Outcome:
+    """The act, sent once — `force-delete` of the pod with the UID `uid` and the
+    resourceVersion `version` as preconditions, or `remove-finalizer` of `target` from
+    `finalizers` (the list as read) — and, when its answer is lost, settled by looking at
+    the pod (`settle`). Still `unknown` when not even the look told: the caller keeps the
+    act's intent on record and its budget slot (it may have been carried out), and a later
+    pass or the pod watch settles it; never retracted."""
+    if action == "force-delete":
+        sent = force_delete(kube, namespace, name, uid, version)
+    elif action == "remove-finalizer":
+        sent = remove_finalizer(kube, namespace, name, finalizers, target)
+    else:
+        raise ValueError(f"action: {action!r} is neither force-delete nor remove-finalizer")
+    if sent.result != UNKNOWN:
+        return sent
+    return settle(
+        kube, namespace, name, uid, action=action, target=target, version=version, sent=sent
+    )
 
 
 def settle(

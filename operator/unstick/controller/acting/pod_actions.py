@@ -136,19 +136,11 @@ class PodActions:
         elif not self._intend(p, step, slot):
             self.give_back(record.node, slot)  # not carried out: its intent is not on record
             return self.clock() + RECHECK_AFTER_CONFLICT_S  # no act without its record
-        elif step.action == Action.FORCE_DELETE:
-            # The version just read as a precondition too: an opt-out or a finalizer added
-            # while the Node, claims and volumes were read makes the API server refuse it.
-            outcome = actions.force_delete(
-                self.kube, record.namespace, record.name, record.uid, version
-            )
         else:
-            finalizers = tuple(meta.get("finalizers") or ())
-            outcome = actions.remove_finalizer(
-                self.kube, record.namespace, record.name, finalizers, step.target
-            )
-        if outcome.result == actions.UNKNOWN:  # sent once, its answer lost: look at the pod
-            outcome = actions.settle(
+            # Sent once, a lost answer settled by looking at the pod. A force-delete has the
+            # version just read as a precondition too: an opt-out or a finalizer added while
+            # the Node, claims and volumes were read makes the API server refuse it.
+            outcome = actions.carry_out(
                 self.kube,
                 record.namespace,
                 record.name,
@@ -156,7 +148,7 @@ class PodActions:
                 action=str(step.action),
                 target=step.target,
                 version=version,
-                sent=outcome,
+                finalizers=tuple(meta.get("finalizers") or ()),
             )
         log.info(
             "pod=%s uid=%s cause=%s action=%s target=%s result=%s %s",

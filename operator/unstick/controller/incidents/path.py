@@ -226,20 +226,15 @@ class IncidentPath:
             self._postponed(record)
             return None
         failpoints.reached("incident-intent-durable")
-        outcome = actions.force_delete(
-            self.kube, record.namespace, record.name, record.uid, record.resource_version
+        outcome = actions.carry_out(  # sent once, a lost answer settled by looking at the pod
+            self.kube,
+            record.namespace,
+            record.name,
+            record.uid,
+            action=str(Action.FORCE_DELETE),
+            target=record.name,
+            version=record.resource_version,
         )
-        if outcome.result == actions.UNKNOWN:  # sent once, its answer lost: look at the pod
-            outcome = actions.settle(
-                self.kube,
-                record.namespace,
-                record.name,
-                record.uid,
-                action=str(Action.FORCE_DELETE),
-                target=record.name,
-                version=record.resource_version,
-                sent=outcome,
-            )
         failpoints.reached("incident-deleted")
         if outcome.result == "conflict":  # nothing done: the slot back, the pod read again
             self.give_back(record.node, slot)
