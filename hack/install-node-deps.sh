@@ -2,10 +2,11 @@
 # Installs what the real-node test suite (tests/node, `pytest -m node`) needs, from
 # Debian's packages: containerd, runc and the CNI plugins run the pods; mmdebstrap and
 # buildah build the images; busybox-static is the test workload; podman (with netavark,
-# aardvark-dns, conmon) runs the kind suite's nodes (tests/kind). Pinned to the versions
-# the suite was written against (Debian 12 "bookworm"); where the archive no longer has
-# that exact version (a point release replaced it), the current one is installed and
-# that is said.
+# aardvark-dns, conmon) runs the kind suite's nodes (tests/kind); libfaketime sets a
+# controller's wall clock off in the leader envtests (tests/support/clock_skew.py).
+# Pinned to the versions the suite was written against (Debian 12 "bookworm"); where
+# the archive no longer has that exact version (a point release replaced it), the
+# current one is installed and that is said.
 #
 # Only as root (the node suite is root-only and skips elsewhere); quiet and quick when
 # everything is already there.
@@ -22,6 +23,7 @@ pins=(
   netavark=1.4.0-3
   aardvark-dns=1.4.0-3
   conmon=2.1.6+ds1-1
+  libfaketime=0.9.10-2.1
 )
 # podman depends on "crun | runc": with runc listed first crun is not pulled in (and
 # --no-install-recommends keeps it out). crun cannot run containers here ("cgroups in
