@@ -123,7 +123,7 @@ def test_agent_may_change_only_its_own_status_keys(defaults: list[dict[str, Any]
             "properties"
         ]
     )
-    agent_keys = {"nodeActions", "nodeRefusals", "nodeStepsDoneAt", "probe"}
+    agent_keys = {"nodeActions", "nodePlan", "nodeRefusals", "nodeStepsDoneAt", "probe"}
     assert agent_keys < keys
     variables = {v["name"]: v["expression"] for v in _policy(defaults)["variables"]}
     checked = variables["controllerKeysChanged"]

@@ -389,7 +389,9 @@ def test_the_agent_cannot_write_the_controllers_status_keys(
     rem = world.by_controller()
     path = f"{rems(SCOPED_NS)}/{rem['metadata']['name']}/status"
     answer = world.agent_a.patch(path, {"status": status})
-    _refused(answer, f"may write status.{key}", "may write only nodeActions, nodeRefusals")
+    _refused(
+        answer, f"may write status.{key}", "may write only nodeActions, nodePlan, nodeRefusals"
+    )
     assert "status" not in world.cp.request("GET", path)
 
 
@@ -414,7 +416,11 @@ def test_the_agent_writes_its_own_status_keys(world: World) -> None:
     ("verb", "resource", "namespace", "allowed"),
     [
         ("watch", "pods", TENANT_NS, "no"),
-        ("get", "nodes", "", "no"),
+        # its own Node, for its own diagnosis under a mandate (design.md §11); RBAC cannot
+        # narrow a DaemonSet's get to its own node's name: read, never list, watch or change
+        ("get", "nodes", "", "yes"),
+        ("list", "nodes", "", "no"),
+        ("patch", "nodes", "", "no"),
         ("create", "events", TENANT_NS, "no"),
         ("create", "events", "default", "yes"),
         ("get", "pods", TENANT_NS, "yes"),

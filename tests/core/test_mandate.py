@@ -7,9 +7,11 @@ and the agent's plan is cut to what both the mandate and the policy in force per
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from unstick.core.policy.mandate import Mandate, mandated_steps, within
 from unstick.core.policy.planner import Step
@@ -22,7 +24,7 @@ from unstick.core.remediation import (
     parse_mandate,
     parse_node_plan,
 )
-from unstick.core.vocabulary import Action, Refusal
+from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 
 UID, NODE = "6f1d2c3b-4a5e-4f60-8a7b-9c0d1e2f3a4b", "node-a"
 AT = datetime(2026, 11, 28, 7, 0, tzinfo=UTC)
@@ -118,3 +120,32 @@ def test_only_granted_node_steps_are_kept_and_dry_run_is_either_sides() -> None:
 
 def _fields(m: NodeMandate) -> dict[str, Any]:
     return {k: getattr(m, k) for k in NodeMandate.__slots__}
+
+
+CRD = Path(__file__).resolve().parents[2] / "operator" / "unstick" / "crds" / "remediations.yaml"
+TYPES = {str: "string", bool: "boolean", int: "integer", list: "array"}
+
+
+def _schema() -> dict[str, Any]:
+    crd = yaml.safe_load(CRD.read_text())
+    props: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    return props
+
+
+@pytest.mark.parametrize("where", ["spec.mandate", "status.nodePlan"])
+def test_the_crd_declares_every_key_the_code_writes(where: str) -> None:
+    """What the controller writes as spec.mandate and the agent as status.nodePlan is what
+    the CRD's schema declares, key for key, with its type, and within its bounds."""
+    part, key = where.split(".")
+    schema = _schema()[part]["properties"][key]
+    plan = NodePlan(AT, "OrphanedMount", (NodeStep(Action.UNMOUNT, "/x", "why"),), 1)
+    written = GRANTED.to_json() if key == "mandate" else plan.to_json()
+    assert set(written) == set(schema["properties"]) == set(schema["required"])
+    for name, value in written.items():
+        declared = schema["properties"][name]
+        assert declared["type"] == TYPES[type(value)], name
+        if isinstance(value, str):
+            assert len(value) <= declared["maxLength"], name
+    actions = {str(a) for a in NODE_ACTIONS}
+    items = schema["properties"]["actions" if key == "mandate" else "steps"]["items"]
+    assert set(items.get("enum") or items["properties"]["action"]["enum"]) == actions
