@@ -166,17 +166,29 @@ def read_grants(path: str) -> list[Grant]:
 
 
 def append_grant(path: str, grant: Grant) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    """The grant's line appended and fsynced; when this made the file (or its directory),
+    the directory that holds the new entry fsynced too: a crash of the machine right after
+    could otherwise lose the file, the grant with it."""
+    directory = os.path.dirname(path) or "."
+    _make_dir(directory)
+    created = False
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        created = True
     try:
         os.write(fd, _line(grant).encode())
         os.fsync(fd)
     finally:
         os.close(fd)
+    if created:
+        _fsync_dir(directory)
 
 
 def write_grants(path: str, grants: list[Grant]) -> None:
-    """Replace the file atomically (a new file, fsynced, renamed over the old one)."""
+    """Replace the file atomically (a new file, fsynced, renamed over the old one, the
+    directory fsynced)."""
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
@@ -185,3 +197,25 @@ def write_grants(path: str, grants: list[Grant]) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")  # the rename itself durable
+
+
+def _make_dir(directory: str) -> None:
+    """`directory` and its missing parents made, each new entry fsynced in its parent."""
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory.rstrip("/")) or "."
+    _make_dir(parent)
+    try:
+        os.mkdir(directory)
+    except FileExistsError:  # made meanwhile, or not a directory (the open then fails)
+        return
+    _fsync_dir(parent)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
