@@ -48,6 +48,17 @@ BLOCKED_NAMESPACES = Gauge(
     "unstick_blocked_namespaces",
     "Namespaces in Terminating whose deletion waits on stuck pods",
 )
+NODE_FENCED_SECONDS = Gauge(
+    "unstick_node_fenced_seconds",
+    "How long the out-of-service taint unstick applied has been on the node (docs/fencing.md)",
+    ["node"],
+)
+NODE_FENCED_TOO_LONG = Gauge(
+    "unstick_node_fenced_too_long",
+    "1 while unstick's out-of-service taint has been on the node longer than the policy's "
+    "fencedTaintMaxSeconds (alert UnstickNodeFencedTooLong)",
+    ["node"],
+)
 LEADER = Gauge(
     "unstick_controller_leader",
     "1 while this replica holds the leader Lease and may act, 0 on a standby (docs/controller.md "
