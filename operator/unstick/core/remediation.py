@@ -46,6 +46,8 @@ NODE_LABEL = "unstick.dev/node"
 UID_LABEL = "unstick.dev/pod-uid"
 #: Label on a node incident's record: its cause, lower case (docs/incidents.md).
 INCIDENT_LABEL = "unstick.dev/incident"
+#: spec.incident of the record of unstick's out-of-service taint on a node (docs/fencing.md).
+OUT_OF_SERVICE_INCIDENT = "NodeOutOfService"
 #: Label name prefix: `pod.unstick.dev/<pod name>` finds a pod's story by its name.
 POD_LABEL_PREFIX = "pod.unstick.dev/"
 #: Pod annotation and namespace label by which pods opt in (docs/design.md §4; the rule:

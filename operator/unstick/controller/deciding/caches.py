@@ -94,6 +94,11 @@ class ObjectCache:
         with self._lock:
             return self._objects.get(name)
 
+    def objects(self) -> list[JSON]:
+        """Every object the cache holds (never fetches)."""
+        with self._lock:
+            return [o for o in self._objects.values() if o is not None]
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)

@@ -29,6 +29,7 @@ from unstick.core.remediation import (
     API_VERSION,
     INCIDENT,
     NODE_NAME,
+    OUT_OF_SERVICE_INCIDENT,
     POD_LABEL_PREFIX,
     Phase,
     parse_time,
@@ -56,6 +57,8 @@ def unresolved(items: list[JSON]) -> tuple[list[Incident], list[JSON]]:
     for rem in items:
         spec, status = rem.get("spec") or {}, rem.get("status") or {}
         if not spec.get(INCIDENT) or status.get("phase") == Phase.Resolved:
+            continue
+        if spec.get(INCIDENT) == OUT_OF_SERVICE_INCIDENT:  # a taint's record: no pods
             continue
         inc = _incident(rem)
         if inc is None:

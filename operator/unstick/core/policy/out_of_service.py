@@ -220,6 +220,8 @@ class TaintVerdict:
     proof: Proof | None = None
     retry_at: float | None = None  # the budget: room again then
     dry_run: bool = False
+    #: a node proven off (or managed by FAR/SNR) that unstick does not taint: worth an Event
+    notable: bool = False
 
 
 def _managing(node: NodeState, managers: tuple[Manager, ...]) -> tuple[Manager, ...]:
@@ -251,7 +253,8 @@ def decide_taint(
     if managing:
         return TaintVerdict(
             False,
-            f"{', '.join(m.name for m in managing)} manages node {name}'s recovery (it "
+            notable=True,
+            reason=f"{', '.join(m.name for m in managing)} manages node {name}'s recovery (it "
             "applies the out-of-service taint or deletes the node's pods itself once it "
             "has fenced the node): unstick does not race it",
         )
@@ -263,10 +266,13 @@ def decide_taint(
             f"no proof that node {name} is off from the sources the policy trusts "
             "(silence is not proof)" + (f"; {notes}" if notes else ""),
         )
+    proof = proofs[0]
     if cluster.not_ready * 100 > guards.max_not_ready_percent * cluster.nodes:
         return TaintVerdict(
             False,
-            f"{cluster.not_ready} of {cluster.nodes} nodes are NotReady, more than "
+            proof=proof,
+            notable=True,
+            reason=f"{cluster.not_ready} of {cluster.nodes} nodes are NotReady, more than "
             f"maxNotReadyPercent ({guards.max_not_ready_percent}%): a zone or control-plane "
             "outage is not a node failure",
         )
@@ -274,18 +280,21 @@ def decide_taint(
     if len(others) >= guards.max_fenced_nodes:
         return TaintVerdict(
             False,
-            f"{len(others)} node(s) already carry unstick's out-of-service taint "
+            proof=proof,
+            notable=True,
+            reason=f"{len(others)} node(s) already carry unstick's out-of-service taint "
             f"({', '.join(others[:5]) or 'none'}); maxFencedNodes is {guards.max_fenced_nodes}",
         )
     recent = sorted(t for t in cluster.recent_taints if now - t < BUDGET_WINDOW_S)
     if len(recent) >= guards.max_fenced_nodes:
         return TaintVerdict(
             False,
-            f"the taint budget is spent ({len(recent)} taint(s) in the last "
+            proof=proof,
+            notable=True,
+            reason=f"the taint budget is spent ({len(recent)} taint(s) in the last "
             f"{BUDGET_WINDOW_S:.0f} s, maxFencedNodes is {guards.max_fenced_nodes})",
             retry_at=recent[-guards.max_fenced_nodes] + BUDGET_WINDOW_S,
         )
-    proof = proofs[0]
     if dry_run:
         return TaintVerdict(False, f"dry run: would taint node {name}", proof, dry_run=True)
     return TaintVerdict(True, f"node {name} is NotReady and {proof.message}", proof)
