@@ -209,3 +209,37 @@ def test_human_durations() -> None:
     assert [human(x) for x in (0, 4.4, 60, 812, 7300, -90)] == [
         "0s", "4s", "1m0s", "13m32s", "2h1m40s", "1m30s",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reported", "says"),
+    [
+        (
+            {"working": {"sync": 2, "terminating": 3, "terminated": 0},
+             "orphaned": {"sync": 0, "terminating": 0, "terminated": 0},
+             "desired": 5, "active": 5, "orphanedRuntimeTotal": 0, "restartedTotal": 0,
+             "unread": ""},
+            "the kubelet itself reports 2 pod(s) syncing, 3 terminating, 0 terminated; "
+            "5 desired, 5 active, 0 found orphaned in the runtime since it started, "
+            "0 restarted with the same UID since it started",
+        ),
+        (
+            {"unread": "the kubelet's https://10.0.0.2:10250/metrics did not answer: timed out"},
+            "the kubelet's own pod-worker counts are unknown: the kubelet's "
+            "https://10.0.0.2:10250/metrics did not answer: timed out",
+        ),
+    ],
+)  # fmt: skip
+def test_kubelet_not_progressing_says_what_the_kubelet_itself_reports(
+    reported: dict[str, object], says: str
+) -> None:
+    """Evidence only: the cause, the plan's inputs and the other evidence are those of the
+    same probe without the kubelet's counts."""
+    told = probe(containers=[])
+    told["kubeletPods"] = reported
+    d = diagnose(parse_bundle(bundle(the_probe=told)))
+    without = diagnose(parse_bundle(bundle(the_probe=probe(containers=[]))))
+    assert d.cause is without.cause is Cause.KubeletNotProgressing
+    assert d.nothing_left and without.nothing_left
+    assert d.evidence[-1].kind == "kubelet" and d.evidence[-1].message == says
+    assert d.evidence[:-1] == without.evidence

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from unstick.core import fields as f
 from unstick.core.model import probe as schema
+from unstick.core.model.kubelet_pods import ByLifecycle, KubeletPods
 from unstick.core.model.probe import (
     BlockedTask,
     Container,
@@ -103,6 +104,15 @@ AGENT_PROBE: dict[str, Any] = {
     "waitersUnknown": [f"{POD}/volumes/kubernetes.io~nfs/data"],
     "cgroupLayout": "v2",
     "cgroupDriver": "systemd",
+    "kubeletPods": {
+        "working": {"sync": 3, "terminating": 1, "terminated": 0},
+        "orphaned": {"sync": 0, "terminating": 1, "terminated": 0},
+        "desired": 3,
+        "active": 3,
+        "orphanedRuntimeTotal": 0,
+        "restartedTotal": None,
+        "unread": "the kubelet's /metrics lacks kubelet_restarted_pods_total",
+    },
 }
 
 
@@ -154,6 +164,8 @@ def test_an_older_probe_with_only_the_required_keys_reads_with_nothing_reported(
         ({"podDirsSeen": -1}, r"probe\.podDirsSeen"),
         ({"cgroupLayout": "v3"}, r"probe\.cgroupLayout"),
         ({"cgroupDriver": "docker"}, r"probe\.cgroupDriver"),
+        ({"kubeletPods": {"desired": -1}}, r"probe\.kubeletPods\.desired"),
+        ({"kubeletPods": {"working": {"sync": 1}}}, r"probe\.kubeletPods\.working\.terminating"),
     ],
 )
 def test_a_bad_field_is_named(change: dict[str, Any], field: str) -> None:
@@ -217,6 +229,13 @@ _hung = st.builds(
 )
 
 
+_counts = st.none() | st.integers(0, 2**31 - 1)
+_lifecycles = st.none() | st.builds(ByLifecycle, *(st.integers(0, 99),) * 3)
+_kubelet_pods = st.builds(
+    KubeletPods, _lifecycles, _lifecycles, _counts, _counts, _counts, _counts, _maybe_text
+)
+
+
 def _tuple(s: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
     return st.lists(s, max_size=3).map(tuple)
 
@@ -245,6 +264,7 @@ _PROBE_FIELDS: dict[str, st.SearchStrategy[Any]] = dict(
     waiters_unknown=_tuple(_path),
     cgroup_layout=st.none() | st.sampled_from(schema.CGROUP_LAYOUTS),
     cgroup_driver=st.none() | st.sampled_from(schema.CGROUP_DRIVERS),
+    kubelet_pods=st.none() | _kubelet_pods,
 )
 _probes = st.builds(Probe, **_PROBE_FIELDS)
 

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from unstick.core import fields as f
+from unstick.core.model.kubelet_pods import KubeletPods
 from unstick.core.model.mountinfo import Mount, MountinfoError, parse_mountinfo
 from unstick.core.remediation import NODE_NAME, POD_UID, PROBED_AT, rfc3339
 
@@ -47,6 +48,7 @@ HUNG_MOUNTS = "hungMounts"
 WAITERS_UNKNOWN = "waitersUnknown"
 CGROUP_LAYOUT = "cgroupLayout"
 CGROUP_DRIVER = "cgroupDriver"
+KUBELET_PODS = "kubeletPods"  # the kubelet's own pod-worker counts (core/model/kubelet_pods.py)
 # ... and inside the objects of its lists
 PATH = "path"
 EMPTY = "empty"
@@ -354,6 +356,11 @@ def parse_waiters_unknown(p: Mapping[str, object], where: str = "probe") -> tupl
     return points
 
 
+def _kubelet_pods(p: Mapping[str, object], where: str) -> KubeletPods | None:
+    raw = p.get(KUBELET_PODS)
+    return None if raw is None else KubeletPods.from_json(raw, f"{where}.{KUBELET_PODS}")
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """The agent's report from the node (design.md §6 `probe`).
@@ -387,6 +394,8 @@ class Probe:
     # the cgroup layout and driver the agent saw (None: no process of the pod, or older)
     cgroup_layout: str | None = None
     cgroup_driver: str | None = None
+    # what the kubelet's /metrics says of its pod workers (None: an older agent)
+    kubelet_pods: KubeletPods | None = None
     mounts: tuple[Mount, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -447,6 +456,7 @@ class Probe:
             WAITERS_UNKNOWN: list(self.waiters_unknown),
             CGROUP_LAYOUT: self.cgroup_layout,
             CGROUP_DRIVER: self.cgroup_driver,
+            KUBELET_PODS: None if self.kubelet_pods is None else self.kubelet_pods.to_json(),
         }
 
     @classmethod
@@ -499,6 +509,7 @@ class Probe:
                 waiters_unknown=parse_waiters_unknown(p, where),
                 cgroup_layout=_opt_one_of(p, CGROUP_LAYOUT, where, CGROUP_LAYOUTS),
                 cgroup_driver=_opt_one_of(p, CGROUP_DRIVER, where, CGROUP_DRIVERS),
+                kubelet_pods=_kubelet_pods(p, where),
             )
         except MountinfoError as err:
             raise f.FieldError(f"{where}.{MOUNTINFO}", str(err)) from None

@@ -314,4 +314,6 @@ def _node_side(
             "dirs), yet the pod is not finalised: the kubelet is not progressing",
         )
     )
+    if probe.kubelet_pods is not None:  # its own word, from its /metrics: evidence only
+        ev.append(Evidence("kubelet", probe.kubelet_pods.words()))
     return Cause.KubeletNotProgressing
