@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def clocks_seen_by_child(env: dict[str, str]) -> dict[str, tuple[float, float]]:
     its own — `time.time()`, `datetime.now()`, `time.monotonic()` and CLOCK_BOOTTIME —
     each as the bounds (low, high) the child's run puts on it: what it read minus what
     this process read after the run, and before it."""
-    mine = {
+    mine: dict[str, Callable[[], float]] = {
         "time": time.time,
         "datetime": time.time,
         "monotonic": time.monotonic,
