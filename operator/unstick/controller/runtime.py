@@ -33,6 +33,7 @@ from unstick.controller import retention
 from unstick.controller.aftermath.watcher import Aftermath, Sources
 from unstick.controller.agent_channel.trust import usable_probe
 from unstick.controller.deciding.policies import PolicyBook, opt_in
+from unstick.controller.incidents.out_of_service import OutOfService
 from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.reconciler import ReconcileSettings
 from unstick.controller.records import writer as records
@@ -125,6 +126,10 @@ class Runtime:
             spawn=self._spawn,
             loop=lambda: self._loop,
         )
+        # taint-out-of-service / untaint-out-of-service (docs/fencing.md), a thread of its own
+        self.out_of_service = OutOfService(
+            kube, policies, self.nodes.objects, self.events, clock=clock, gate=self.gate
+        )
         self.object_watchers = [
             ObjectWatcher(
                 kube, "/api/v1/nodes", self.nodes, self._object_from_thread, what="node watch"
@@ -184,6 +189,7 @@ class Runtime:
         """A Node or CSINode changed (loop thread): look again at its pods if it matters."""
         if _mark(old) != _mark(new):
             self.poke_node(name)
+            self.out_of_service.poke()
 
     def poke_node(self, node: str) -> None:
         for uid, record in self.pods.items():
@@ -245,6 +251,7 @@ class Runtime:
         self.aftermath.start()
         self.incidents.start()
         self.kill_events.start()  # the kubelet's FailedKillPod Events, for the bundles
+        self.out_of_service.start()
         namespaces = self.settings.namespaces or (None,)
         for ns in namespaces:
             settings = WatchSettings(
@@ -300,6 +307,7 @@ class Runtime:
             stops.append(self.reconciler.incident_path.stop)  # its senders need the writer
             stops.append(self.incidents.stop)
             stops.append(self.kill_events.stop)
+            stops.append(self.out_of_service.stop)
             for stop in stops:
                 await asyncio.to_thread(stop)
             self._pool.shutdown(wait=False, cancel_futures=True)
