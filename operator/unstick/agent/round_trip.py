@@ -45,6 +45,7 @@ from unstick.core.remediation import (
     parse_mandate,
     parse_node_plan,
     rfc3339,
+    time_or_none,
 )
 from unstick.core.rules.diagnosis import diagnose
 from unstick.core.vocabulary import Cause, Refusal
@@ -260,7 +261,8 @@ class RoundTrip:
             1 if steps else 0,
         )
         if not steps:  # nothing to carry out: the plan and its answer in one write
-            done = max(h.clock(), requested)
+            # answered as of the probe (nothing ran after it: it is the after-probe too)
+            done = max(time_or_none(probe.get(rem.PROBED_AT)) or h.clock(), requested)
             patch: JSON = {
                 rem.PROBE: probe,
                 rem.NODE_PLAN: node_plan.to_json(),

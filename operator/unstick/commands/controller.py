@@ -137,6 +137,15 @@ def add_parser(sub: Any) -> None:
         "force-delete (default 20)",
     )
     p.add_argument(
+        "--node-round-trip",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ask a stuck pod's node agent once, with a mandate (the node actions the "
+        "policy permits): the agent probes, plans with the same core and acts in one round "
+        "trip (design.md §11); without it the controller asks for a probe, then for the "
+        "steps it planned (default: off)",
+    )
+    p.add_argument(
         "--max-actions-per-minute",
         type=int,
         default=DEFAULT_CLUSTER_CAP,
@@ -244,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
             reconcile=ReconcileSettings(
                 recheck_s=args.recheck_seconds,
                 kubelet_finish_s=args.kubelet_finish_seconds,
+                node_round_trip=args.node_round_trip,
                 max_cluster_per_minute=args.max_actions_per_minute,
                 max_node_per_minute=args.max_node_actions_per_minute,
             ),

@@ -174,7 +174,11 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
         if type == "DELETED":
             state.policies.remove(name)
         else:
-            raw = {"metadata": {"name": name}, "spec": dict(body.get("spec") or {})}
+            version = (body.get("metadata") or {}).get("resourceVersion")  # a mandate's (§11)
+            raw = {
+                "metadata": {"name": name, "resourceVersion": version},
+                "spec": dict(body.get("spec") or {}),
+            }
             error = state.policies.update(name, raw)
             if error:
                 logger.error(
@@ -226,9 +230,12 @@ async def _revalidate(state: State) -> None:
         name = str((item.get("metadata") or {}).get("name") or "")
         if not name:
             continue
-        error = state.policies.update(
-            name, {"metadata": {"name": name}, "spec": dict(item.get("spec") or {})}
-        )
+        version = (item.get("metadata") or {}).get("resourceVersion")  # a mandate's (§11)
+        raw = {
+            "metadata": {"name": name, "resourceVersion": version},
+            "spec": dict(item.get("spec") or {}),
+        }
+        error = state.policies.update(name, raw)
         try:
             await asyncio.to_thread(_write_validity, state, name, item, error)
         except NotLeading:

@@ -86,6 +86,8 @@ class ReconcileSettings:
     # --max-node-actions-per-minute).
     max_cluster_per_minute: int = DEFAULT_CLUSTER_CAP
     max_node_per_minute: int = DEFAULT_NODE_CAP
+    # --node-round-trip: ask the agent once, with a mandate (design.md §11; node_steps.py)
+    node_round_trip: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,11 @@ class Reconciler:
         self._final_delete_seen: dict[str, float] = {}
         self.node_side = NodeSide(
             kube,
-            NodeSideSettings(recheck_s=settings.recheck_s, reprobe_s=settings.reprobe_s),
+            NodeSideSettings(
+                recheck_s=settings.recheck_s,
+                reprobe_s=settings.reprobe_s,
+                round_trip=settings.node_round_trip,
+            ),
             requests=self.requests,
             writer=self.writer,
             take_budget=self.grants.take,
@@ -221,8 +227,11 @@ class Reconciler:
             self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
             return self.incident_path.act(record, decision, now)
         if rem is None:
+            # With --node-round-trip the pass's own request follows the create (a mandate
+            # where there is one to give: node_steps.py), not a plain probe request in it.
+            ask = needs_probe(record, d) and not self.settings.node_round_trip
             rem, name = self.pod_records.create(
-                record, name, decision.policy.dry_run, now, ask_probe=needs_probe(record, d)
+                record, name, decision.policy.dry_run, now, ask_probe=ask
             )
             if rem is None or name is None:
                 return now + self.settings.recheck_s

@@ -92,4 +92,6 @@ def load_policies(kube: Kube, policies: PolicyBook) -> None:
         name = str((item.get("metadata") or {}).get("name") or "")
         if name and policies.lookup(name)[0] is None:
             spec = dict(item.get("spec") or {})
-            policies.update(name, {"metadata": {"name": name}, "spec": spec})
+            version = (item.get("metadata") or {}).get("resourceVersion")  # a mandate's (§11)
+            meta = {"name": name, "resourceVersion": version}
+            policies.update(name, {"metadata": meta, "spec": spec})

@@ -1,12 +1,18 @@
 """Node-side steps and probes: the controller's half of the channel to the node agent.
 
-Node actions are never run by the controller: it writes the approved steps to the
-Remediation (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`, `NodeStepsRequest` of
-core/remediation.py) and asks for probes (`spec.probeRequestedAt`); the agent answers in
-`status.probe`, `status.nodeActions` and `status.nodeStepsDoneAt`. Steps are only handed
-over with a fresh probe of the node (invariant 1), and judged by a probe taken after they
-ran — never re-issued in a loop; a request the agent refused as `stale` or `busy` is asked
-again after a backoff.
+Node actions are never run by the controller. With `--node-round-trip` (design.md §11) it
+asks once: a mandate (`spec.mandate` + `spec.nodeStepsRequestedAt`, `NodeMandate` of
+core/remediation.py: the node actions the policy in force permits, its name and
+resourceVersion, dry-run, one node-budget slot counted here) in place of a probe request;
+the agent probes, plans with the core on its own probe, records probe + plan
+(`status.nodePlan`) before it acts, and answers with `status.nodeActions`,
+`status.nodeStepsDoneAt` and a probe taken after the steps; a slot it did not use
+(`nodePlan.slotsUsed` 0) is given back. Without the flag (the flow before §11) it writes
+the approved steps (`spec.nodeSteps` + `spec.nodeStepsRequestedAt`, `NodeStepsRequest`)
+and asks for probes (`spec.probeRequestedAt`). Either way steps are only handed over with
+a fresh probe of the node (invariant 1; a mandate's steps with the agent's own), judged by
+a probe taken after they ran — never re-issued in a loop; a request the agent refused as
+`stale` or `busy` is asked again after a backoff.
 
 `NodeSide` is the reconciler's collaborator for all of that (controller/reconciler.py
 holds one): it gets its settings, the record of our own requests (trust.ProbeRequests),
@@ -28,7 +34,10 @@ from unstick.controller.deciding.policies import Policy
 from unstick.controller.records.agent_answers import agent_results, answered_results
 from unstick.controller.records.writer import RecordWriter, Stale
 from unstick.core.remediation import (
+    MANDATE,
+    NODE_PLAN,
     RETRY_AFTER,
+    NodeMandate,
     NodeStep,
     NodeStepsRequest,
     Phase,
@@ -58,6 +67,7 @@ NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused a
 class NodeSideSettings:
     recheck_s: float = 300.0  # slow re-check; also the ceiling of the re-ask backoff
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
+    round_trip: bool = False  # --node-round-trip: a mandate in place of probe + steps (§11)
 
 
 def _word(entry: dict[str, Any]) -> str:
@@ -101,6 +111,23 @@ def refused_request(rem: JSON) -> tuple[str, int] | None:
     return reason, times
 
 
+def handed_steps(rem: JSON) -> list[Any] | None:
+    """The node steps of the latest request, as JSON: `spec.nodeSteps` of a request of
+    steps; of a mandate, the steps of the agent's plan for it (`status.nodePlan` whose
+    `for` is the request's time), None while there is none."""
+    spec, status = rem.get("spec") or {}, rem.get("status") or {}
+    if spec.get(MANDATE) is None:
+        steps = spec.get("nodeSteps")
+        return steps if isinstance(steps, list) else None
+    plan = status.get(NODE_PLAN)
+    if not isinstance(plan, dict) or time_or_none(plan.get("for")) is None:
+        return None
+    if time_or_none(plan.get("for")) != time_or_none(spec.get("nodeStepsRequestedAt")):
+        return None
+    steps = plan.get("steps")
+    return steps if isinstance(steps, list) else None
+
+
 def retry_backoff_s(times: int, ceiling_s: float) -> float:
     """Seconds from a refusal to the re-ask: RETRY_FIRST_S, doubled each time in a row."""
     return min(RETRY_FIRST_S * 2.0 ** min(max(times - 1, 0), 20), ceiling_s)
@@ -125,6 +152,9 @@ class NodeSide:
         self.requests = requests  # when this process asked the agent about each pod
         self.writer = writer
         self.take_budget = take_budget  # one slot of the action budget, or the wait
+        # the slot granted with each pod's latest mandate: (its request time as written,
+        # the slot's time), until the agent's plan says whether it used it
+        self._slots: dict[str, tuple[str, float]] = {}
 
     def _ask(self, p: Pass, spec: dict[str, Any]) -> None:
         """Write a request to the agent and remember, in memory, that we made it."""
@@ -139,6 +169,7 @@ class NodeSide:
             NodeStep(s.action, s.target, s.reason) for s in p.dec.steps if s.action in NODE_ACTIONS
         )
         steps = [s.to_json() for s in planned]
+        handed = handed_steps(p.rem)  # of the latest request (a mandate's: the agent's plan)
         requested: str = spec.get("nodeStepsRequestedAt") or ""
         done_at: str = status.get("nodeStepsDoneAt") or ""
         finished = bool(requested) and steps_answered(spec, status)
@@ -146,7 +177,7 @@ class NodeSide:
             return self.wait_for_probe(p)
         asked_at = time_or_none(requested)
         deadline = asked_at.timestamp() + p.dec.policy.probe_max_age_s * 2 if asked_at else 0.0
-        if requested and not finished and (spec.get("nodeSteps") == steps or p.now < deadline):
+        if requested and not finished and (handed == steps or p.now < deadline):
             # An unanswered request is not replaced by other steps while the agent may
             # still run it: the next request's answer would take the place of its answer in
             # status.nodeActions before a pass recorded it (every node act on record).
@@ -155,7 +186,8 @@ class NodeSide:
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
         refused = refused_request(p.rem) if finished else None
-        if refused and refused[0] in RETRIED_REFUSALS and spec.get("nodeSteps") == steps:
+        mandate = spec.get(MANDATE) is not None
+        if refused and refused[0] in RETRIED_REFUSALS and (mandate or handed == steps):
             return self._ask_again(p, planned, *refused)
         if finished:
             probed = ((status.get("probe") or {}).get("probedAt")) or ""
@@ -166,8 +198,10 @@ class NodeSide:
                     self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
                 self.writer.write(p, Phase.Remediating, waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
-            if spec.get("nodeSteps") == steps:
-                # The same steps again after they ran: they did not help. Do not loop.
+            if handed == steps or (mandate and handed == []):
+                # The same steps again after they ran: they did not help. Do not loop. (Of
+                # a mandate the agent planned none of: its own diagnosis of the node
+                # disagrees with ours on this very probe — asking again would loop too.)
                 self.writer.write(p, Phase.Failed, waitingFor=None)
                 log.info(
                     "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
@@ -193,17 +227,22 @@ class NodeSide:
             raise
 
     def _request_steps(self, p: Pass, steps: tuple[NodeStep, ...], result: str) -> float:
-        request = NodeStepsRequest(
-            steps,
-            datetime.fromtimestamp(p.now, UTC),
-            dry_run=False,
-            lazy_unmount=p.dec.policy.lazy_unmount,
-        )
+        at = datetime.fromtimestamp(p.now, UTC)
+        mandate = self.mandate(p, slots=1) if self.settings.round_trip else None
+        if mandate is not None:
+            spec = mandate.request(at)  # the agent plans the steps itself, on its own probe
+        else:
+            request = NodeStepsRequest(
+                steps, at, dry_run=False, lazy_unmount=p.dec.policy.lazy_unmount
+            )
+            spec = request.to_spec()
         if p.done != ((p.rem.get("status") or {}).get("actions") or []):
             # The agent's answer to the last request, recorded in this pass, goes on record
             # before the next request: the agent answers that one at once, in place of it.
             self.writer.write(p, Phase.Remediating, waitingFor=None)
-        self._ask(p, request.to_spec())
+        self._ask(p, spec)
+        if mandate is not None:
+            self._slots[p.record.uid] = (spec["nodeStepsRequestedAt"], p.now)
         failpoints.reached("node-steps-requested")
         log.info(
             "pod=%s uid=%s cause=%s action=%s result=%s",
@@ -232,8 +271,44 @@ class NodeSide:
             return at
         return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
+    def mandate(self, p: Pass, *, slots: int) -> NodeMandate | None:
+        """The mandate for this pod under the policy in force: the node actions it permits,
+        its name and resourceVersion, dry-run (then no slot), `slots`. None when there is
+        nothing to permit: not opted in, no valid policy, no node, no node action."""
+        policy = p.dec.policy
+        parsed = policy.parsed
+        if not p.dec.opted_in or parsed is None or not p.record.node:
+            return None
+        actions = tuple(a for a in Action if a in NODE_ACTIONS and parsed.permits(a))
+        if not actions:
+            return None
+        return NodeMandate(
+            p.record.uid,
+            p.record.node,
+            actions,
+            policy.name,
+            parsed.resource_version,
+            dry_run=policy.dry_run,
+            slots=0 if policy.dry_run else slots,
+        )
+
+    def _return_unused(self, p: Pass) -> None:
+        """The slot granted with the pod's latest mandate back to the budget when the
+        agent's plan for it (`status.nodePlan`, `for` that request) used none."""
+        granted = self._slots.get(p.record.uid)
+        if granted is None:
+            return
+        plan = (p.rem.get("status") or {}).get(NODE_PLAN)
+        if not isinstance(plan, dict) or time_or_none(plan.get("for")) != time_or_none(granted[0]):
+            return
+        del self._slots[p.record.uid]
+        if plan.get("slotsUsed") == 0:
+            self.give_back(p.record.node, granted[1])
+
     def record_results(self, p: Pass) -> None:
-        """Copy the agent's finished node actions into status.actions (by: agent), once."""
+        """Copy the agent's finished node actions into status.actions (by: agent), once;
+        give back a mandate's slot the agent did not use."""
+        self._return_unused(p)
         for action, target, result, message in answered_results(p.rem):
             self.writer.count_once(
                 p,
@@ -245,6 +320,30 @@ class NodeSide:
                 cause=(p.rem.get("status") or {}).get("cause"),  # what the steps were for
             )
 
+    def _ask_probe(self, p: Pass) -> None:
+        """Ask for a probe — with --node-round-trip, a mandate where there is one to give
+        and a budget slot for it (the agent probes, plans and acts in one round trip);
+        a plain probe request otherwise."""
+        mandate = self.mandate(p, slots=1) if self.settings.round_trip else None
+        if (
+            mandate is not None
+            and mandate.slots
+            and self.take_budget(p.dec.policy, p.record.node, p.now) > 0
+        ):
+            mandate = None  # budget used up: only a probe; the steps wait for a slot
+        if mandate is None:
+            self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
+            return
+        spec = mandate.request(datetime.fromtimestamp(p.now, UTC))
+        try:
+            self._ask(p, spec)
+        except Stale:
+            if mandate.slots and self.requests.last(p.record.uid) != p.now:
+                self.give_back(p.record.node, p.now)  # not handed over: the slot back
+            raise
+        if mandate.slots:
+            self._slots[p.record.uid] = (spec["nodeStepsRequestedAt"], p.now)
+
     def wait_for_probe(self, p: Pass) -> float:
         """Ask the agent for a probe (unless our last request is recent and not older than
         the node steps' answer) and wait for it, `probeMaxAgeSeconds`; without a fresh
@@ -254,7 +353,7 @@ class NodeSide:
         steps_done = (p.rem.get("status") or {}).get("nodeStepsDoneAt")
         outdated = bool(asked is not None and steps_done and asked < parse_time(steps_done))
         if asked is None or outdated or p.now - asked >= self.settings.reprobe_s:
-            self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
+            self._ask_probe(p)
             asked = p.now
         deadline = asked + p.dec.policy.probe_max_age_s
         if p.now < deadline:
