@@ -120,7 +120,7 @@ class OutOfService:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._said: dict[str, str] = {}  # node → the last refusal said (logged, Event)
+        self.said: dict[str, str] = {}  # node → the last refusal said (logged, Event)
         self._fenced_nodes: set[str] = set()  # nodes with a fenced-seconds series
 
     # -- the thread ----------------------------------------------------------------------
@@ -501,9 +501,9 @@ class OutOfService:
         """A taint not taken, logged once per change of reason — and as an Event on the
         Node when it is notable: FAR or SNR manage the node, or a guard holds back a node
         proven off."""
-        if self._said.get(name) == verdict.reason:
+        if self.said.get(name) == verdict.reason:
             return
-        self._said[name] = verdict.reason
+        self.said[name] = verdict.reason
         log.info(
             "node=%s action=taint-out-of-service result=%s %s",
             name,
