@@ -331,9 +331,9 @@ class CsiSeed:
 
 def set_kubelet_verbosity(cp: ControlPlane, node: RealNode, level: int) -> None:
     """The running kubelet's log verbosity, PUT to its /debug/flags/v with the admin's
-    client certificate (the kubelet trusts the control plane's CA for clients and
-    authorizes everyone it authenticates). Its serving certificate is not checked: it is
-    the harness's own kubelet on the node's bridge address."""
+    client certificate (the kubelet trusts the control plane's CA for clients; its webhook
+    authorization lets the admin, in system:masters, do anything). Its serving certificate
+    is not checked: it is the harness's own kubelet on the node's bridge address."""
     import ssl
     import urllib.request
 

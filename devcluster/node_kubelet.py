@@ -139,12 +139,15 @@ def kubelet_config(
         "cgroupRoot": settings.cgroup_root,
         "failSwapOn": False,
         "containerRuntimeEndpoint": settings.runtime_endpoint,
+        # As kubeadm sets it up: a bearer token is checked by a TokenReview and every
+        # request by a SubjectAccessReview (the agent reads /metrics with its token and
+        # nodes/metrics; the API server's admin certificate is in system:masters).
         "authentication": {
             "anonymous": {"enabled": False},
-            "webhook": {"enabled": False},
+            "webhook": {"enabled": True},
             "x509": {"clientCAFile": str(client_ca)},
         },
-        "authorization": {"mode": "AlwaysAllow"},
+        "authorization": {"mode": "Webhook"},
         "port": settings.port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",

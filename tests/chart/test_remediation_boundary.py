@@ -440,3 +440,25 @@ def test_the_agents_rbac(
         f"--as=system:serviceaccount:{SYSTEM_NS}:{AGENT_SA}", check=False,
     )  # fmt: skip
     assert proc.stdout.strip() == allowed, (verb, resource, namespace, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("verb", "subresource", "allowed"),
+    [
+        # the kubelet's /metrics, its own pod-worker counts (agent/probe/kubelet_metrics.py)
+        ("get", "metrics", "yes"),
+        # never the kubelet's proxy (exec, logs, every other kubelet API), nor its stats
+        ("get", "proxy", "no"),
+        ("create", "proxy", "no"),
+        ("get", "stats", "no"),
+        ("get", "log", "no"),
+    ],
+)
+def test_the_agent_reads_its_kubelets_metrics_and_nothing_else_of_it(
+    world: World, verb: str, subresource: str, allowed: str
+) -> None:
+    proc = world.cp.kubectl(
+        "auth", "can-i", verb, "nodes", f"--subresource={subresource}",
+        f"--as=system:serviceaccount:{SYSTEM_NS}:{AGENT_SA}", check=False,
+    )  # fmt: skip
+    assert proc.stdout.strip() == allowed, (verb, subresource, proc.stdout, proc.stderr)

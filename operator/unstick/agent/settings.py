@@ -55,6 +55,8 @@ class AgentSettings:
     plugins_registry: str = ""  # default: <kubelet_root>/plugins_registry
     cri_socket: str | None = None
     kubelet_healthz: str = "http://127.0.0.1:10248/healthz"
+    # the kubelet's /metrics (HTTPS), for its pod-worker counts; empty: not read
+    kubelet_metrics_url: str = ""
     grpc_timeout_s: float = 5.0
     # empty: the systemd unit `kubelet`, if the host has one (else restart-kubelet is refused)
     restart_kubelet_command: tuple[str, ...] = ()

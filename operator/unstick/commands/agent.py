@@ -81,6 +81,15 @@ def add_parser(sub: Any) -> None:
         help="kubelet health URL (default: %(default)s)",
     )
     p.add_argument(
+        "--kubelet-metrics-url",
+        default="",
+        metavar="URL",
+        help="the node's kubelet /metrics, e.g. https://$(NODE_IP):10250/metrics (the chart "
+        "passes it), read with the agent's ServiceAccount token (nodes/metrics) for the "
+        "kubelet's own pod-worker counts in every probe; the kubelet's serving certificate "
+        "must verify against the cluster CA (default: not read; docs/agent.md)",
+    )
+    p.add_argument(
         "--restart-kubelet-command",
         default=None,
         help="command that restarts this host's kubelet, whitespace-separated, run from the "
@@ -173,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         plugins_registry=args.plugins_registry,
         cri_socket=args.cri_socket,
         kubelet_healthz=args.kubelet_healthz,
+        kubelet_metrics_url=args.kubelet_metrics_url,
         restart_kubelet_command=command,
         state_dir=args.state_dir,
         max_request_age_s=args.max_request_age,

@@ -229,3 +229,46 @@ def test_a_forged_unmount_of_the_held_pod_is_refused_by_the_executor(
     assert after >= before + 1
     assert real_node.kubelet is not None and real_node.kubelet.host_pid == kubelet_pid
     assert pod_mounts(real_node, uid) == mounts_before
+
+
+def _kubelet_metrics(cp: ControlPlane, node: RealNode) -> str:
+    """The real kubelet's /metrics, read as the API server reads it: the admin's client
+    certificate, the kubelet's serving certificate verified against the cluster CA."""
+    import ssl
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(cp.certs.ca_cert))
+    ctx.load_cert_chain(str(cp.certs.admin_cert), str(cp.certs.admin_key))
+    url = f"https://{node.settings.network.gateway}:{node.settings.kubelet_port}/metrics"
+    with urllib.request.urlopen(url, context=ctx, timeout=10) as resp:
+        body: bytes = resp.read()
+    return body.decode()
+
+
+def test_the_probe_says_what_the_real_kubelet_reports_of_its_pod_workers(
+    real_node: RealNode,
+    node_control_plane: ControlPlane,
+    held_pod: HeldPod,
+    tmp_path: Path,
+) -> None:
+    """The agent read its node's kubelet /metrics over HTTPS with its ServiceAccount token:
+    the kubelet's webhook authentication took the token, its webhook authorization the
+    chart's nodes/metrics rule. The kubelet's own counts are in the probe: the held pod's
+    worker is past sync (its containers are dead, its volumes busy), the bystander and
+    unstick's pods sync. The same /metrics, read by the harness, parses to the same
+    families (its text is kept in tmp_path: tests/core/data/ holds one such capture)."""
+    from unstick.core.model.kubelet_pods import parse_kubelet_pods
+
+    pods = held_pod.remediation["status"]["probe"]["kubeletPods"]
+    assert pods["unread"] == "", pods
+    working = pods["working"]
+    assert working["terminating"] + working["terminated"] >= 1, pods
+    assert working["sync"] >= 3, pods  # the bystander, the controller, the agent
+    assert pods["desired"] >= 4 and pods["active"] >= 3, pods
+    assert pods["orphanedRuntimeTotal"] is not None and pods["restartedTotal"] is not None
+
+    text = _kubelet_metrics(node_control_plane, real_node)
+    (tmp_path / "kubelet-metrics.txt").write_text(text)
+    seen = parse_kubelet_pods(text)
+    assert seen.unread == "" and seen.working is not None, seen
+    assert seen.working.sync >= 3, seen

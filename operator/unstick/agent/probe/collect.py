@@ -35,6 +35,8 @@ invariant 8: "nothing of the pod left" is only believed from a probe that could 
 - `cgroupLayout` and `cgroupDriver`: the freezer the agent saw (`v2`, `hybrid`, `v1`,
   `none`) and how the pod's cgroups are named (`systemd`, `cgroupfs`); null when no process
   of the pod was seen (`unstick.agent.probe.pod_tasks`).
+- `kubeletPods`: the kubelet's own pod-worker counts from its /metrics, or why they were
+  not read (`unstick.agent.probe.kubelet_metrics`). Evidence only.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from unstick.agent.holders.scan import scan_holders
 from unstick.agent.probe.containers import pod_component, runtime_answer
 from unstick.agent.probe.hung_mounts import HungScan, hung_mounts
 from unstick.agent.probe.kubelet_health import kubelet_healthy
+from unstick.agent.probe.kubelet_metrics import read_kubelet_pods
 from unstick.agent.probe.mount_file import MountTable, pod_lines, read_pod_table
 from unstick.agent.probe.plugins import Plugin, registered_plugins
 from unstick.agent.probe.pod_tasks import (
@@ -140,6 +143,7 @@ def probe_pod(
         waiters_unknown=hung.unsure,
         cgroup_layout=cgroup_layout(mounts) if answer.members else None,
         cgroup_driver=cgroup_driver(answer.members, pod),
+        kubelet_pods=read_kubelet_pods(settings.kubelet_metrics_url),
     )
     return probe.to_json()
 
