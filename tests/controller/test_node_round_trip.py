@@ -1,7 +1,8 @@
 """The controller's half of one round trip (design.md §11, `--node-round-trip`), against a
 real API server; the test plays the agent as tests/agent/test_agent_mandate.py shows it
-answers. The controller asks once — a mandate in place of a probe request: the node
-actions the policy permits, its name and resourceVersion, dry-run, one budget slot — and
+answers. The controller asks once — the record's create carries a mandate in place of a
+probe request: the node actions the policy permits, its name and resourceVersion,
+dry-run, one budget slot — and
 then does only what it alone does: it waits for the agent's plan and results, gives the
 kubelet its window, force-deletes on a probe taken after the steps, and marks the record
 Resolved. The Remediation's writes are counted from a watch."""
@@ -137,6 +138,8 @@ def test_one_round_trip_then_the_kubelets_window_force_delete_and_resolved(
     ours = [v for v in writes.versions if v["metadata"]["name"] == rem["metadata"]["name"]]
     asked = {v["spec"].get("nodeStepsRequestedAt") for v in ours} - {None}
     assert asked == {requested}
+    assert ours[0]["spec"]["mandate"] == spec_["mandate"]  # the create is the request
+    assert all(v["spec"] == ours[0]["spec"] for v in ours)  # and no spec write follows
     assert all("probeRequestedAt" not in v["spec"] for v in ours)
     print(f"Remediation writes for one pod (2 of them the agent's): {len(ours)}")
     for before, after in zip([{}, *ours], ours, strict=False):  # who wrote what, in order

@@ -227,12 +227,19 @@ class Reconciler:
             self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
             return self.incident_path.act(record, decision, now)
         if rem is None:
-            # With --node-round-trip the pass's own request follows the create (a mandate
-            # where there is one to give: node_steps.py), not a plain probe request in it.
+            # With --node-round-trip the create carries the mandate (node_steps.py): the
+            # one request of the round trip; else (none to give, no budget slot now) the
+            # pass asks after it. Without the flag: the probe request.
+            request = (
+                self.node_side.create_request(record, decision, now)
+                if needs_probe(record, d)
+                else None
+            )
             ask = needs_probe(record, d) and not self.settings.node_round_trip
             rem, name = self.pod_records.create(
-                record, name, decision.policy.dry_run, now, ask_probe=ask
+                record, name, decision.policy.dry_run, now, ask_probe=ask, request=request
             )
+            self.node_side.created(record, request, now)
             if rem is None or name is None:
                 return now + self.settings.recheck_s
             status = rem.get("status") or {}

@@ -29,7 +29,7 @@ from typing import Any
 
 from unstick.controller import failpoints
 from unstick.controller.agent_channel.trust import ProbeRequests
-from unstick.controller.deciding.decision import RATE_LIMITED, Pass
+from unstick.controller.deciding.decision import RATE_LIMITED, Decision, Pass
 from unstick.controller.deciding.policies import Policy
 from unstick.controller.records.agent_answers import agent_results, answered_results
 from unstick.controller.records.writer import RecordWriter, Stale
@@ -48,6 +48,7 @@ from unstick.core.remediation import (
 )
 from unstick.core.vocabulary import NODE_ACTIONS, Action, Refusal
 from unstick.kube.client import JSON, Kube
+from unstick.kube.podwatch import TerminatingPod
 
 log = logging.getLogger("unstick.decisions")
 
@@ -272,25 +273,56 @@ class NodeSide:
         return self._request_steps(p, steps, f"asked-again-after-{reason}-refusal-{times}")
 
     def mandate(self, p: Pass, *, slots: int) -> NodeMandate | None:
+        """`mandate_for` the pass's pod and decision."""
+        return self.mandate_for(p.record, p.dec, slots=slots)
+
+    def mandate_for(
+        self, record: TerminatingPod, dec: Decision, *, slots: int
+    ) -> NodeMandate | None:
         """The mandate for this pod under the policy in force: the node actions it permits,
         its name and resourceVersion, dry-run (then no slot), `slots`. None when there is
         nothing to permit: not opted in, no valid policy, no node, no node action."""
-        policy = p.dec.policy
+        policy = dec.policy
         parsed = policy.parsed
-        if not p.dec.opted_in or parsed is None or not p.record.node:
+        if not dec.opted_in or parsed is None or not record.node:
             return None
         actions = tuple(a for a in Action if a in NODE_ACTIONS and parsed.permits(a))
         if not actions:
             return None
         return NodeMandate(
-            p.record.uid,
-            p.record.node,
+            record.uid,
+            record.node,
             actions,
             policy.name,
             parsed.resource_version,
             dry_run=policy.dry_run,
             slots=0 if policy.dry_run else slots,
         )
+
+    def create_request(self, record: TerminatingPod, dec: Decision, now: float) -> JSON | None:
+        """With --node-round-trip, the mandate the pod's Remediation is created with (its
+        slot taken here), so the create is the one request; None: no mandate to give, or
+        no budget slot now (the create then asks for nothing, and the pass asks after it)."""
+        if not self.settings.round_trip:
+            return None
+        mandate = self.mandate_for(record, dec, slots=1)
+        if mandate is None:
+            return None
+        if mandate.slots and self.take_budget(dec.policy, record.node, now) > 0:
+            return None
+        request = mandate.request(datetime.fromtimestamp(now, UTC))
+        if mandate.slots:
+            self._slots[record.uid] = (request["nodeStepsRequestedAt"], now)
+        return request
+
+    def created(self, record: TerminatingPod, request: JSON | None, now: float) -> None:
+        """The create is done: a mandate's slot back when the record it made (or found)
+        does not carry our request (PodRecords.create remembers it as asked when it does)."""
+        if request is None or record.uid not in self._slots:
+            return
+        if self.requests.last(record.uid) != now:
+            del self._slots[record.uid]
+            self.give_back(record.node, now)
 
     def _return_unused(self, p: Pass) -> None:
         """The slot granted with the pod's latest mandate back to the budget when the

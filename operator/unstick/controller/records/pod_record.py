@@ -191,14 +191,24 @@ class PodRecords:
         self.awaiting_agent: dict[str, tuple[str, str]] = {}
 
     def create(
-        self, record: TerminatingPod, name: str, dry_run: bool, now: float, *, ask_probe: bool
+        self,
+        record: TerminatingPod,
+        name: str,
+        dry_run: bool,
+        now: float,
+        *,
+        ask_probe: bool,
+        request: JSON | None = None,
     ) -> tuple[JSON | None, str | None]:
         """Create the pod's Remediation at `name`, or at the next name when a record that is
         not the pod's is found there (marked Refused); (None, None) when every name is
         taken so. With `ask_probe` the creation is the probe request too
-        (`spec.probeRequestedAt`), remembered as ours only when this POST created it."""
+        (`spec.probeRequestedAt`); with `request` (spec keys: a mandate, design.md §11)
+        that request. Remembered as ours only when this POST created it."""
         names = remediation_names(record.name, record.uid)
         asked = {PROBE_REQUESTED_AT: rfc3339(now)} if ask_probe else {}
+        if request is not None:
+            asked = {k: v for k, v in request.items() if v is not None}
         for candidate in names[names.index(name) :] if name in names else (name,):
             rem = self.writer.create(
                 record.namespace,
@@ -212,7 +222,7 @@ class PodRecords:
             why = identity.identity_mismatch(rem, record)
             if why is None:
                 spec = rem.get("spec") or {}
-                if asked and spec.get(PROBE_REQUESTED_AT) == asked[PROBE_REQUESTED_AT]:
+                if asked and all(spec.get(k) == v for k, v in asked.items()):
                     self.requests.asked(record.uid, now)  # the record we just created
                 return rem, candidate
             self.refuse(rem, why, now)  # someone else's record holds that name
