@@ -12,6 +12,7 @@ controller sets it (the taint node.cloudprovider.kubernetes.io/shutdown)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from tests.support.controller import (
     node_unknown,
     policy_spec,
 )
+from unstick.commands.status import gather, render
 from unstick.controller import failpoints
 from unstick.controller.deciding.policies import PolicyBook
 from unstick.controller.incidents.out_of_service import OutOfService
@@ -180,6 +182,9 @@ def test_proven_off_tainted_with_its_evidence_and_untainted_only_once_nothing_is
     assert record["status"]["phase"] == "Remediating"
     [act] = record["status"]["actions"]
     assert (act["action"], act["result"]) == ("taint-out-of-service", "succeeded")
+    screen = render(gather(chart_kube, time.time()), wide=True)  # `unstick status`
+    assert f"  {node}: out-of-service taint applied by unstick" in screen, screen
+    assert f"evidence: taint {CLOUD_SHUTDOWN_TAINT} is present" in screen, screen
 
     # back: Ready, the cloud's taint gone; a pod of it still Terminating, an attachment left
     node_ready(objects, node)

@@ -8,7 +8,8 @@ dirs per node (the agents' latest `OrphanedPodDirs` Event on each Node, with the
 its annotation). `-n NAMESPACE` looks at one namespace only (the pods, their Remediations,
 the namespace), which needs read access to that namespace alone. `-o json|yaml` prints the
 same as one object; `-o wide` adds the pod's UID and Remediation to each line and lists
-every orphaned pod dir.
+every orphaned pod dir. Fenced nodes: the nodes carrying the out-of-service taint unstick
+applied (its open NodeOutOfService records, docs/fencing.md), cluster-wide only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from unstick.core.remediation import (
     FINAL_PHASES,
     INCIDENT,
     NODE_NAME,
+    OUT_OF_SERVICE_INCIDENT,
     POD_NAME,
     POD_UID,
     parse_time,
@@ -131,8 +133,39 @@ def gather(api: Kube, now: float, namespace: str | None = None) -> JSON:
         "blockedNamespaces": _namespaces(namespaces, stuck),
         # a node's orphaned pod dirs belong to no namespace: shown cluster-wide only
         "orphanedPodDirs": [] if namespace else _orphans(api, notes),
+        "fencedNodes": [] if namespace else _fenced(rems, now),
         "notes": notes,
     }
+
+
+def _fenced(rems: list[JSON], now: float) -> list[JSON]:
+    """The nodes carrying unstick's out-of-service taint: its open records whose taint was
+    applied (docs/fencing.md)."""
+    out = []
+    for r in rems:
+        meta, spec, status = r.get("metadata") or {}, r.get("spec") or {}, r.get("status") or {}
+        if spec.get(INCIDENT) != OUT_OF_SERVICE_INCIDENT or status.get("phase") in FINAL:
+            continue
+        applied = [
+            a
+            for a in status.get("actions") or []
+            if a.get("action") == "taint-out-of-service" and a.get("result") == "succeeded"
+        ]
+        if not applied:
+            continue
+        since = _time(applied[-1].get("time"))
+        evidence = [e.get("message") for e in status.get("evidence") or []]
+        out.append(
+            {
+                "node": spec.get(NODE_NAME),
+                "since": applied[-1].get("time"),
+                "heldSeconds": None if since is None else max(0.0, now - since),
+                "evidence": evidence[0] if evidence else "",
+                "waitingFor": status.get("waitingFor") or "",
+                "record": f"{meta.get('namespace')}/{meta.get('name')}",
+            }
+        )
+    return sorted(out, key=lambda f: str(f["node"]))
 
 
 def _one(api: Kube, path: str) -> tuple[list[JSON], str]:
@@ -280,6 +313,15 @@ def render(data: JSON, wide: bool = False) -> str:
                 f", {d['fileCount']} file(s), {d['bytes']} bytes kept" if d.get("fileCount") else ""
             )
             lines.append(f"    {d['path']} ({d['state']}{extra})")
+    fenced = data.get("fencedNodes") or []
+    lines += ["", f"FENCED NODES ({len(fenced)})"]
+    for f in fenced:
+        lines.append(
+            f"  {f['node']}: out-of-service taint applied by unstick {_age(f['heldSeconds'])} "
+            f"ago ({f['record']}); {f['waitingFor'] or 'removed once Ready with nothing left'}"
+        )
+        if wide:
+            lines.append(f"    evidence: {f['evidence']}")
     for note in data["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
