@@ -104,6 +104,8 @@ def test_alerts_fire_as_documented(
         (sel("up", {"job": AGENT_JOB, "node": "n2", "pod": "unstick-agent-y"}), "1x40"),
         (sel("kube_daemonset_status_desired_number_scheduled", ds), "3x40"),
         (sel("kube_daemonset_status_number_ready", ds), "3 3 2x40"),
+        # unstick's out-of-service taint on w1 longer than fencedTaintMaxSeconds from t=2m
+        (sel("unstick_node_fenced_too_long", {"node": "w1"}), "0 0 1x10 0x30"),
     ]
     cases = [
         # for: 10m from t=1m -> firing from t=11m; OrphanedMount is remediable
@@ -121,6 +123,9 @@ def test_alerts_fire_as_documented(
         (13, "UnstickAgentDown", [(n1, "0")]),
         (13, "UnstickAgentMissingOnNodes", [(ds, "1")]),
         (13, "UnstickAgentsAbsent", []),
+        (1, "UnstickNodeFencedTooLong", []),
+        (3, "UnstickNodeFencedTooLong", [({"node": "w1"}, "1")]),
+        (20, "UnstickNodeFencedTooLong", []),  # removed (node back, nothing left)
     ]
     absent_cases = [
         (14, "UnstickAgentsAbsent", []),
