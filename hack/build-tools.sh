@@ -105,4 +105,11 @@ build coredns "$cache/coredns-$coredns" coredns=github.com/coredns/coredns
 actionlint=$(pinned actionlint github.com/rhysd/actionlint)
 build actionlint "$cache/actionlint-$actionlint" actionlint=github.com/rhysd/actionlint/cmd/actionlint -- \
   "-X github.com/rhysd/actionlint.version=$actionlint"
+# podman-ccm, the kind suite's cloud controller manager: upstream k8s.io/cloud-provider with
+# a test-only provider for kind's podman machines (tests/machines/kind/podmanccm, docs/kind.md);
+# keyed by the module's version and a hash of the provider's source
+ccmdir=tests/machines/kind/podmanccm
+ccm=$(awk '$1=="require" && $2=="k8s.io/cloud-provider" {print $3; exit} $1=="k8s.io/cloud-provider" && $2 ~ /^v/ {print $2; exit}' "$root/$ccmdir/go.mod")
+ccmsum=$(cd "$root/$ccmdir" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12)
+build "../$ccmdir" "$cache/podman-ccm-$ccm-$ccmsum" podman-ccm=.
 echo "tools ready in $bin" >&2
