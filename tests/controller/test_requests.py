@@ -1,7 +1,7 @@
 """What a stuck pod's record costs in API requests, and why the cheaper way is safe (issue
 23, the controller side), on a real API server (audit log).
 
-- The real controller (a subprocess, Kopf's Remediation watch feeding its copies) plays a
+- The real controller (a subprocess, its Remediation watch feeding its copies) plays a
   pod through its Remediation while the test plays the agent: the probe is asked in the
   record's create (no spec PATCH before it), the pod's Remediation is never read with a
   GET, and from the agent's probe to the node-steps request the controller makes exactly

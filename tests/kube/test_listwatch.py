@@ -9,13 +9,13 @@ import base64
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from devcluster import ControlPlane
 from devcluster.process import wait_until
+from tests.support.watches import StaleFirstList
 from unstick.kube.client import ClientSettings, Kube
 from unstick.kube.events import EventFeed
 from unstick.kube.listwatch import ListWatch, WatchSpec
@@ -52,23 +52,6 @@ class Recorder:
     def has(self, item: tuple[str, str]) -> bool:
         with self.lock:
             return item in self.seen
-
-
-class StaleFirstList(Kube):
-    """A real client whose first LIST reports resourceVersion "1": the watch that follows
-    asks the real API server for history it no longer has (410 Gone)."""
-
-    def __init__(self, settings: ClientSettings) -> None:
-        super().__init__(settings)
-        self.listed = 0
-
-    def list_pages(self, path: str, query: Any = None, limit: int = 500) -> Iterator[Any]:
-        self.listed += 1
-        for page in super().list_pages(path, query, limit):
-            if self.listed == 1:
-                yield {**page, "metadata": {**page["metadata"], "resourceVersion": "1"}}
-            else:
-                yield page
 
 
 def _settings(cp: ControlPlane) -> ClientSettings:

@@ -24,7 +24,9 @@ Points (where they are reached):
 - `pod-intent-durable`: a per-pod record holds the intent of its action, not carried out yet;
 - `node-steps-requested`: a node-steps request was written to a pod's record (the agent
   may run it at once), the pass's status write after it not made yet;
-- `incidents-adopted`: a started controller adopted and settled the records it found.
+- `incidents-adopted`: a started controller adopted and settled the records it found;
+- `remediation-watch`: the Remediation watch starts a watch (`fail@N`: answered 410 Gone,
+  the loop relists: controller/records/watch.py).
 """
 
 from __future__ import annotations

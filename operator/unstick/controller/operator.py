@@ -1,13 +1,15 @@
 """Kopf wiring: handlers only translate Kopf's world into calls on the Runtime.
 
-Kopf runs: the RemediationPolicy and Remediation watches, the liveness endpoint — in
-every replica (Kopf's own peering is not used). Which replica acts is decided by the leader
-election on a Lease (controller/leader.py): its guard refuses every write of the
-controller's client on a standby, and the lean watcher dispatches no pass there.
-Pods, Nodes and CSINodes get NO Kopf handler at all: the lean
-watchers (unstick.kube.podwatch, unstick.kube.objectwatch) feed the controller, started
-by `on.startup` as a background task. Every handler here is `on.event`, which keeps no
-state on the objects and writes nothing to them.
+Kopf runs: the operator's lifecycle (login, start-up, clean-up), the liveness endpoint
+and the RemediationPolicy watch — in every replica (Kopf's own peering is not used). Which
+replica acts is decided by the leader election on a Lease (controller/leader.py): its
+guard refuses every write of the controller's client on a standby, and the lean watcher
+dispatches no pass there. Pods, Nodes, CSINodes and Remediations get NO Kopf handler at
+all: the project's lean list+watches (unstick.kube.podwatch, unstick.kube.objectwatch,
+controller/records/watch.py) feed the controller, started by `on.startup` as a
+background task (design.md §5: Kopf's per-event work on the Remediations was most of the
+controller's CPU in a burst). Every handler here is `on.event`, which keeps no state on
+the objects and writes nothing to them.
 """
 
 from __future__ import annotations
@@ -25,18 +27,7 @@ from unstick.controller import metrics
 from unstick.controller.deciding.policies import PolicyBook
 from unstick.controller.leader import Elector, LeaseSettings, NotLeading
 from unstick.controller.runtime import Runtime, RuntimeSettings
-from unstick.core.remediation import (
-    GROUP,
-    NODE_STEPS_DONE_AT,
-    PLURAL,
-    POD_UID,
-    POLICIES,
-    POLICY_PLURAL,
-    PROBE,
-    PROBED_AT,
-    VERSION,
-    rfc3339,
-)
+from unstick.core.remediation import GROUP, POLICIES, POLICY_PLURAL, VERSION, rfc3339
 from unstick.kube.client import ClientSettings, Kube
 
 log = logging.getLogger(__name__)
@@ -64,7 +55,6 @@ class State:
     # set when this replica lost the lease: Kopf stops, the process exits (and restarts
     # as a standby)
     stop_flag: threading.Event = field(default_factory=threading.Event)
-    agent_marks: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
     def leading(self) -> bool:
         return self.elector is None or self.elector.leading()
@@ -162,7 +152,8 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
             "started": True,
             "terminating": len(runtime.pods),
             "scheduled": len(runtime.scheduler),
-            "synced": all(w.synced.is_set() for w in runtime.watchers),
+            "synced": runtime.synced(),
+            "remediations": runtime.remediation_watch.size(),
             "active": runtime.gate(),  # holds the leader Lease (always, standalone)
         }
 
@@ -191,28 +182,6 @@ def build_registry() -> kopf.OperatorRegistry:  # noqa: PLR0915 (one closure per
                     pass  # the lease was lost meanwhile: the next leader writes it
         if state.runtime is not None:
             state.runtime.policies_changed()
-
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def remediation_event(type: str, event: Any, memo: Any, **_: Any) -> None:
-        state: State = memo.state
-        # The raw object of the event, a plain dict: Kopf's `body` is a view that resolves
-        # every key it is asked for (~5 % of the controller's GIL samples in a burst of 100
-        # stuck pods, docs/benchmark.md). Nothing here changes it (the copies are copies).
-        body: dict[str, Any] = event.get("object") or {}
-        uid = (body.get("spec") or {}).get(POD_UID)
-        if not uid or state.runtime is None:
-            return
-        if type == "DELETED":
-            state.agent_marks.pop(uid, None)
-            state.runtime.remediation_changed(uid, None)
-            return
-        state.runtime.remediation_changed(uid, body)
-        status = body.get("status") or {}
-        mark = ((status.get(PROBE) or {}).get(PROBED_AT), status.get(NODE_STEPS_DONE_AT))
-        if state.agent_marks.get(uid) != mark:
-            state.agent_marks[uid] = mark
-            if any(mark):
-                state.runtime.poke(uid)
 
     return registry
 

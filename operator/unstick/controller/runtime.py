@@ -8,10 +8,12 @@
   worker thread (the client is blocking), at most one pass at a time per pod and
   `workers` in total; a pass returns the next due time for that pod.
 - Lean list+watches of Nodes and CSINodes (one thread each) feed their caches and poke
-  the pods of a node whose readiness, taints or CSI drivers changed; Kopf's Remediation
-  watch feeds the index of pod uids that have a Remediation (`remediation_event`).
-- `poke(uid)` (from Kopf handlers: agent wrote a probe or finished node steps; a Node
-  changed) makes a pod due now.
+  the pods of a node whose readiness, taints or CSI drivers changed; the lean Remediation
+  watch (records/watch.py, not Kopf's: its per-event work was most of the controller's
+  CPU in a burst) feeds the index of pod uids that have a Remediation and the writer's
+  copies, and pokes a pod when its agent wrote a probe or finished node steps
+  (`remediation_event`).
+- `poke(uid)` (the agent answered; a Node changed) makes a pod due now.
 
 The parts it drives are built in wiring.py; what happens before the first pass (policies,
 the budget rebuilt, incidents adopted) is startup.py; the check of records that no stuck
@@ -38,10 +40,11 @@ from unstick.controller.logfilter import log_retried_failure
 from unstick.controller.reconciler import ReconcileSettings
 from unstick.controller.records import writer as records
 from unstick.controller.records.stray_records import RecordChecks
+from unstick.controller.records.watch import RemediationWatch
 from unstick.controller.scheduler import Scheduler
 from unstick.controller.startup import before_first_pass
 from unstick.controller.wiring import wire
-from unstick.core.remediation import NODE_STEPS_DONE_AT, PROBE
+from unstick.core.remediation import NODE_STEPS_DONE_AT, POD_UID, PROBE, PROBED_AT
 from unstick.kube.client import JSON, Kube
 from unstick.kube.objectwatch import ObjectWatcher
 from unstick.kube.podwatch import PodWatcher, TerminatingPod, WatchSettings
@@ -83,8 +86,11 @@ class Runtime:
         self.clock = clock
         parts = wire(kube, policies, settings.reconcile, clock)
         self.nodes, self.csi_nodes = parts.nodes, parts.csi_nodes
-        self.remediations = parts.remediations  # pod uids with a Remediation (Kopf's watch)
+        self.remediations = parts.remediations  # pod uids with a Remediation (the watch)
         self.probes: dict[str, Any] = {}  # pod uid → status.probe of its Remediation
+        # pod uid → (probe.probedAt, nodeStepsDoneAt) of its record as last seen: a change
+        # is an answer of the agent, which pokes the pod
+        self.agent_marks: dict[str, tuple[Any, Any]] = {}
         self.events, self.incidents = parts.events, parts.incidents
         self.detector, self.reconciler = parts.detector, parts.reconciler
         self.kill_events = parts.kill_events
@@ -125,6 +131,13 @@ class Runtime:
             refuse=self.reconciler.refuse_record,
             spawn=self._spawn,
             loop=lambda: self._loop,
+        )
+        self.remediation_watch = RemediationWatch(
+            kube,
+            settings.namespaces,
+            self._record_from_thread,
+            watch_timeout_s=settings.watch.watch_timeout_s,
+            page_size=settings.watch.page_size,
         )
         # taint-out-of-service / untaint-out-of-service (docs/fencing.md), a thread of its own
         self.out_of_service = OutOfService(
@@ -196,8 +209,26 @@ class Runtime:
             if record.node == node:
                 self.poke(uid)
 
+    def remediation_event(self, body: JSON, deleted: bool) -> None:
+        """From the Remediation watch (loop thread): a record changed or went. The raw
+        object, a plain dict; nothing here changes it (the writer's copies are copies)."""
+        uid = (body.get("spec") or {}).get(POD_UID)
+        if not uid or not isinstance(uid, str):
+            return
+        if deleted:
+            self.agent_marks.pop(uid, None)
+            self.remediation_changed(uid, None)
+            return
+        self.remediation_changed(uid, body)
+        status = body.get("status") or {}
+        mark = ((status.get(PROBE) or {}).get(PROBED_AT), status.get(NODE_STEPS_DONE_AT))
+        if self.agent_marks.get(uid) != mark:
+            self.agent_marks[uid] = mark
+            if any(mark):
+                self.poke(uid)
+
     def remediation_changed(self, uid: str, body: Any | None) -> None:
-        """From Kopf's Remediation watch: index the pod uid, keep the agent's probe."""
+        """A record of pod `uid` (None: gone): index the pod uid, keep the agent's probe."""
         writer = self.reconciler.writer  # a pass reads the record from its copies
         if body is None:
             self.remediations.discard(uid)
@@ -235,6 +266,10 @@ class Runtime:
             return None
         return key[0] == record.namespace and key[1] in records.remediation_names(record.name, uid)
 
+    def synced(self) -> bool:
+        """Every pod watcher and the Remediation watch have delivered their first list."""
+        return self.remediation_watch.synced() and all(w.synced.is_set() for w in self.watchers)
+
     def policies_changed(self) -> None:
         """Slack may have changed: recompute every pod's first due time."""
         for uid, record in self.pods.items():
@@ -246,6 +281,7 @@ class Runtime:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.remediation_watch.start()
         for object_watcher in self.object_watchers:
             object_watcher.start()
         self.aftermath.start()
@@ -274,7 +310,7 @@ class Runtime:
             namespaces=self.settings.namespaces,
             clock=self.clock,
             gate=self.gate,
-            synced=lambda: all(w.synced.is_set() for w in self.watchers),
+            synced=self.synced,
             pods=self.pods,
         )
         self._spawn(  # finished records past their retention (retention.py)
@@ -303,6 +339,7 @@ class Runtime:
             self._stopping = True
             stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
             stops += [w.stop for w in self.object_watchers]
+            stops.append(self.remediation_watch.stop)
             stops.append(self.aftermath.stop)
             stops.append(self.reconciler.incident_path.stop)  # its senders need the writer
             stops.append(self.incidents.stop)
@@ -317,6 +354,10 @@ class Runtime:
     def _from_thread(self, uid: str, record: TerminatingPod | None) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self.pod_changed, uid, record)
+
+    def _record_from_thread(self, body: JSON, deleted: bool) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self.remediation_event, body, deleted)
 
     def _object_from_thread(self, name: str, old: JSON | None, new: JSON | None) -> None:
         assert self._loop is not None

@@ -1,5 +1,5 @@
 """The controller's parts and how they are wired: the watch-fed Node and CSINode caches,
-the claims and volumes read on demand, the Remediation index (fed by Kopf's watch), the
+the claims and volumes read on demand, the Remediation index (fed by the Remediation watch), the
 Event queue, the node incidents, the detector and the reconciler with its inputs. The
 runtime (controller/runtime.py) builds them once with `wire` and drives them."""
 
@@ -31,7 +31,7 @@ from unstick.kube.client import Kube
 class Parts:
     nodes: ObjectCache  # Nodes, fed by the lean Node watch
     csi_nodes: ObjectCache  # CSINodes, fed by the lean CSINode watch
-    remediations: set[str]  # pod uids with a Remediation (Kopf's watch)
+    remediations: set[str]  # pod uids with a Remediation (the Remediation watch)
     events: EventQueue  # Events, posted off the action path
     incidents: Incidents  # node incidents and their writer thread
     detector: Detector

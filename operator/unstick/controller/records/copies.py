@@ -1,8 +1,8 @@
 """The newest copy this controller has of each pod's Remediation, so a pass need not GET it.
 
-Fed by Kopf's Remediation watch (`offer`, from the event handler, before that event pokes
-the pod) and by the answers of this controller's own writes (every PATCH and the POST
-answer the whole object). A copy may lag behind the API server — an agent's write the
+Fed by the Remediation watch (records/watch.py: `offer`, from the runtime, before that
+event pokes the pod) and by the answers of this controller's own writes (every PATCH and
+the POST answer the whole object). A copy may lag behind the API server — an agent's write the
 watch has not delivered yet — and that is made safe by the writes, not by the copy: every
 write a pass makes from a copy carries the copy's `metadata.resourceVersion`
 (optimistic concurrency), so a pass that decided from an older version than the server

@@ -185,7 +185,7 @@ class PodRecords:
         self.writer = writer
         self.known = writer.known  # the Remediations this process read or wrote, by pod uid
         self.requests = requests
-        self.has_remediation = has_remediation  # Kopf's Remediation watch knows one
+        self.has_remediation = has_remediation  # the Remediation watch knows one
         # Pods gone while the agent was still running their node steps: pod uid →
         # (namespace, pod name); its answer is recorded when it lands (record_late_answer).
         self.awaiting_agent: dict[str, tuple[str, str]] = {}

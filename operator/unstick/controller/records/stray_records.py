@@ -4,7 +4,7 @@ is checked RECORD_CHECK_DELAY_S later (the pod watch may lag) and marked `Refuse
 the reason unless it is that pod's own record (trust.check_record) — a forged record
 never stays on display as real.
 
-`RecordChecks` is the runtime's collaborator for this: Kopf's Remediation watch hands it
+`RecordChecks` is the runtime's collaborator for this: the Remediation watch hands it
 each record (`maybe_check`); it gets the callables it needs of the runtime (which record
 is a pod's own, which pods were seen leaving, the task spawner, the event loop) and the
 reconciler's `refuse_record`.

@@ -20,7 +20,7 @@ client.
   changed), its `status.actions` (each counted once in `unstick_remediations_total`) and
   the requests to the agent in its spec. It remembers which Remediation this process
   keeps for each pod (`known`), so resolving a pod needs no read, and keeps the newest
-  copy of each record (`copies`: Kopf's watch offers them too), so a pass needs no GET
+  copy of each record (`copies`: the Remediation watch offers them too), so a pass needs no GET
   either.
 
 A write made from a copy carries the copy's resourceVersion (`guarded`): when the record
@@ -217,7 +217,7 @@ class RecordWriter:
     # -- the watch and the pod's going ----------------------------------------------------
 
     def offer(self, rem: JSON) -> None:
-        """A version of a record from Kopf's Remediation watch (kept if newer)."""
+        """A version of a record from the Remediation watch (records/watch.py; kept if newer)."""
         self.copies.offer(rem)
 
     def drop(self, namespace: str, name: str) -> None:
