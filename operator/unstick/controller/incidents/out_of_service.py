@@ -161,17 +161,28 @@ class OutOfService:
         if not marked and not (policy.taint and candidates) and not self._fenced_nodes:
             return  # nothing to look at: no request
         records = rec.list_records(self.kube, self.namespace)
-        self._settle(records)
-        records = rec.list_records(self.kube, self.namespace)
+        if self._settle(records):
+            records = rec.list_records(self.kube, self.namespace)
         live = {s.name: s for s in (node_state(o) for o in reads.nodes(self.kube))}
         self._report(live, policy)
         for state in live.values():
             if state.applied is not None:
                 self._untaint(state, records, policy)
-        if policy.taint:
-            for state in live.values():
-                if _not_ready(state) and not state.out_of_service:
-                    self._taint(state, policy)
+        candidates = [s for s in live.values() if _not_ready(s) and not s.out_of_service]
+        if not policy.taint or not candidates:
+            return
+        # one read of everything for all the candidates; a node that passes is read and
+        # decided again on its own (`_taint`)
+        medik8s = reads.medik8s_records(self.kube, policy.fencing)
+        everyone = list(live.values())
+        for state in candidates:
+            verdict = self._verdict(state, policy, everyone, records, medik8s)
+            if verdict.act:
+                self._taint(state, policy)
+                everyone = [node_state(o) for o in reads.nodes(self.kube)]
+                records = rec.list_records(self.kube, self.namespace)
+            else:
+                self._say(state.name, verdict)
 
     def _report(self, live: dict[str, NodeState], policy: _Policy) -> None:
         """The metrics: how long each node has carried unstick's taint, and whether that is
@@ -193,13 +204,21 @@ class OutOfService:
 
     # -- crash recovery: intents without their result ------------------------------------
 
-    def _settle(self, records: list[rec.TaintRecord]) -> None:
+    def _settle(self, records: list[rec.TaintRecord]) -> bool:
         """An intent whose result is not on record (a controller stopped between the
-        record and the act, or before the result): settled by looking at the Node."""
+        record and the act, or before the result): settled by looking at the Node. A
+        record created by a controller stopped before it wrote the intent into it: no
+        Node was written for it, it is resolved. Returns whether anything was settled."""
+        settled = False
         for r in records:
             last = r.last
+            if r.open and not r.actions:
+                rec.resolve_empty(self.kube, r, self.clock())
+                settled = True
+                continue
             if not r.open or last.get("result") not in (rec.TAINTING, rec.UNTAINTING):
                 continue
+            settled = True
             obj = reads.node(self.kube, r.node)
             now = self.clock()
             if obj is None:
@@ -246,6 +265,7 @@ class OutOfService:
                 item = rec.entry(rec.UNTAINT, r.node, "succeeded", msg, now)
                 rec.add_action(self.kube, r, item, replace_last=True, phase=Phase.Resolved, at=now)
             log.info("node=%s record=%s %s", r.node, r.key, msg)
+        return settled
 
     # -- taint ---------------------------------------------------------------------------
 
@@ -255,25 +275,40 @@ class OutOfService:
         """Everything read live and decided: the node, its proofs and managers, the
         Nodes (the guards) and unstick's taint records (the count and the budget);
         `exclude`: the record of this very act (its own intent is no other taint)."""
-        now = self.clock()
         obj = reads.node(self.kube, name)
         if obj is None:
             return None, TaintVerdict(False, f"node {name} was deleted")
         state = node_state(obj)
-        fars, snrs, managers = reads.medik8s(self.kube, name, policy.fencing)
+        medik8s = reads.medik8s_records(self.kube, policy.fencing)
+        everyone = [node_state(o) for o in reads.nodes(self.kube)]
+        records = rec.list_records(self.kube, self.namespace)
+        return state, self._verdict(state, policy, everyone, records, medik8s, exclude=exclude)
+
+    def _verdict(
+        self,
+        state: NodeState,
+        policy: _Policy,
+        everyone: list[NodeState],
+        records: list[rec.TaintRecord],
+        medik8s: tuple[list[JSON], list[JSON]],
+        *,
+        exclude: str = "",
+    ) -> TaintVerdict:
+        """The core's decision on what was read."""
+        now = self.clock()
+        fars, snrs, managers = reads.medik8s_of(*medik8s, state.name)
         fencing = node_fencing(
             state.facts, fars, snrs, datetime.fromtimestamp(now, UTC), policy.fencing
         )
-        everyone = [node_state(o) for o in reads.nodes(self.kube)]
-        records = [r for r in rec.list_records(self.kube, self.namespace) if r.key != exclude]
-        in_flight = {r.node for r in records if r.open and r.last.get("result") == rec.TAINTING}
+        others = [r for r in records if r.key != exclude]
+        in_flight = {r.node for r in others if r.open and r.last.get("result") == rec.TAINTING}
         cluster = Cluster(
             nodes=len(everyone),
             not_ready=sum(1 for s in everyone if _not_ready(s)),
             fenced=frozenset({s.name for s in everyone if s.unstick_taint is not None} | in_flight),
-            recent_taints=tuple(t for r in records for t in r.taint_times()),
+            recent_taints=tuple(t for r in others for t in r.taint_times()),
         )
-        verdict = decide_taint(
+        return decide_taint(
             state,
             fencing,
             managers,
@@ -283,7 +318,6 @@ class OutOfService:
             dry_run=policy.dry_run,
             now=now,
         )
-        return state, verdict
 
     def _taint(self, cached: NodeState, policy: _Policy) -> None:
         name = cached.name
@@ -348,6 +382,7 @@ class OutOfService:
                 record, rec.TAINT, result, message, None, waiting_for="the node to be Ready again"
             )
             self._event(state, "OutOfServiceTaintApplied", message, "Normal")
+            self.said.pop(name, None)
         else:
             self._result(record, rec.TAINT, result, message, Phase.Resolved)
 

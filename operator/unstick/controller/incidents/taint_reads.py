@@ -69,16 +69,21 @@ def _created(obj: JSON) -> datetime | None:
         return None
 
 
-def medik8s(
-    kube: Kube, name: str, settings: FencingSettings
-) -> tuple[
+Medik8s = tuple[
     tuple[FenceAgentsRemediationFacts, ...],
     tuple[SelfNodeRemediationFacts, ...],
     tuple[Manager, ...],
-]:
-    """The node's FARs (in the named namespaces) and SNRs, as facts and as managers."""
+]
+
+
+def medik8s_records(kube: Kube, settings: FencingSettings) -> tuple[list[JSON], list[JSON]]:
+    """Every FAR of the named namespaces and every SNR of the cluster (a LIST each)."""
     fars = [o for ns in settings.far_namespaces for o in _list(kube, far_path(ns))]
-    snrs = _list(kube, SNR_PATH)
+    return fars, _list(kube, SNR_PATH)
+
+
+def medik8s_of(fars: list[JSON], snrs: list[JSON], name: str) -> Medik8s:
+    """The node's FARs and SNRs among those read, as facts and as managers."""
     fars = [o for o in fars if target(o) == name]
     snrs = [o for o in snrs if target(o) == name]
     managers = tuple(

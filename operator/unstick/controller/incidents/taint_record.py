@@ -183,6 +183,12 @@ def add_action(
     return _parse(written)
 
 
+def resolve_empty(kube: Kube, record: TaintRecord, now: float) -> None:
+    """A record whose creator stopped before writing its intent: nothing was done."""
+    status = {"phase": Phase.Resolved, "resolvedAt": rfc3339(now), "waitingFor": None}
+    records.patch_status(kube, record.body, status)
+
+
 def set_waiting(kube: Kube, record: TaintRecord, waiting_for: str) -> TaintRecord:
     """`status.waitingFor` (what the removal waits for), written only when it changed."""
     current = (record.body.get("status") or {}).get("waitingFor") or ""
