@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client
 
 from devcluster import ControlPlane
-from devcluster.process import wait_until
+from devcluster.process import Process, wait_until
 from tests.controller import test_fencing_records as fencing
 from tests.support.chart_rbac import controller_kubeconfig
 from tests.support.controller import (
@@ -215,6 +215,52 @@ def test_proven_off_tainted_with_its_evidence_and_untainted_only_once_nothing_is
     assert record["status"]["phase"] == "Resolved"
     last = record["status"]["actions"][-1]
     assert (last["action"], last["result"]) == ("untaint-out-of-service", "succeeded")
+
+
+@pytest.fixture
+def node_lifecycle(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Process]:
+    """kube-controller-manager (bin/, v1.36) running only its node lifecycle controller,
+    with short grace periods: a node whose kubelet never posts status goes Ready Unknown
+    within seconds, written by the real controller."""
+    argv = [
+        str(control_plane.bin_dir / "kube-controller-manager"),
+        f"--kubeconfig={control_plane.kubeconfig}",
+        "--controllers=node-lifecycle-controller",
+        "--leader-elect=false",
+        "--secure-port=0",
+        "--node-monitor-period=1s",
+        "--node-monitor-grace-period=3s",
+        "--node-startup-grace-period=3s",
+        "--v=2",
+    ]
+    process = Process("kube-controller-manager", argv, tmp_path / "kcm.log").start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(process.log_tail(40))
+
+
+def test_the_node_lifecycle_controllers_notready_is_tainted_only_with_proof(
+    run_pass: Any, chart_kube: Kube, core_api: Any, make_node: Any, node_lifecycle: Process
+) -> None:
+    proven, silent = make_node(kubelet=False), make_node(kubelet=False)
+    _add_taint(core_api, proven, {"key": CLOUD_SHUTDOWN_TAINT, "effect": "NoSchedule"})
+
+    def unknown(node: str) -> bool:
+        ready = _state(chart_kube, node).facts.ready
+        return ready is not None and ready.status == "Unknown"
+
+    wait_until(
+        lambda: unknown(proven) and unknown(silent),
+        timeout=60,
+        what="the node lifecycle controller marking both nodes Ready Unknown",
+        process=node_lifecycle,
+    )
+    oos = run_pass()
+    assert [t.effect for t in _oos(chart_kube, proven)] == ["NoExecute"]
+    assert _oos(chart_kube, silent) == [] and _records(chart_kube, silent) == []
+    assert "silence is not proof" in oos.said[silent]
 
 
 def test_two_of_three_nodes_down_at_most_max_fenced_nodes_tainted(
