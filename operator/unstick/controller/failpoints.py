@@ -25,6 +25,9 @@ Points (where they are reached):
 - `node-steps-requested`: a node-steps request was written to a pod's record (the agent
   may run it at once), the pass's status write after it not made yet;
 - `incidents-adopted`: a started controller adopted and settled the records it found;
+- `taint-intent-durable` / `untaint-intent-durable`: the intent to put or take off the
+  out-of-service taint is on record, the Node not written yet
+  (controller/incidents/out_of_service.py);
 - `remediation-watch`: the Remediation watch starts a watch (`fail@N`: answered 410 Gone,
   the loop relists: controller/records/watch.py).
 """
