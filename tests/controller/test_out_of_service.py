@@ -358,6 +358,25 @@ def test_the_node_ready_again_before_the_act_nothing_is_done(
     assert f"changed before acting: node {node} is Ready" in act["message"]
 
 
+def test_a_taint_whose_record_is_gone_is_removed_with_its_intent_on_a_new_record(
+    run_pass: Any, chart_kube: Kube, core_api: Any, make_node: Any, objects: Objects,
+    control_plane: ControlPlane,
+) -> None:  # fmt: skip
+    node = _lost(core_api, make_node)
+    run_pass()
+    [first] = _records(chart_kube, node)
+    control_plane.kubectl("delete", "remediation", first["metadata"]["name"], "-n", NS)
+    node_ready(objects, node)
+    run_pass()
+    assert _oos(chart_kube, node) == [] and _state(chart_kube, node).applied is None
+    [record] = _records(chart_kube, node)
+    assert [(a["action"], a["result"]) for a in record["status"]["actions"]] == [
+        ("untaint-out-of-service", "succeeded")
+    ]
+    assert record["status"]["phase"] == "Resolved"
+    assert "its record" in record["status"]["evidence"][0]["message"]
+
+
 def test_an_admins_taint_is_never_removed(
     run_pass: Any, chart_kube: Kube, core_api: Any, make_node: Any, objects: Objects
 ) -> None:

@@ -413,33 +413,31 @@ class OutOfService:
             if record is not None and record.open:
                 rec.set_waiting(self.kube, record, verdict.reason)
             return
-        if record is None or not record.open:
-            log.warning(
-                "node=%s: unstick's taint has no open record %s; removing it on the same checks",
-                name,
-                state.applied.record if state.applied else "",
-            )
+        # record before act: the intent on the taint's record, or on a new one when that
+        # record is gone (retention) or closed
+        intent = "decided; the Node is written once this entry is on record"
         if record is not None and record.open:
-            item = rec.entry(
-                rec.UNTAINT,
-                name,
-                rec.UNTAINTING,
-                "decided; the Node is written once this entry is on record",
-                self.clock(),
-            )
+            item = rec.entry(rec.UNTAINT, name, rec.UNTAINTING, intent, self.clock())
             record = rec.add_action(self.kube, record, item)
+        else:
+            record = rec.create_intent(
+                self.kube,
+                self.namespace,
+                name,
+                action=rec.UNTAINT,
+                evidence=[{"kind": "fencing", "message": _applied_words(state)}],
+                reason=verdict.reason,
+                policy=policy.name,
+                at=self.clock(),
+            )
         failpoints.reached("untaint-intent-durable")
         verdict, state = self._decide_untaint(name, policy)
         if state is None or not verdict.act:
-            if record is not None and record.open:
-                self._result(
-                    record,
-                    rec.UNTAINT,
-                    "refused",
-                    f"changed before acting: {verdict.reason}",
-                    None,
-                    waiting_for=verdict.reason,
-                )
+            why = verdict.reason if verdict is not None else f"node {name} was deleted"
+            self._result(
+                record, rec.UNTAINT, "refused", f"changed before acting: {why}", None,
+                waiting_for=why,
+            )  # fmt: skip
             return
         ours = state.unstick_taint
         taints = [t.entry() for t in state.taints if t != ours]
@@ -454,9 +452,8 @@ class OutOfService:
         if result == "succeeded":
             message = f"removed unstick's out-of-service taint from node {name}: {verdict.reason}"
             self._event(state, "OutOfServiceTaintRemoved", message, "Normal")
-        if record is not None and record.open:
-            phase = Phase.Resolved if result == "succeeded" else None
-            self._result(record, rec.UNTAINT, result, message, phase)
+        phase = Phase.Resolved if result == "succeeded" else None
+        self._result(record, rec.UNTAINT, result, message, phase)
 
     def _decide_untaint(self, name: str, policy: _Policy) -> tuple[Any, NodeState | None]:
         obj = reads.node(self.kube, name)
@@ -560,6 +557,18 @@ class OutOfService:
     def _event(self, state: NodeState, reason: str, message: str, kind: str) -> None:
         ref = {"apiVersion": "v1", "kind": "Node", "name": state.name, "namespace": ""}
         self.events.post({}, reason, message, rfc3339(self.clock()), involved=ref, event_type=kind)
+
+
+def _applied_words(state: NodeState) -> str:
+    """What unstick's mark on the Node says (for a record made at the removal)."""
+    mark = state.applied
+    if mark is None:
+        return f"node {state.name} carries no mark of unstick"
+    return (
+        f"unstick applied the out-of-service taint to node {state.name} at {mark.time_added} "
+        f"on the evidence of {mark.source} ({mark.obj}); its record {mark.record} is gone "
+        "or closed"
+    )
 
 
 def _label(result: str) -> str:

@@ -113,9 +113,11 @@ def create_intent(
     reason: str,
     policy: str,
     at: float,
+    action: str = TAINT,
 ) -> TaintRecord:
-    """The record, with the intent to taint on it, written (created, then its status) —
-    only then may the Node be written."""
+    """The record, with the intent to taint (or, for a taint whose record is gone, to
+    untaint) on it, written (created, then its status) — only then may the Node be
+    written."""
     name = f"{node[:200].rstrip('.-')}-{LABEL_VALUE}-{uuid.uuid4().hex[:8]}"
     body = {
         "apiVersion": API_VERSION,
@@ -136,7 +138,11 @@ def create_intent(
         "stuckSince": rfc3339(at),
         "evidence": evidence,
         "plan": [
-            {"action": TAINT, "target": f"node/{node}", "reason": reason[:MAX_MESSAGE]},
+            *(
+                [{"action": TAINT, "target": f"node/{node}", "reason": reason[:MAX_MESSAGE]}]
+                if action == TAINT
+                else []
+            ),
             {
                 "action": UNTAINT,
                 "target": f"node/{node}",
@@ -146,9 +152,9 @@ def create_intent(
         ],
         "actions": [
             entry(
-                TAINT,
+                action,
                 node,
-                TAINTING,
+                TAINTING if action == TAINT else UNTAINTING,
                 "decided; the Node is written once this entry is on record",
                 at,
             )
