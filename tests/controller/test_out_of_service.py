@@ -90,18 +90,12 @@ def run_pass(
     CRDs installed by `objects`); the records it wrote are deleted at the end."""
     queues: list[EventQueue] = []
 
-    def run(**overrides: Any) -> OutOfService:
+    def run(kube: Kube = chart_kube, **overrides: Any) -> OutOfService:
         book = PolicyBook()
         assert book.update("default", {"spec": {**SPEC, **overrides}}) is None
-        events = EventQueue(chart_kube)
+        events = EventQueue(kube)
         queues.append(events)
-        oos = OutOfService(
-            chart_kube,
-            book,
-            lambda: chart_kube.list_all("/api/v1/nodes"),
-            events,
-            namespace=NS,
-        )
+        oos = OutOfService(kube, book, lambda: kube.list_all("/api/v1/nodes"), events, namespace=NS)
         oos.run_once()
         return oos
 
@@ -375,6 +369,29 @@ def test_a_taint_whose_record_is_gone_is_removed_with_its_intent_on_a_new_record
     ]
     assert record["status"]["phase"] == "Resolved"
     assert "its record" in record["status"]["evidence"][0]["message"]
+
+
+def test_without_rbac_to_patch_nodes_a_taint_is_tried_within_its_budget_only(
+    run_pass: Any, chart_kube: Kube, core_api: Any, make_node: Any, control_plane: ControlPlane,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """The chart's RBAC rendered with its default policy (no taint action: no patch on
+    nodes) while a policy written outside the chart lists taint-out-of-service."""
+    node = _lost(core_api, make_node)
+    path = tmp_path / "kubeconfig"
+    with controller_kubeconfig(control_plane, NS, path, release="nopatch") as kubeconfig:
+        kube = Kube(ClientSettings(kubeconfig=str(kubeconfig)))
+        try:
+            run_pass(kube=kube)
+            oos = run_pass(kube=kube)
+        finally:
+            kube.close()
+    assert _oos(chart_kube, node) == []
+    [record] = _records(chart_kube, node)  # one try: the second pass found the budget spent
+    [act] = record["status"]["actions"]
+    assert (act["result"], record["status"]["phase"]) == ("failed", "Resolved")
+    assert "(403)" in act["message"], act
+    assert "the taint budget is spent" in oos.said[node], oos.said
 
 
 def test_an_admins_taint_is_never_removed(

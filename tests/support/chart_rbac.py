@@ -15,7 +15,6 @@ from tests.chart.render import release_objects
 from tests.support.integrity import apply_objects, delete_objects, token_for
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-CONTROLLER_SA = "unstick-controller"
 
 
 def _controllers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -25,20 +24,21 @@ def _controllers(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @contextmanager
 def controller_kubeconfig(
-    cp: ControlPlane, namespace: str, path: Path, *sets: str
+    cp: ControlPlane, namespace: str, path: Path, *sets: str, release: str = "unstick"
 ) -> Iterator[Path]:
-    """A kubeconfig at `path` for the chart's controller ServiceAccount (release `unstick`
-    in `namespace`, which must exist), its RBAC applied; deleted again at the end."""
-    rbac = _controllers(release_objects("unstick", namespace, RBAC_KINDS, *sets))
+    """A kubeconfig at `path` for the chart's controller ServiceAccount (`release` in
+    `namespace`, which must exist), its RBAC applied; deleted again at the end."""
+    rbac = _controllers(release_objects(release, namespace, RBAC_KINDS, *sets))
+    [account] = [o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount"]
     apply_objects(cp, rbac)
     try:
-        token = token_for(cp, namespace, CONTROLLER_SA).token
+        token = token_for(cp, namespace, account).token
         path.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: chart\n"
             f"clusters:\n- name: chart\n  cluster:\n    server: {cp.url}\n"
             f"    certificate-authority: {cp.certs.ca_cert}\n"
-            f"users:\n- name: {CONTROLLER_SA}\n  user:\n    token: {token}\n"
-            f"contexts:\n- name: chart\n  context:\n    cluster: chart\n    user: {CONTROLLER_SA}\n"
+            f"users:\n- name: {account}\n  user:\n    token: {token}\n"
+            f"contexts:\n- name: chart\n  context:\n    cluster: chart\n    user: {account}\n"
         )
         yield path
     finally:

@@ -59,6 +59,7 @@ from unstick.kube.client import JSON, Kube
 log = logging.getLogger("unstick.decisions")
 
 PERIOD_S = 5.0  # the nodes are looked at this often (and when a Node changes)
+RETRY_FAILED_S = 60.0  # a removal the API server refused (not a precondition): again then
 ERROR_PAUSE_S = 10.0  # after a pass that failed
 
 
@@ -122,6 +123,7 @@ class OutOfService:
         self._thread: threading.Thread | None = None
         self.said: dict[str, str] = {}  # node → the last refusal said (logged, Event)
         self._fenced_nodes: set[str] = set()  # nodes with a fenced-seconds series
+        self._not_before: dict[str, float] = {}  # node → its failed removal is tried again
 
     # -- the thread ----------------------------------------------------------------------
 
@@ -390,6 +392,8 @@ class OutOfService:
 
     def _untaint(self, cached: NodeState, records: list[rec.TaintRecord], policy: _Policy) -> None:
         name = cached.name
+        if self._not_before.get(name, 0.0) > self.clock():
+            return
         record = next(
             (r for r in records if cached.applied is not None and r.key == cached.applied.record),
             None,
@@ -454,6 +458,10 @@ class OutOfService:
             self._event(state, "OutOfServiceTaintRemoved", message, "Normal")
         phase = Phase.Resolved if result == "succeeded" else None
         self._result(record, rec.UNTAINT, result, message, phase)
+        if result == "failed":
+            self._not_before[name] = self.clock() + RETRY_FAILED_S
+        else:
+            self._not_before.pop(name, None)
 
     def _decide_untaint(self, name: str, policy: _Policy) -> tuple[Any, NodeState | None]:
         obj = reads.node(self.kube, name)

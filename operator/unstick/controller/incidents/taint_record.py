@@ -33,6 +33,8 @@ from unstick.kube.client import JSON, Kube, remediation_path
 
 TAINT, UNTAINT = str(Action.TAINT_OUT_OF_SERVICE), str(Action.UNTAINT_OUT_OF_SERVICE)
 TAINTING, UNTAINTING = "tainting", "untainting"  # an intent: the act may have happened
+#: the results of a taint that was tried: they take a slot of the taint budget
+BUDGETED = frozenset({TAINTING, "succeeded", "failed", "conflict"})
 LABEL_VALUE = OUT_OF_SERVICE_INCIDENT.lower()
 SELECTOR = f"{INCIDENT_LABEL}={LABEL_VALUE}"
 MAX_MESSAGE = 2048
@@ -62,10 +64,14 @@ class TaintRecord:
         return self.actions[-1] if self.actions else {}
 
     def taint_times(self) -> list[float]:
-        """When each taint on record was decided (intended or done): the budget's slots."""
+        """When each taint on record was tried: the budget's slots. An intent, a taint done,
+        and one the API server refused (failed: e.g. no RBAC to patch Nodes; conflict)
+        count — so a taint that keeps failing is tried at most `maxFencedNodes` times per
+        window; a taint not tried (the node changed before the act, or withdrawn after a
+        crash) does not."""
         out = []
         for a in self.actions:
-            if a.get("action") == TAINT and a.get("result") in (TAINTING, "succeeded"):
+            if a.get("action") == TAINT and a.get("result") in BUDGETED:
                 try:
                     out.append(parse_time(str(a.get("time"))))
                 except ValueError:
