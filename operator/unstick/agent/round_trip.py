@@ -218,6 +218,13 @@ class RoundTrip:
         except (BundleError, BadRemediation) as exc:
             self._refuse(r, Refusal.UNSAFE, str(exc))
             return
+        if own.cause is Cause.NotStuck:  # the controller's clock ran ahead of this node's
+            why = (
+                "the pod is not stuck yet by this node's clock (RemediationPolicy "
+                f"{m.policy.name!r} slackSeconds after its deletionTimestamp): asked again"
+            )
+            self._refuse(r, Refusal.STALE, why)
+            return
         self._carry_out(r, granted, m, own, probe)
 
     # --- the two writes ----------------------------------------------------------------
