@@ -38,6 +38,7 @@ from unstick.controller.deciding.policies import DEFAULT_POLICY, PolicyBook
 from unstick.controller.incidents import taint_reads as reads
 from unstick.controller.incidents import taint_record as rec
 from unstick.controller.records.events import EventQueue
+from unstick.core.fields import FieldError
 from unstick.core.policy.out_of_service import (
     APPLIED_ANNOTATION,
     Applied,
@@ -95,6 +96,19 @@ def _policy(policies: PolicyBook) -> _Policy:
         parsed.out_of_service,
         parsed.fencing,
     )
+
+
+def _states(objects: list[JSON]) -> list[NodeState]:
+    """The Nodes as the core reads them; one it cannot read (a malformed field) is left
+    out, with the field named in the log — never taken for Ready or NotReady."""
+    out = []
+    for obj in objects:
+        try:
+            out.append(node_state(obj))
+        except FieldError as err:
+            name = (obj.get("metadata") or {}).get("name")
+            log.warning("node=%s not read: %s", name, err)
+    return out
 
 
 def _not_ready(state: NodeState) -> bool:
@@ -157,7 +171,7 @@ class OutOfService:
 
     def run_once(self) -> None:
         policy = _policy(self.policies)
-        cached = [node_state(o) for o in self.cached_nodes() if o.get("metadata")]
+        cached = _states(self.cached_nodes())
         marked = [s for s in cached if s.applied is not None]
         candidates = [s for s in cached if _not_ready(s) and not s.out_of_service]
         if not marked and not (policy.taint and candidates) and not self._fenced_nodes:
@@ -165,7 +179,7 @@ class OutOfService:
         records = rec.list_records(self.kube, self.namespace)
         if self._settle(records):
             records = rec.list_records(self.kube, self.namespace)
-        live = {s.name: s for s in (node_state(o) for o in reads.nodes(self.kube))}
+        live = {s.name: s for s in _states(reads.nodes(self.kube))}
         self._report(live, policy)
         for state in live.values():
             if state.applied is not None:
@@ -181,7 +195,7 @@ class OutOfService:
             verdict = self._verdict(state, policy, everyone, records, medik8s)
             if verdict.act:
                 self._taint(state, policy)
-                everyone = [node_state(o) for o in reads.nodes(self.kube)]
+                everyone = _states(reads.nodes(self.kube))
                 records = rec.list_records(self.kube, self.namespace)
             else:
                 self._say(state.name, verdict)
@@ -282,7 +296,7 @@ class OutOfService:
             return None, TaintVerdict(False, f"node {name} was deleted")
         state = node_state(obj)
         medik8s = reads.medik8s_records(self.kube, policy.fencing)
-        everyone = [node_state(o) for o in reads.nodes(self.kube)]
+        everyone = _states(reads.nodes(self.kube))
         records = rec.list_records(self.kube, self.namespace)
         return state, self._verdict(state, policy, everyone, records, medik8s, exclude=exclude)
 
