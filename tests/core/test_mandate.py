@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unstick.core.policy.mandate import Mandate, mandated_steps, within
 from unstick.core.policy.planner import Step
@@ -149,3 +151,52 @@ def test_the_crd_declares_every_key_the_code_writes(where: str) -> None:
     actions = {str(a) for a in NODE_ACTIONS}
     items = schema["properties"]["actions" if key == "mandate" else "steps"]["items"]
     assert set(items.get("enum") or items["properties"]["action"]["enum"]) == actions
+
+
+STEPS = st.lists(
+    st.builds(Step, st.sampled_from(list(Action)), st.sampled_from(["/a", "/b", "ns/p"]),
+              st.just("r")),
+    max_size=8,
+)  # fmt: skip
+ALL_NODE_ACTIONS = sorted(NODE_ACTIONS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    planned=STEPS,
+    granted_actions=st.sets(st.sampled_from(ALL_NODE_ACTIONS)),
+    permitted=st.sets(st.sampled_from(ALL_NODE_ACTIONS)),
+    policy_dry=st.booleans(),
+    granted_dry=st.booleans(),
+    refused=st.booleans(),
+)
+def test_only_what_both_permit_is_ever_kept(
+    planned: list[Step],
+    granted_actions: set[Action],
+    permitted: set[Action],
+    policy_dry: bool,
+    granted_dry: bool,
+    refused: bool,
+) -> None:
+    """Property: the agent keeps a step only if its plan has it, it is a node action, the
+    mandate grants it and the policy in force permits it; every other node step of the
+    plan is refused with a reason; nothing else is kept or refused; dry-run is either
+    side's; a refused policy keeps nothing."""
+    granted = NodeMandate(**{**_fields(GRANTED), "actions": tuple(sorted(granted_actions)),
+                             "dry_run": granted_dry})  # fmt: skip
+    m = (
+        Mandate(None, Refusal.NOT_OPTED_IN, "no")
+        if refused
+        else in_force(actions=[str(a) for a in sorted(permitted)], dryRun=policy_dry)
+    )
+    cut = mandated_steps(planned, granted, m)
+    node_steps = [s for s in planned if s.action in NODE_ACTIONS]
+    assert sorted(map(repr, [*cut.steps, *(s for s, _, _ in cut.refused)])) == sorted(
+        map(repr, node_steps)
+    )
+    for s in cut.steps:
+        assert s.action in granted_actions and s.action in permitted and not refused
+    for s, reason, message in cut.refused:
+        assert message and (refused or s.action not in granted_actions or s.action not in permitted)
+        assert reason in (Refusal.POLICY_FORBIDS, Refusal.NOT_OPTED_IN)
+    assert cut.dry_run == (not refused and (policy_dry or granted_dry))
