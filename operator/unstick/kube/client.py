@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 
 from unstick import __version__
 from unstick.core import remediation
+from unstick.kube.server_clock import ServerClock
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +361,8 @@ class Kube:
         # Called right before every request that is not a GET, each attempt (the leader
         # election's "I hold the lease now", controller/leader.py); it raises to refuse.
         self.write_guard: Callable[[str, str], None] | None = None
+        # The API server's clock, from the `Date` of every answer (kube/server_clock.py).
+        self.server_clock = ServerClock()
         _guard_connections(self.api.rest_client.pool_manager, lambda: self.write_guard)
         self._retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
@@ -397,9 +401,11 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
+        sent = time.time()
         response = self.api.call_api(
             *serialized, _request_timeout=timeout or self.settings.timeout_s
         )
+        self.server_clock.answered(sent, time.time(), response.getheader("Date"))  # type: ignore[no-untyped-call]
         if not 200 <= response.status <= 299:
             response.read()  # type: ignore[no-untyped-call]
             raise ApiException.from_response(http_resp=response, body=None, data=None)
