@@ -108,8 +108,6 @@ def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[JSON]:
             pod = cp.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
             uids[name] = pod["metadata"]["uid"]
             cp.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", {"gracePeriodSeconds": 0})
-        # its Node, as the agent reads it for its own diagnosis under a mandate
-        cp.request("POST", "/api/v1/nodes", {"metadata": {"name": node}})
         yield {"ns": ns, "node": node, "uids": uids, "tmp": tmp_path, "policy": policy}
     finally:
         cp.kubectl("delete", "remediations", "--all", "-n", ns, check=False)
@@ -118,7 +116,6 @@ def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[JSON]:
                        "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
         cp.kubectl("delete", "remediationpolicy", policy, "--ignore-not-found", check=False)
         cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        cp.kubectl("delete", "node", node, "--ignore-not-found", check=False)
 
 
 def _remediation(cp: ControlPlane, w: JSON, pod: str, action: str) -> str:

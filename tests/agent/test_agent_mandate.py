@@ -17,11 +17,8 @@ from typing import Any
 import pytest
 
 from tests.agent.test_agent_trust import NOW, UID, Node, pod, policy, stamp
-from unstick.agent.authority.rederive import PolicySources
 from unstick.agent.handler import Handler
 from unstick.agent.round_trip import SETTLED_DONE, SETTLED_LEFT
-
-READY = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-03-01T00:00:00Z"}
 
 
 class Killed(BaseException):
@@ -29,8 +26,8 @@ class Killed(BaseException):
 
 
 class Agent(Node):
-    """test_agent_trust's node (one stale volume dir of the pod), its Node readable, the
-    pod opted in under `default` (resourceVersion 5, permitting `actions`)."""
+    """test_agent_trust's node (one stale volume dir of the pod), the pod opted in under
+    `default` (resourceVersion 5, permitting `actions`)."""
 
     def __init__(self, tmp_path: Path, actions: list[str] | None = None, **spec: Any) -> None:
         super().__init__(tmp_path, pod("true"))
@@ -38,12 +35,6 @@ class Agent(Node):
         if actions is not None:
             body["spec"]["actions"] = actions
         self.policies["default"] = {**body, "metadata": {"name": "default", "resourceVersion": "5"}}
-        self.handler.policies = self.sources()
-
-    def sources(self) -> PolicySources:
-        node = {"metadata": {"name": "node-1"}, "status": {"conditions": [READY]}}
-        old = self.handler.policies
-        return PolicySources(old.namespace, old.policy, node=lambda name: node)
 
     def remediation(self, status: dict[str, Any] | None = None, **mandate: Any) -> dict[str, Any]:
         granted = {
@@ -181,7 +172,7 @@ def _restarted(agent: Agent) -> Handler:
         h.executor,
         lambda ns, n, p: agent.patches.append(p),
         h.lookup_pod,
-        policies=agent.sources(),
+        policies=h.policies,
         budget=h.budget,
         clock=h.clock,
     )

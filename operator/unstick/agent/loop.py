@@ -105,9 +105,7 @@ class Agent:
             executor,
             self.patch_status,
             self.get_pod,
-            policies=PolicySources(
-                namespace=self.get_namespace, policy=self.get_policy, node=self.get_node
-            ),
+            policies=PolicySources(namespace=self.get_namespace, policy=self.get_policy),
             budget=budget,
             on_probe_duration=self.metrics.probe_duration.observe,
             on_refusal=on_refusal,
@@ -185,10 +183,6 @@ class Agent:
 
     def get_policy(self, name: str) -> JSON | None:
         return self._shared_get(f"{POLICIES}/{quote(name, safe='')}")
-
-    def get_node(self, name: str) -> JSON | None:
-        """This node's Node, for the agent's own diagnosis under a mandate (round_trip.py)."""
-        return self._shared_get(f"/api/v1/nodes/{quote(name, safe='')}")
 
     def _dispatch(self, obj: JSON, deleted: bool = False) -> None:
         """Book-keeping here; the handling on the Remediation's worker (in event order)."""

@@ -2,11 +2,11 @@
 own fresh probe, cut to the controller's mandate and the policy in force.
 
 The diagnosis and the planner are the core's, the controller's own (pure, no I/O): the
-agent hands them a snapshot bundle of what it read itself — the pod and this node's Node
-from the API (GET), the probe it just took, and, for the pod's CSI volumes, the driver
-the kubelet recorded in each volume dir's `vol_data.json` (the file the replay of a
-NodeUnpublishVolume reads too; the controller reads the same driver from the volume's
-PersistentVolume). Nothing is taken from the Remediation but the mandate, a permission
+agent hands them a snapshot bundle of what it read itself — the pod from the API (GET),
+its own node by name (`bundle`), the probe it just took, and, for the pod's CSI volumes,
+the driver the kubelet recorded in each volume dir's `vol_data.json` (the file the replay
+of a NodeUnpublishVolume reads too; the controller reads the same driver from the
+volume's PersistentVolume). Nothing is taken from the Remediation but the mandate, a permission
 that only narrows (`unstick.core.policy.mandate.mandated_steps`).
 """
 
@@ -117,14 +117,19 @@ def csi_drivers(kubelet_root: str, uid: str) -> list[JSON]:
     return out
 
 
-def bundle(pod: JSON, node: JSON | None, probe: JSON, now: datetime, pvs: list[JSON]) -> JSON:
-    """The snapshot bundle of design.md §6 from what the agent read itself."""
+def bundle(pod: JSON, node: str, probe: JSON, now: datetime, pvs: list[JSON]) -> JSON:
+    """The snapshot bundle of design.md §6 from what the agent read itself. Its Node is
+    only its name: the agent runs on it and the pod is bound to it (the Node's state in
+    the API — gone, not Ready, fenced — is the controller's to judge, and it gives no
+    mandate for such a node; the agent's RBAC reads no Node). With no Ready condition and
+    no creation time the core counts it neither gone nor lost, and no node-side rule or
+    step reads more of it."""
     return {
         "apiVersion": API_VERSION,
         "kind": SNAPSHOT_KIND,
         "capturedAt": rfc3339(now),
         "pod": {"apiVersion": "v1", "kind": "Pod", **pod},
-        "node": node,
+        "node": {"metadata": {"name": node}},
         "persistentVolumes": pvs,
         "probe": probe,
     }
@@ -369,17 +374,9 @@ class RoundTrip:
 
     def _bundle(self, pod: JSON, probe: JSON) -> JSON:
         h = self.h
-        if h.policies.node is None:
-            raise BadRemediation("the agent cannot read its Node: no mandate is served")
-        try:
-            node = h.policies.node(h.settings.node_name)
-        except Exception as exc:  # never act on facts that could not be read
-            raise BadRemediation(
-                f"cannot GET Node {h.settings.node_name!r}: {exc}", Refusal.UNSAFE
-            ) from None
         uid = str((pod.get("metadata") or {}).get("uid"))
         pvs = csi_drivers(h.settings.kubelet_root, uid)
-        return bundle(pod, node, probe, h.clock(), pvs)
+        return bundle(pod, h.settings.node_name, probe, h.clock(), pvs)
 
     def _result(self, step: Step | NodeStep, result: str, message: str) -> StepResult:
         return StepResult(str(step.action), step.target, result, message, rfc3339(self.h.clock()))

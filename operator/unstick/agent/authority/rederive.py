@@ -38,13 +38,10 @@ def _api_error(exc: Exception) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PolicySources:
-    """Where the agent reads a namespace, a RemediationPolicy and its own Node (GET each,
-    fresh; the Node for its own diagnosis under a mandate, agent/round_trip.py — None: not
-    readable, and no mandate is served)."""
+    """Where the agent reads a namespace and a RemediationPolicy (GET each, fresh)."""
 
     namespace: Getter
     policy: Getter
-    node: Getter | None = None
 
 
 def read_mandate(sources: PolicySources, namespace: str, pod: JSON) -> Mandate:
