@@ -3,7 +3,7 @@
 - `objects` (per module): the CRDs and the module's `POLICIES` (name → spec; none where
   the module has none) in place, put back as they were at the module's end.
 - `controller` (per module): the controller running with those policies Valid, with the
-  module's `CONTROLLER_ARGS` (none where it has none).
+  module's `CONTROLLER_ARGS` and `CONTROLLER_ENV` (none where it has none).
 """
 
 from __future__ import annotations
@@ -35,5 +35,6 @@ def controller(
         tmp_path_factory.mktemp("controller") / "controller.log",
         valid=getattr(request.module, "POLICIES", {}),
         extra_args=getattr(request.module, "CONTROLLER_ARGS", ()),
+        env=getattr(request.module, "CONTROLLER_ENV", None),
     ) as ctl:
         yield ctl

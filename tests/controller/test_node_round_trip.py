@@ -106,11 +106,9 @@ def test_one_round_trip_then_the_kubelets_window_force_delete_and_resolved(
     plan = {"for": requested, "cause": "StaleVolumeDirs", "steps": [step], "slotsUsed": 1}
     probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
     write_as_agent(objects, namespace, rem, {"probe": probe, "nodePlan": plan})
-    rem = objects.remediation_when(
-        namespace, pod, timeout=30, what="the plan's pass", cause="StaleVolumeDirs"
-    )
-    assert rem["spec"]["nodeStepsRequestedAt"] == requested  # no second request
-    assert rem["status"]["phase"] == "Remediating"
+    # (the controller's pass on the plan writes nothing while the agent works: its status
+    # is carried by its next write — docs/controller.md, "A lean record"; no second
+    # request either: checked on every version below)
 
     # ... then its results with a probe taken after them, in one more write.
     done = utc_now()

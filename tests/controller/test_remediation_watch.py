@@ -7,7 +7,6 @@ acts on the agent's answer."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from tests.support.controller import (
     Controller,
     Objects,
     agent_probe,
-    controller_started,
     write_as_agent,
 )
 from tests.support.controller import policy_spec as spec
@@ -31,6 +29,8 @@ from unstick.kube.client import ClientSettings
 
 POLICY = "t-record-watch"
 POLICIES = {POLICY: spec(probeMaxAgeSeconds=60)}
+#: The controller's first Remediation watch is answered 410 Gone (controller/failpoints.py).
+CONTROLLER_ENV = {"UNSTICK_TEST_FAILPOINTS": "remediation-watch=fail@1"}
 
 
 def _record(name: str, version: str, uid: str = "uid-1", **status: Any) -> dict[str, Any]:
@@ -132,21 +132,6 @@ def test_the_watch_relists_after_410_and_keeps_delivering(
     assert not any(loop._thread.is_alive() for loop in watch.loops)
 
 
-@pytest.fixture(scope="module")
-def controller(
-    control_plane: ControlPlane, objects: Objects, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Controller]:
-    """The controller whose first Remediation watch is answered 410 Gone."""
-    with controller_started(
-        control_plane,
-        objects,
-        tmp_path_factory.mktemp("controller") / "controller.log",
-        valid=POLICIES,
-        env={"UNSTICK_TEST_FAILPOINTS": "remediation-watch=fail@1"},
-    ) as ctl:
-        yield ctl
-
-
 @pytest.mark.envtest
 def test_the_controller_relists_after_410_and_acts_on_the_agents_answer(
     controller: Controller, objects: Objects, namespace: str, make_node: Any
@@ -176,7 +161,6 @@ def test_no_kopf_handler_for_remediations() -> None:
     from unstick.controller.operator import build_registry
 
     registry = build_registry()
-    watched = {
-        h.selector.any_name or h.selector.plural for h in registry._watching.get_all_handlers()
-    }
+    selectors = [h.selector for h in registry._watching.get_all_handlers()]
+    watched = {s.any_name or s.plural for s in selectors if s is not None}
     assert watched == {"remediationpolicies"}

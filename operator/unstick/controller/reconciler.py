@@ -332,7 +332,8 @@ class Reconciler:
             finish_by = self._kubelet_finish_by(p)
             if finish_by > now:
                 phase = Phase.Remediating if changing else Phase.Observing
-                self.writer.write(p, phase, waitingFor=KUBELET_FINISHING)
+                # progress only: carried by the next write (the pod's Resolved, most often)
+                self.writer.write(p, phase, waitingFor=KUBELET_FINISHING, defer=True)
                 return finish_by
         if not changing:
             self.writer.count_once(p, Action.OBSERVE, "", "succeeded", "observed")

@@ -182,7 +182,8 @@ class NodeSide:
             # An unanswered request is not replaced by other steps while the agent may
             # still run it: the next request's answer would take the place of its answer in
             # status.nodeActions before a pass recorded it (every node act on record).
-            self.writer.write(p, Phase.Remediating)
+            # With a mandate the agent is at work: this waits for its answer, deferred.
+            self.writer.write(p, Phase.Remediating, defer=self.settings.round_trip)
             # Never a time already past: that would re-run this pass back to back (a long
             # agent backlog is many such passes). The agent's answer pokes the pod anyway.
             return deadline if deadline > p.now else p.now + p.dec.policy.probe_max_age_s
@@ -391,7 +392,9 @@ class NodeSide:
         if p.now < deadline:
             # Asked in this pass (its write guarded, or the record's create): this records
             # that decision whatever the agent answered since, as after a steps request.
-            self.writer.write(p, Phase.WaitingForAgent, guarded=asked != p.now)
+            # (a mandate's answer is the agent's next write: this one waits for it, deferred)
+            defer = self.settings.round_trip and asked == p.now
+            self.writer.write(p, Phase.WaitingForAgent, guarded=asked != p.now, defer=defer)
             return deadline
         # No fresh probe in time: node state is unknown — observe only (design.md §2).
         self.writer.count_once(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from unstick.controller import metrics
-from unstick.controller.records.writer import MAX_RECORDED_ACTIONS
+from unstick.controller.records.writer import MAX_RECORDED_ACTIONS, action_entry
 from unstick.core.remediation import (
     NODE_STEPS_DONE_AT,
     NODE_STEPS_REQUESTED_AT,
@@ -95,7 +95,9 @@ def late_agent_actions(rem: JSON, now: float) -> LateActions | None:
         entry = {"action": action, "target": target, "result": result}
         if any(all(a.get(k) == v for k, v in entry.items()) for a in done):
             continue
-        done.append({**entry, "message": message, "time": rfc3339(now), "by": "agent"})
+        done.append(
+            action_entry(action, target, result, message=message, when=rfc3339(now), by="agent")
+        )
         added.append((action, result))
     if not added:
         return None

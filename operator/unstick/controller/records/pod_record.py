@@ -376,6 +376,6 @@ class PodRecords:
             while len(self.awaiting_agent) > AWAITING_REMEMBERED:
                 self.awaiting_agent.pop(next(iter(self.awaiting_agent)))
         rem["status"] = {}  # write all these keys: a merge patch of our own keys only
-        self.writer.patch(rem, final)
+        self.writer.patch(rem, final, nulls=True)  # waitingFor goes (sent as null)
         if late is not None:  # counted once written (a 409 raised above: not written)
             late.count()

@@ -26,10 +26,21 @@ client.
 A write made from a copy carries the copy's resourceVersion (`guarded`): when the record
 changed meanwhile the API server answers 409 and nothing is written; the copy is dropped
 and `Stale` raised, so the pass decides again from a fresh read. A 404 (the record was
-deleted) drops the copy and raises `Stale` too. The server's answer becomes the copy."""
+deleted) drops the copy and raises `Stale` too. The server's answer becomes the copy.
+
+The record stays lean (design.md §11; docs/controller.md "A lean record"): a status write
+sends only the keys whose value changed, where an absent list is an empty one and an
+evidence message that differs only in an age ("... 5s ago" → "... 35s ago") is the same
+message — a write whose only news is that time passed is not made. A write the caller
+marks `defer` (progress the next write of the record carries anyway: waiting for the
+agent's answer or for the kubelet's own finish) is not sent: its keys are kept here
+(`unsent`), seen by this process's passes as if written (`read`), and sent with the next
+write of the record that is not deferred (the Resolved one, an intent, a verdict). Never
+deferred: an intent (record before act), a request to the agent, a final phase."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -155,6 +166,41 @@ def patch_status(
 
 MAX_RECORDED_ACTIONS = 100  # status.actions keeps the newest entries
 
+#: An age in an evidence message (core/durations.human: "4s", "13m32s", "2h1m40s"), ago
+#: or to come: masked when two versions of the evidence are compared (`same_value`).
+_AGE = re.compile(r"\b(?:\d+h)?(?:\d+m)?\d+s ago\b|\bin (?:\d+h)?(?:\d+m)?\d+s\b")
+
+
+def _aged(value: Any) -> Any:
+    """`value` with every age in its strings masked."""
+    if isinstance(value, str):
+        return _AGE.sub("<age>", value)
+    if isinstance(value, list):
+        return [_aged(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _aged(v) for k, v in value.items()}
+    return value
+
+
+def action_entry(
+    action: str, target: str, result: str, *, message: str, when: str, by: str
+) -> dict[str, Any]:
+    """An entry of status.actions. The agent's success is said by its own entry in
+    status.nodeActions: copied here without its message (a failure or refusal keeps its
+    words — the agent's next answer replaces status.nodeActions)."""
+    entry = {"action": action, "target": target, "result": result}
+    if not (by == "agent" and result == "succeeded"):
+        entry["message"] = message
+    return {**entry, "time": when, "by": by}
+
+
+def same_value(key: str, current: Any, desired: Any) -> bool:
+    """Whether writing `desired` over `current` in status key `key` would tell nothing
+    new: equal, both empty (absent or []), or evidence that differs only in ages."""
+    if current == desired or (current in (None, []) and desired == []):
+        return True
+    return key == "evidence" and _aged(current) == _aged(desired)
+
 
 class Stale(ApiException):
     """A write from a copy of the record met a newer version (409) or no record (404):
@@ -177,6 +223,8 @@ class RecordWriter:
         # Lets `resolve` write without reading it again.
         self.known: dict[str, tuple[str, str, str]] = {}
         self.copies = RemediationCopies()  # the newest version of each record seen here
+        # (namespace, name) → status keys of deferred writes, sent with the next write
+        self.unsent: dict[tuple[str, str], dict[str, Any]] = {}
 
     # -- reading and creating -----------------------------------------------------------
 
@@ -185,11 +233,13 @@ class RecordWriter:
         else a GET. A copy may be older than the server's version: every write from it is
         guarded by its resourceVersion, so deciding from it is safe."""
         rem = self.copies.get(namespace, name)
-        if rem is not None:
-            return rem
-        rem = get_remediation(self.kube, namespace, name)
-        if rem is not None:
-            self.copies.offer(rem)
+        if rem is None:
+            rem = get_remediation(self.kube, namespace, name)
+            if rem is not None:
+                self.copies.offer(rem)
+        unsent = self.unsent.get((namespace, name))
+        if rem is not None and unsent:  # as this process will write it
+            rem["status"] = {**(rem.get("status") or {}), **unsent}
         return rem
 
     def get(self, namespace: str, name: str) -> JSON | None:
@@ -221,14 +271,16 @@ class RecordWriter:
         self.copies.offer(rem)
 
     def drop(self, namespace: str, name: str) -> None:
-        """The record was deleted: its copy goes."""
+        """The record was deleted: its copy (and anything not sent of it) goes."""
         self.copies.drop(namespace, name)
+        self.unsent.pop((namespace, name), None)
 
     def forget(self, uid: str) -> None:
         """The pod is gone: which record is its, and that record's copy, are not needed."""
         known = self.known.pop(uid, None)
         if known is not None:
             self.copies.drop(known[0], known[1])
+            self.unsent.pop((known[0], known[1]), None)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -253,29 +305,56 @@ class RecordWriter:
         entry = {"action": str(action), "target": target, "result": result}
         if not force and any(all(a.get(k) == v for k, v in entry.items()) for a in p.done):
             return
-        p.done.append({**entry, "message": message, "time": rfc3339(p.now), "by": by})
+        p.done.append(
+            action_entry(str(action), target, result, message=message, when=rfc3339(p.now), by=by)
+        )
         del p.done[:-MAX_RECORDED_ACTIONS]
         cause = cause or str(p.dec.diagnosis.cause)
         metrics.REMEDIATIONS.labels(str(action), cause, result).inc()
 
-    def write(self, p: Pass, phase: Phase, *, guarded: bool = True, **extra: Any) -> None:
+    def write(
+        self, p: Pass, phase: Phase, *, guarded: bool = True, defer: bool = False, **extra: Any
+    ) -> None:
         """The pass's status: its summary, `phase`, status.actions and `extra` keys.
         `guarded=False` only for the answer of an act already carried out (acting/pod_actions.py:
-        it records what happened, it decides nothing)."""
+        it records what happened, it decides nothing). `defer`: progress only, carried by
+        the record's next write (the module's doc); never for an intent or a final phase."""
         # a copy: p.done changes after this write (an intent replaced by its answer)
         desired = {**p.summary, "phase": phase, "actions": list(p.done), **extra}
-        self.patch(p.rem, desired, guarded=guarded)
+        self.patch(p.rem, desired, guarded=guarded, defer=defer)
         meta = p.rem.get("metadata") or {}
         self.known[p.record.uid] = (p.record.namespace, meta.get("name") or "", phase)
 
-    def patch(self, rem: JSON, desired: dict[str, Any], *, guarded: bool = True) -> None:
-        """Status merge patch of only the keys whose value differs; with `guarded` (and a
-        version known) only onto the version `rem` is a copy of."""
+    def patch(
+        self,
+        rem: JSON,
+        desired: dict[str, Any],
+        *,
+        guarded: bool = True,
+        defer: bool = False,
+        nulls: bool = False,
+    ) -> None:
+        """Status merge patch of only the keys whose value differs (`same_value`), with the
+        keys of deferred writes not sent yet; with `guarded` (and a version known) only
+        onto the version `rem` is a copy of. `defer`: kept, not sent (the module's doc).
+        `nulls`: a key set to None is sent (removed) even where `rem` does not show it
+        (a stub, or a status blanked to write every key)."""
         current = rem.get("status") or {}
-        changed = {k: v for k, v in desired.items() if current.get(k) != v}
+        changed = {
+            k: v
+            for k, v in desired.items()
+            if not same_value(k, current.get(k), v) or (nulls and v is None)
+        }
+        meta = rem.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if defer:
+            if changed:
+                self.unsent.setdefault(key, {}).update(changed)
+                rem["status"] = {**current, **changed}
+            return
+        changed = {**self.unsent.get(key, {}), **changed}
         if not changed:
             return
-        meta = rem.get("metadata") or {}
         seen = (  # a stub or a blanked status: the conditions as the copy has them
             self.copies.get(str(meta.get("namespace")), str(meta.get("name")))
             if "conditions" not in current
@@ -286,7 +365,8 @@ class RecordWriter:
             lambda v: patch_status(self.kube, rem, changed, resource_version=v, seen=seen),
             guarded=guarded,
         )
-        rem["status"] = {**current, **changed}
+        self.unsent.pop(key, None)  # sent (a failed write raised above: kept for the next)
+        rem["status"] = {k: v for k, v in {**current, **changed}.items() if v is not None}
         self._took(rem, answer)
 
     def patch_spec(self, rem: JSON, spec: dict[str, Any]) -> None:
