@@ -175,3 +175,27 @@ def test_an_unused_slot_and_a_plan_of_nothing_end_without_a_loop(
     )
     assert rem["status"]["phase"] == "Observing"
     assert rem["spec"]["nodeStepsRequestedAt"] == requested
+
+
+def test_a_mandate_answered_without_a_plan_ends_failed_not_in_a_loop(
+    controller: Controller, objects: Objects, namespace: str, make_node: Any
+) -> None:
+    """An agent older than the mandate sees a request of no steps and answers it empty
+    (no status.nodePlan, no probe): the controller asks for a probe, and on it, with the
+    steps still needed, marks the record Failed — it does not hand out mandates in a loop."""
+    node = objects.ready_node(make_node)
+    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
+    rem = objects.remediation_when(
+        namespace, pod, timeout=60, what="the mandate", spec_has="mandate"
+    )
+    requested = rem["spec"]["nodeStepsRequestedAt"]
+    write_as_agent(objects, namespace, rem, {"nodeActions": [], "nodeStepsDoneAt": utc_now()})
+    rem = objects.remediation_when(
+        namespace, pod, timeout=30, what="a probe request", spec_has="probeRequestedAt"
+    )
+    stale = f"/var/lib/kubelet/pods/{pod['uid']}/volumes/kubernetes.io~empty-dir/cache"
+    probe = agent_probe(node, [{"path": stale, "empty": True}], pod["uid"])
+    write_as_agent(objects, namespace, rem, {"probe": probe})
+    rem = objects.remediation_when(namespace, pod, timeout=30, what="Failed", phase="Failed")
+    assert rem["status"]["cause"] == "StaleVolumeDirs"
+    assert rem["spec"]["nodeStepsRequestedAt"] == requested  # no second mandate

@@ -200,18 +200,27 @@ class NodeSide:
                     self._ask(p, {"probeRequestedAt": rfc3339(p.now)})
                 self.writer.write(p, Phase.Remediating, waitingFor=AFTER_NODE_STEPS)
                 return p.now + p.dec.policy.probe_max_age_s
-            if handed == steps or (mandate and handed == []):
-                # The same steps again after they ran: they did not help. Do not loop. (Of
-                # a mandate the agent planned none of: its own diagnosis of the node
-                # disagrees with ours on this very probe — asking again would loop too.)
+            if handed == steps or (mandate and not handed):
+                # The same steps again after they ran: they did not help. Do not loop. (A
+                # mandate answered with a plan of none of them — its own diagnosis of the
+                # node disagrees with ours on this very probe — or with no plan at all — it
+                # was refused, or the agent is older than the mandate — would loop too.)
                 self.writer.write(p, Phase.Failed, waitingFor=None)
+                why = "still needed after the agent ran them"
+                if mandate and handed is None:
+                    why = (
+                        f"the agent answered the mandate without status.{NODE_PLAN} (refused: "
+                        "status.nodeRefusals; or an agent older than --node-round-trip)"
+                    )
+                elif mandate and not handed:
+                    why = "the agent's own diagnosis planned none of them"
                 log.info(
-                    "pod=%s uid=%s cause=%s action=%s result=failed: still needed after the "
-                    "agent ran them",
+                    "pod=%s uid=%s cause=%s action=%s result=failed: %s",
                     p.record.key,
                     p.record.uid,
                     p.dec.diagnosis.cause,
                     ",".join(s["action"] for s in steps),
+                    why,
                 )
                 return p.now + self.settings.recheck_s
         # The batch of node steps for one pod is one remediation handed to the agent and
@@ -356,8 +365,16 @@ class NodeSide:
     def _ask_probe(self, p: Pass) -> None:
         """Ask for a probe — with --node-round-trip, a mandate where there is one to give
         and a budget slot for it (the agent probes, plans and acts in one round trip);
-        a plain probe request otherwise."""
-        mandate = self.mandate(p, slots=1) if self.settings.round_trip else None
+        a plain probe request otherwise — also after a mandate answered without a plan
+        (refused, or by an agent older than the mandate): never a mandate after a mandate
+        without a probe in between (steps() decides on that probe)."""
+        spec, status = p.rem.get("spec") or {}, p.rem.get("status") or {}
+        unplanned = (
+            spec.get(MANDATE) is not None
+            and steps_answered(spec, status)
+            and handed_steps(p.rem) is None
+        )
+        mandate = self.mandate(p, slots=1) if self.settings.round_trip and not unplanned else None
         if (
             mandate is not None
             and mandate.slots
