@@ -386,12 +386,14 @@ class Reconciler:
 
     # -- the action budget across restarts (acting/budget_rebuild.py, incidents/adoption.py) --
 
-    def rebuild_budget(self, remediations: list[JSON], now: float) -> int:
+    def rebuild_budget(
+        self, remediations: list[JSON], now: float, local_at: Callable[[float], float]
+    ) -> int:
         """Put back the grants of the last minute recorded in `remediations` (a restart or
         failover does not reset the budget; controller/acting/budget_rebuild.py); returns
         their count."""
         return self.grants.rebuild(
-            remediations, now, lambda name: self.detector.policies.lookup(name)[0]
+            remediations, now, lambda name: self.detector.policies.lookup(name)[0], local_at
         )
 
     def release_recorded(self, node: str, at: float) -> None:

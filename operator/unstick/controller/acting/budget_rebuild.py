@@ -11,12 +11,28 @@ writes (the admission policy keeps the agent and everyone else out of them, docs
   not recorded, and the pod was gone, kube/actions.py); and
 - a hand-over of node steps to the agent, `spec.nodeStepsRequestedAt` (one grant per
   batch, as the controller takes it),
-each on the pod's node (`spec.nodeName`). A grant recorded after this replica's now (the
-replica that wrote it had a clock ahead of this one's) counts as made now, and the skew is
-logged. An act follows its grant within ACT_WITHIN_S
-(a DELETE whose intent took longer to be put on record is not sent), so a grant recorded
-at T counts as made at T + ACT_WITHIN_S, until T + ACT_WITHIN_S + 60 s: no 60 s window
-holds more acts than the limit, across any number of restarts.
+each on the pod's node (`spec.nodeName`). An act follows its grant within ACT_WITHIN_S
+(a DELETE whose intent took longer to be put on record is not sent), so a grant made at
+T counts as made at T + ACT_WITHIN_S, until T + ACT_WITHIN_S + 60 s: no 60 s window holds
+more acts than the limit, across any number of restarts.
+
+When was a grant made? The time on record is the clock of the replica that wrote it, and
+that clock may be off (issue #31): 20 s behind, its grants look 20 s older than they are
+and a takeover would free their slots 20 s early (4 DELETEs in 60 s where 2 were
+allowed, measured); 20 s ahead, they look made in the future. So a grant counts as made
+at the LATEST of:
+- its time on record, but no later than now (a writer ahead of this clock: counted as
+  made now, and the skew is logged);
+- when the API server stored the record's latest write (`managedFields[].time`: the API
+  server's own clock, whole seconds, so + 1 s), turned into this replica's clock by its
+  measured offset from the API server (kube/server_clock.py, rounded so that it is never
+  earlier). The write that carried the grant was that one or an earlier one, so the act
+  came no later than then + ACT_WITHIN_S, whatever the writer's clock said.
+Why the record's last write and not a per-grant sighting by this replica's warm
+Remediation watch: it needs no memory, is the same for a cold start and a takeover, and
+is the API server's word rather than a guess from when an event arrived. Its price: a
+grant in a record written again since (a node incident's later entries, its Resolved)
+counts as made at that later write — never longer than one window after the rebuild.
 Grants keep the limits of the policy named in `status.policy` when the controller knows
 it already, else the built-in defaults (30 per minute, 5 per node per minute): the
 stricter guess, and it lasts one minute at most.
@@ -52,9 +68,21 @@ ACT_WITHIN_S = 5.0  # an act follows the grant (its recorded time) within this l
 @dataclass(frozen=True, slots=True)
 class RecordedGrant:
     node: str
-    at: float  # when it counts from: min(recorded, now) + ACT_WITHIN_S
+    at: float  # when it counts from: max(min(recorded, now), stored) + ACT_WITHIN_S
     policy: str  # status.policy of the Remediation ("" when absent)
     recorded: float  # the time on record (ahead of `now` when its writer's clock ran ahead)
+
+
+def stored_at(rem: JSON) -> float | None:
+    """When the API server stored the latest write of `rem`, on its clock, rounded up:
+    the latest `metadata.managedFields[].time` + 1 s (whole seconds); None when absent."""
+    times = [
+        _time(entry.get("time"))
+        for entry in (rem.get("metadata") or {}).get("managedFields") or []
+        if isinstance(entry, dict)
+    ]
+    known = [t for t in times if t is not None]
+    return max(known) + 1.0 if known else None
 
 
 def _time(value: Any) -> float | None:
@@ -66,12 +94,18 @@ def _time(value: Any) -> float | None:
         return None
 
 
-def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[RecordedGrant]:
-    """The grants recorded in `remediations` within the 60 s before `now`, and those
-    recorded after `now`: a replica whose clock runs ahead of this one's wrote them (they
-    were made before now, so they count as made now, min(at, now): a takeover by a replica
-    whose clock is behind keeps the other's recent grants, the stricter guess)."""
+def recent_grants(
+    remediations: Iterable[JSON],
+    now: float,
+    local_at: Callable[[float], float] = lambda server: server,
+) -> Iterator[RecordedGrant]:
+    """The grants in `remediations` made within the 60 s before `now` (+ ACT_WITHIN_S), each
+    counted as made at the latest of its time on record (no later than now) and the
+    record's last write as the API server stored it (`stored_at`), turned into this
+    replica's clock by `local_at` (kube/server_clock.ServerClock.local_at: never earlier)."""
     for rem in remediations:
+        stored = stored_at(rem)
+        written = -float("inf") if stored is None else min(local_at(stored), now)
         spec = rem.get("spec") or {}
         status = rem.get("status") or {}
         node = str(spec.get(NODE_NAME) or "") or "(none)"
@@ -87,12 +121,17 @@ def recent_grants(remediations: Iterable[JSON], now: float) -> Iterator[Recorded
             ):
                 times.append(_time(entry.get("time")))
         for at in times:
-            if at is not None and now - WINDOW_S < at + ACT_WITHIN_S:
-                yield RecordedGrant(node, min(at, now) + ACT_WITHIN_S, policy, at)
+            if at is None:
+                continue
+            made = max(min(at, now), written)
+            if now - WINDOW_S < made + ACT_WITHIN_S:
+                yield RecordedGrant(node, made + ACT_WITHIN_S, policy, at)
 
 
 class Rebuildable(Protocol):
-    def rebuild_budget(self, remediations: list[JSON], now: float) -> int: ...
+    def rebuild_budget(
+        self, remediations: list[JSON], now: float, local_at: Callable[[float], float]
+    ) -> int: ...
 
 
 def _list(kube: Kube, namespaces: tuple[str, ...]) -> list[JSON]:
@@ -125,7 +164,7 @@ async def rebuild_from_remediations(
             log.warning("cannot list Remediations to rebuild the action budget (%s); retrying", exc)
             await asyncio.sleep(RETRY_S)
             continue
-        count = reconciler.rebuild_budget(items, clock())
+        count = reconciler.rebuild_budget(items, clock(), kube.server_clock.local_at)
         log.info(
             "action budget rebuilt: %d actions of the last minute from %d Remediations",
             count,

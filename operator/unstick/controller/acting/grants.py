@@ -24,9 +24,11 @@ class Grants:
     def __init__(self, cluster_cap: int, node_cap: int) -> None:
         self.budget = ActionBudget(cluster_cap=cluster_cap, node_cap=node_cap)
         self.lock = threading.Lock()
-        # Rebuilt grants recorded ahead of this clock: (node, time on record) → the time
-        # they count from, so a give-back of the recorded time finds them.
-        self.ahead: dict[tuple[str, float], float] = {}
+        # Rebuilt grants that count from another time than the one on record + ACT_WITHIN_S
+        # (recorded ahead of this clock, or stored later by the API server):
+        # (node, time on record) → the time they count from, so a give-back of the
+        # recorded time finds them.
+        self.moved: dict[tuple[str, float], float] = {}
 
     def take(self, policy: Policy, node: str, now: float) -> float:
         """One slot (0.0) or the seconds to wait. The slot counts from `now` +
@@ -51,7 +53,7 @@ class Grants:
         rebuilt grant's act did not take effect: incidents/adoption.py)."""
         node = node or NO_NODE
         with self.lock:
-            at = self.ahead.pop((node, slot), slot + budget.ACT_WITHIN_S)
+            at = self.moved.pop((node, slot), slot + budget.ACT_WITHIN_S)
             self.budget.release(node, at)
 
     def rebuild(
@@ -59,17 +61,19 @@ class Grants:
         remediations: list[JSON],
         now: float,
         lookup: Callable[[str], Policy | None],
+        local_at: Callable[[float], float] = lambda server: server,
     ) -> int:
         """Put back the grants of the last minute recorded in `remediations` (a restart or
         failover does not reset the budget; controller/acting/budget_rebuild.py); returns
-        their count. A grant keeps the limits of its recorded policy when `lookup` knows it."""
-        grants = list(budget.recent_grants(remediations, now))
+        their count. A grant keeps the limits of its recorded policy when `lookup` knows it.
+        `local_at`: the local instant of an API server time (kube/server_clock.py)."""
+        grants = list(budget.recent_grants(remediations, now, local_at))
         with self.lock:
             for g in grants:
                 limits = (lookup(g.policy) if g.policy else None) or BUILTIN
                 self.budget.record(g.node, g.at, limits.cluster_per_minute, limits.node_per_minute)
-                if g.recorded > now:
-                    self.ahead[(g.node, g.recorded)] = g.at
+                if g.at != g.recorded + budget.ACT_WITHIN_S:
+                    self.moved[(g.node, g.recorded)] = g.at
         ahead = [g.recorded - now for g in grants if g.recorded > now]
         if ahead:
             log.warning(
@@ -78,5 +82,14 @@ class Grants:
                 "made now; check the time sync of the controller's nodes",
                 len(ahead),
                 max(ahead),
+            )
+        later = [g.at - budget.ACT_WITHIN_S - g.recorded for g in grants]
+        if later and max(later) > budget.ACT_WITHIN_S:
+            log.info(
+                "%d grants count from when the API server stored their record, up to %.1fs "
+                "after their time on record (written again since, or by a replica whose "
+                "clock was behind this one's)",
+                len([d for d in later if d > 0]),
+                max(later),
             )
         return len(grants)
