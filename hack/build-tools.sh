@@ -110,6 +110,7 @@ build actionlint "$cache/actionlint-$actionlint" actionlint=github.com/rhysd/act
 # keyed by the module's version and a hash of the provider's source
 ccmdir=tests/machines/kind/podmanccm
 ccm=$(awk '$1=="require" && $2=="k8s.io/cloud-provider" {print $3; exit} $1=="k8s.io/cloud-provider" && $2 ~ /^v/ {print $2; exit}' "$root/$ccmdir/go.mod")
-ccmsum=$(cd "$root/$ccmdir" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12)
-build "../$ccmdir" "$cache/podman-ccm-$ccm-$ccmsum" podman-ccm=.
+ccmflags="-X k8s.io/component-base/version.gitVersion=v1.${ccm#v0.}"  # (the Kubernetes release of these staging modules)
+ccmsum=$( (cd "$root/$ccmdir" && cat go.mod go.sum ./*.go && echo "$ccmflags") | sha256sum | cut -c1-12)
+build "../$ccmdir" "$cache/podman-ccm-$ccm-$ccmsum" podman-ccm=. -- "$ccmflags"
 echo "tools ready in $bin" >&2

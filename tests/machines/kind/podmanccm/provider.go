@@ -18,8 +18,9 @@ import (
 // ProviderName is --cloud-provider's value.
 const ProviderName = "podman"
 
-// providerIDPrefix: a node's providerID is podman://<container name>.
-const providerIDPrefix = "podman://"
+// providerIDPrefix: kind sets each node's providerID to kind://podman/<cluster>/<node>,
+// the node being named after its container (as cloud-provider-kind reads it).
+const providerIDPrefix = "kind://podman/"
 
 // clusterLabel is the label kind puts on each node's container: its cluster's name.
 const clusterLabel = "io.x-k8s.kind.cluster"
@@ -63,15 +64,17 @@ func (c *cloud) ProviderName() string                                           
 func (c *cloud) HasClusterID() bool                                                { return true }
 
 // container is the node's container: from its providerID if set, else its name (kind
-// names each node after its container; kind sets no providerID).
-func container(node *v1.Node) (string, error) {
+// names each node after its container). A providerID of another kind cluster or
+// another form is an error.
+func (c *cloud) container(node *v1.Node) (string, error) {
 	id := node.Spec.ProviderID
 	if id == "" {
 		return node.Name, nil
 	}
-	name, ok := strings.CutPrefix(id, providerIDPrefix)
-	if !ok || name == "" {
-		return "", fmt.Errorf("node %s: providerID %q is not %s<container>", node.Name, id, providerIDPrefix)
+	rest, ok := strings.CutPrefix(id, providerIDPrefix)
+	cluster, name, _ := strings.Cut(rest, "/")
+	if !ok || cluster != c.cluster || name == "" || strings.Contains(name, "/") {
+		return "", fmt.Errorf("node %s: providerID %q is not %s%s/<container>", node.Name, id, providerIDPrefix, c.cluster)
 	}
 	return name, nil
 }
@@ -101,7 +104,7 @@ func (c *cloud) state(ctx context.Context, name string) (cluster, status string,
 
 // ours is the node's container's status, or an error if it belongs to another cluster.
 func (c *cloud) ours(ctx context.Context, node *v1.Node) (status string, found bool, err error) {
-	name, err := container(node)
+	name, err := c.container(node)
 	if err != nil {
 		return "", false, err
 	}
@@ -146,9 +149,9 @@ func (c *cloud) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, erro
 	return shutdown, nil
 }
 
-// InstanceMetadata: the providerID podman://<container>; no addresses, type or zone.
+// InstanceMetadata: the providerID kind://podman/<cluster>/<container>, as kind sets it.
 func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprovider.InstanceMetadata, error) {
-	name, err := container(node)
+	name, err := c.container(node)
 	if err != nil {
 		return nil, err
 	}
@@ -157,5 +160,5 @@ func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprov
 	} else if !found {
 		return nil, cloudprovider.InstanceNotFound
 	}
-	return &cloudprovider.InstanceMetadata{ProviderID: providerIDPrefix + name, InstanceType: "podman"}, nil
+	return &cloudprovider.InstanceMetadata{ProviderID: providerIDPrefix + c.cluster + "/" + name, InstanceType: "podman"}, nil
 }
