@@ -291,6 +291,7 @@ def configure(
     settings.networking.error_backoffs = [1, 2, 5, 10, 20]
     if not verbose:
         logging.getLogger("kopf").setLevel(logging.INFO)
-        # "Handler ... succeeded" for every Node/Remediation event: thousands of lines in a
-        # burst, and threads queueing on the log handler's lock. Failures still show.
+        # "Handler ... succeeded" for every event a handler sees (once every Node and
+        # Remediation event: thousands of lines in a burst, and threads queueing on the
+        # log handler's lock). Failures still show.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
