@@ -53,6 +53,9 @@ def user_agent(identity: str) -> str:
 
 SLOW = "t-ha-slow"  # 2 actions per node per minute, for namespaces labelled SLOW_LABEL
 SLOW_LABEL = {"unstick-test/ha": "slow"}
+SLACK = "t-ha-slack"  # SLACK_S of slack, for namespaces labelled SLACK_LABEL
+SLACK_LABEL = {"unstick-test/ha": "slack"}
+SLACK_S = 30
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +64,9 @@ def objects(control_plane: ControlPlane) -> Iterator[Objects]:
         rateLimits={"clusterPerMinute": 1000, "nodePerMinute": 2},
         namespaceSelector={"matchLabels": SLOW_LABEL},
     )
-    with policies_in_place(control_plane, {"default": policy_spec(), SLOW: slow}) as objs:
+    slack = policy_spec(slackSeconds=SLACK_S, namespaceSelector={"matchLabels": SLACK_LABEL})
+    policies = {"default": policy_spec(), SLOW: slow, SLACK: slack}
+    with policies_in_place(control_plane, policies) as objs:
         yield objs
 
 
@@ -483,6 +488,44 @@ def test_the_budget_and_the_incident_carry_over_a_takeover(
         )["items"]
         assert len(records) == 1, [r["metadata"]["name"] for r in records]  # the one incident
         report("budget", deletes_after_kill=times[2] - times[1])
+
+
+def test_a_controller_ahead_waits_out_the_slack_by_the_servers_clock(
+    control_plane: ControlPlane,
+    objects: Objects,
+    namespace: str,
+    make_node: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue #31: the slack of a NodeGone pod counts from its deletionTimestamp, on the API
+    server's clock; a controller whose wall clock is 20 s ahead measures its offset from
+    the API server (the Date of its answers, kube/server_clock.py) and force-deletes the
+    pod no earlier than SLACK_S after the deletionTimestamp by the API server's clock
+    (the audit log's time of the DELETE: the same clock). Before, by its own clock, it
+    deleted 20 s early."""
+    lease = "t-lease-slack"
+    objects.core.patch_namespace(namespace, {"metadata": {"labels": SLACK_LABEL}})
+    with ExitStack() as stack:
+        stack.callback(_delete_lease, objects, lease)
+        a = stack.enter_context(replica(control_plane, objects, tmp_path, lease, A, clock_s=SKEW_S))
+        wait_until(lambda: objects.policy_valid(SLACK) == "True", timeout=30, what="valid")
+        wait_until(lambda: a.sample("unstick_controller_leader") == 1.0, timeout=60, what="leads")
+        assert_holder_clock(objects, lease, {A: SKEW_S})  # its clock is 20 s ahead
+        node = make_node(kubelet=False)
+        pod = objects.pod(namespace, node, remediate=SLACK)
+        objects.core.delete_node(node)
+        objects.core.delete_namespaced_pod(pod["name"], namespace)
+        read = objects.read_pod(namespace, pod["name"])
+        assert read is not None and read.metadata.deletion_timestamp is not None
+        deleted = read.metadata.deletion_timestamp.timestamp()  # the API server's clock
+        wait_until(
+            lambda: objects.read_pod(namespace, pod["name"]) is None,
+            timeout=120,
+            what="the controller to force-delete the pod",
+        )
+        at = deleted_once_by(control_plane, namespace, pod, A)
+        assert at >= deleted + SLACK_S, (at - deleted, SLACK_S)
+        report("slack, controller 20 s ahead", deleted_after_deletion_timestamp=at - deleted)
 
 
 # -- in-process: two electors, one with a wall clock 20 s ahead ---------------------------

@@ -222,7 +222,7 @@ class Reconciler:
             return now + self.settings.recheck_s
         d = decision.diagnosis
         if not d.stuck:
-            return max(record.deletion_timestamp + decision.policy.slack_s, now + 1.0)
+            return max(self.detector.due(record, decision.policy.slack_s), now + 1.0)
         if rem is None and takes_incident_path(decision):
             self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
             return self.incident_path.act(record, decision, now)

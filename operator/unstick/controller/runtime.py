@@ -185,7 +185,7 @@ class Runtime:
         if known == record:  # only a newer resourceVersion (kept for the preconditions)
             return
         slack = self.policies.timing(_policy_name(record.remediate)).slack_s
-        due = record.deletion_timestamp + slack
+        due = self.detector.due(record, slack)  # in server time (deciding/detector.py)
         if known is not None:
             due = max(due, self.clock())  # something changed: look again (once stuck)
             self.scheduler.schedule_earliest(uid, due)
@@ -274,7 +274,7 @@ class Runtime:
         """Slack may have changed: recompute every pod's first due time."""
         for uid, record in self.pods.items():
             slack = self.policies.timing(_policy_name(record.remediate)).slack_s
-            self.scheduler.schedule_earliest(uid, record.deletion_timestamp + slack)
+            self.scheduler.schedule_earliest(uid, self.detector.due(record, slack))
         self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------

@@ -5,6 +5,7 @@ runtime (controller/runtime.py) builds them once with `wire` and drives them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,7 +56,11 @@ def wire(
     kill_events = KillPodEvents(kube, clock)
     # finalizer triage: whose finalizer, is its controller (lease, policy-mapped Deployment) alive
     leases = OwnerLeases(  # a gap of 3 re-checks without a read breaks a "gone since" run
-        kube, policies.finalizer_owners, max_gap_s=max(MAX_GAP_S, 3 * settings.recheck_s)
+        kube,
+        policies.finalizer_owners,
+        # its times go into the bundle, judged against server time (deciding/detector.py)
+        wall=lambda: kube.server_clock.server_latest(time.time()),
+        max_gap_s=max(MAX_GAP_S, 3 * settings.recheck_s),
     )
     # fencing evidence: the node's FARs/SNRs when the pod's policy trusts them (docs/fencing.md)
     fencing = FencingRecords(kube)
@@ -71,6 +76,7 @@ def wire(
         events=kill_events.events_of,
         leases=leases.for_pod,
         fencing=fencing.read,
+        server_clock=kube.server_clock,
     )
     reconciler = Reconciler(
         kube,

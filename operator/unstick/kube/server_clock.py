@@ -4,7 +4,8 @@ of the answers the client already receives (kube/client.py), no request of its o
 Timestamps the API server writes (`metadata.deletionTimestamp`, `managedFields[].time`)
 are on its clock; a process whose wall clock is 20 s ahead of it that compares them with
 its own `time.time()` would find a pod's slack up 20 s early. It judges them in server
-time instead: `server_now(local)` and `local_at(server)`.
+time instead: `server_now(local)` and `local_at(server)` (and `server_latest(local)` to
+note when something was first seen).
 
 One answer says: the server wrote `Date: D` (whole seconds, truncated) at some instant
 between the request's send (`sent`, this process's clock) and its answer (`received`),
@@ -99,6 +100,13 @@ class ServerClock:
     def server_now(self, local: float) -> float:
         """The server's clock at local instant `local`, never later than it reads."""
         return local + (self.offset() or 0.0)
+
+    def server_latest(self, local: float) -> float:
+        """The latest the server's clock can read at local instant `local`: the time to
+        note when something is first seen, so that `server_now` minus it never says longer
+        than it was (deciding/owner_leases.py)."""
+        bounds = self.bounds()
+        return local + (bounds[1] if bounds else 0.0)
 
     def local_at(self, server: float) -> float:
         """The local instant by which the server's clock reads `server` (never earlier)."""

@@ -10,6 +10,13 @@ Node or CSINode the watch has not delivered yet; a pod's claims and volumes only
 by `caches.BoundVolumes`, which the pod's first worker pass fills — a diagnosis without a
 probe does not use them), so detection does not queue behind the API reads and writes of
 a burst: those follow in the worker pool.
+
+Its `now` is this replica's wall clock; what it compares with it in the core —
+`metadata.deletionTimestamp` and the slack after it above all — the API server wrote on
+its own clock. So the bundle's `capturedAt` is `now` in server time, by this replica's
+measured offset from the API server (kube/server_clock.py: never later than the server's
+clock), and a controller whose clock is 20 s ahead does not find a pod's slack up 20 s
+early (issue #31). The core stays pure: it is handed a corrected `now`, nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from unstick.core.rules.fencing import FencingSettings
 from unstick.core.vocabulary import Refusal
 from unstick.kube.client import JSON, Kube
 from unstick.kube.podwatch import TerminatingPod, pod_json
+from unstick.kube.server_clock import ServerClock
 
 log = logging.getLogger("unstick.decisions")
 
@@ -51,8 +59,11 @@ class Detector:
         events: Callable[[str], list[JSON]] | None = None,
         leases: Callable[[JSON], list[JSON]] | None = None,
         fencing: Callable[[str, FencingSettings], JSON] | None = None,
+        server_clock: ServerClock | None = None,
     ) -> None:
         self.kube = kube
+        # the API server's clock (kube.server_clock); none given: no correction
+        self.server_clock = server_clock or ServerClock()
         self.policies = policies
         self.namespaces = namespaces
         self.cached = NodeInputs(
@@ -80,7 +91,8 @@ class Detector:
         self._lock = threading.Lock()
 
     def decide(self, pod: JSON, probe: Any, now: float, sources: NodeInputs | None) -> Decision:
-        """Diagnose and plan `pod` with Node/CSINode from `sources` (default: the caches)."""
+        """Diagnose and plan `pod` with Node/CSINode from `sources` (default: the caches);
+        `now` on this replica's clock, judged in the API server's."""
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or ""
         labels = self.namespaces.get(namespace)
@@ -100,7 +112,7 @@ class Detector:
             self.kube,
             pod,
             probe,
-            now,
+            self.server_clock.server_now(now),
             sources or self.cached,
             with_attachments=False,
             fencing=settings.fencing,
@@ -127,7 +139,8 @@ class Detector:
             first = record.uid not in self._detected
             self._detected.add(record.uid)
         if first and not self.has_remediation(record.uid):
-            lag = max(0.0, now - record.deletion_timestamp - decision.policy.slack_s)
+            overdue = self.server_clock.server_now(now) - record.deletion_timestamp
+            lag = max(0.0, overdue - decision.policy.slack_s)
             metrics.DETECTION_LAG.observe(lag)
             log.info(
                 "pod=%s uid=%s cause=%s action=detect result=stuck detection_lag=%.3fs",
@@ -144,6 +157,11 @@ class Detector:
                 return
             self._refused.add(uid)
         metrics.REFUSALS.labels(str(Refusal.POLICY_FORBIDS)).inc()
+
+    def due(self, record: TerminatingPod, slack_s: float) -> float:
+        """When, on this replica's clock, `record` is past its slack on the API server's
+        (its deletionTimestamp is the server's): never earlier."""
+        return self.server_clock.local_at(record.deletion_timestamp) + slack_s
 
     def forget(self, uid: str) -> None:
         self.stuck.forget(uid)
