@@ -110,6 +110,9 @@ class Handler:
     on_probe_duration: Callable[[float], None] = lambda _s: None
     on_refusal: Callable[[Refusal], None] = lambda _r: None  # unstick_refusals_total
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # `clock()` in the API server's time, never later (loop.py: kube/server_clock.py): a
+    # pod's deletionTimestamp is the API server's, so it is judged in its time (#31)
+    server_time: Callable[[datetime], datetime] = lambda now: now
     served_probes: dict[str, str] = field(default_factory=dict)
     served_steps: dict[str, str] = field(default_factory=dict)
     # one batch of node steps per pod at a time (other pods' steps may run meanwhile: each
@@ -206,7 +209,7 @@ class Handler:
             raise BadRemediation(
                 f"spec.{rem.POD_NAME}: cannot GET pod {name!r}: {why}", Refusal.UNSAFE
             ) from None
-        check_pod(pod, spec, self.settings.node_name, self.clock())
+        check_pod(pod, spec, self.settings.node_name, self.server_time(self.clock()))
         assert pod is not None
         return pod
 

@@ -109,6 +109,7 @@ class Agent:
             budget=budget,
             on_probe_duration=self.metrics.probe_duration.observe,
             on_refusal=on_refusal,
+            server_time=self.server_time,
         )
         self.orphans = OrphanPass(  # the same executor, budget and refusal counter
             settings,
@@ -158,6 +159,10 @@ class Agent:
             body={"status": status},
             content_type="application/merge-patch+json",
         )
+
+    def server_time(self, now: datetime) -> datetime:
+        """`now` in the API server's time, never later (kube/server_clock.py)."""
+        return datetime.fromtimestamp(self.kube.server_clock.server_now(now.timestamp()), UTC)
 
     def get_pod(self, namespace: str, name: str) -> JSON | None:
         """The pod from the API server (None when it does not exist)."""
