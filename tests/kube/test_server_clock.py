@@ -40,6 +40,7 @@ def test_the_offset_is_a_lower_bound_that_narrows(offset: float) -> None:
     local = base + 10.0
     assert clock.server_now(local) <= local + offset  # never later than the server's clock
     assert clock.local_at(local + offset) >= local  # never earlier than when it reads that
+    assert clock.server_latest(local) >= local + offset  # a first sighting: never earlier
 
 
 def test_no_answer_yet_no_correction() -> None:
@@ -47,6 +48,7 @@ def test_no_answer_yet_no_correction() -> None:
     assert clock.offset() is None
     assert clock.server_now(100.0) == 100.0
     assert clock.local_at(100.0) == 100.0
+    assert clock.server_latest(100.0) == 100.0
     clock.answered(100.0, 100.1, None)
     clock.answered(100.0, 100.1, "not a date")
     assert clock.offset() is None
