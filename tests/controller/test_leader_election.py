@@ -5,9 +5,10 @@ force-deletes a NodeGone pod, the old leader writes nothing after it lost the le
 API server's audit log, by each replica's User-Agent), no pod is deleted twice and no
 record is left Remediating. Each again with one replica's wall clock 20 s ahead of the
 others' or 20 s behind (libfaketime: tests/support/clock_skew.py): the election never
-compares one replica's wall clock with another's, so none of it changes; and the budget
-carries over a takeover from a leader whose clock is ahead. And in-process: a wall clock
-20 s ahead changes nothing.
+compares one replica's wall clock with another's, so none of it changes; the budget
+carries over a takeover from a leader whose clock is ahead or behind; and a controller
+whose clock is ahead waits out a pod's slack by the API server's clock. And in-process: a
+wall clock 20 s ahead changes nothing.
 
 The times printed (kill -> the standby's first write) are a report, not an assertion."""
 
