@@ -29,6 +29,27 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# The version of staging module MOD to use for STAGING (v0.<minor>.<patch>): STAGING itself if
+# the module proxy serves it, else the newest patch of the same minor it serves below it
+# (the proxy here refuses some, e.g. k8s.io/endpointslice v0.32.13 — 403 — while it serves
+# k8s.io/kubernetes v1.32.13 and k8s.io/endpointslice v0.32.12). Said on stderr, and kept in
+# the version's results line, so a result never hides which modules it was built from.
+served() { # MOD STAGING
+  local m=$1 s=$2 minor best
+  if go mod download "$m@$s" >/dev/null 2>&1; then echo "$s"; return; fi
+  minor=${s%.*}
+  best=$(go list -m -versions "$m" | tr ' ' '\n' | grep "^$minor\." | sort -t. -k3,3n |
+    awk -F. -v p="${s##*.}" '$3 < p' | tail -1)
+  if [ -z "$best" ]; then # not served at all (the sample-* modules): harmless unless built from
+    say "$m $s is not served and no earlier $minor patch is: left at $s"
+    echo "$s"
+    return
+  fi
+  say "$m $s is not served: using $best"
+  echo "$m $best" >>"$work/substitutes-$s.txt"
+  echo "$best"
+}
+
 # The go.mod of tools/kubernetes for VERSION, into DIR (cached: DIR/go.mod, DIR/go.sum).
 pin() { # VERSION DIR
   local v=$1 dir=$2 staging gomod
@@ -44,7 +65,9 @@ pin() { # VERSION DIR
     echo "require k8s.io/kubernetes $v"
     echo
     echo "replace ("
-    awk -v s="$staging" '$2=="=>" && $3 ~ /^\.\/staging\// {print "\t" $1 " => " $1 " " s}' "$gomod"
+    for m in $(awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod"); do
+      echo "	$m => $m $(served "$m" "$staging")"
+    done
     echo ")"
   } >"$dir.tmp/go.mod"
   cp "$root/tools/kubernetes/tools.go" "$dir.tmp/"
@@ -74,6 +97,8 @@ for v in $versions; do
   ) || result=failed
   [ "$result" = passed ] || failed=1
   line="$v $result $(($(date +%s) - start))s"
+  subs="$work/substitutes-v0.${v#v1.}.txt"
+  if [ -s "$subs" ]; then line="$line (staging modules the proxy refused, built at: $(sort -u "$subs" | paste -sd, -))"; fi
   echo "$line" | tee -a "$work/results.txt"
 done
 exit $failed
