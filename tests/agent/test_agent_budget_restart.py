@@ -79,6 +79,30 @@ class AgentProcess:
         self.log.close()
 
 
+def held_pod(name: str, node: str, policy: str) -> JSON:
+    """A pod on `node` opted in under `policy`, kept by the test finalizer once deleted."""
+    return {
+        "metadata": {"name": name, "finalizers": [HOLD],
+                     "annotations": {"unstick.dev/remediate": policy}},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
+    }  # fmt: skip
+
+
+def agent_argv(cp: ControlPlane, world: JSON, marker: str) -> list[str]:
+    """`unstick agent` on the world's node: its kubelet root, mount table and state dir in
+    the test's tmp dir, a restart-kubelet command that is a long `sleep <marker>`."""
+    tmp = world["tmp"]
+    return [
+        sys.executable, "-m", "unstick", "agent",
+        "--node-name", world["node"], "--kubelet-root", str(tmp / "kubelet"),
+        "--host-proc", "/proc", "--mountinfo", str(tmp / "mountinfo"),
+        "--kubeconfig", str(cp.kubeconfig),
+        "--metrics-port", str(_free_port()), "--metrics-address", "127.0.0.1",
+        "--kubelet-healthz", "http://127.0.0.1:9/healthz", "--state-dir", str(tmp / "state"),
+        "--restart-kubelet-command", f"sleep {marker}",
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[JSON]:
     cp = control_plane
@@ -100,11 +124,7 @@ def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[JSON]:
         )  # fmt: skip
         uids = {}
         for name in ("web-0", "web-1"):
-            body = {
-                "metadata": {"name": name, "finalizers": [HOLD],
-                             "annotations": {"unstick.dev/remediate": policy}},
-                "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]},
-            }  # fmt: skip
+            body = held_pod(name, node, policy)
             pod = cp.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
             uids[name] = pod["metadata"]["uid"]
             cp.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", {"gracePeriodSeconds": 0})
@@ -147,14 +167,7 @@ def test_the_node_budget_holds_across_an_agent_killed_mid_batch(
     stale.mkdir(parents=True)
     (tmp / "mountinfo").write_text("")
     marker = f"{86000 + uuid.uuid4().int % 399}"
-    argv = [
-        sys.executable, "-m", "unstick", "agent",
-        "--node-name", world["node"], "--kubelet-root", str(root), "--host-proc", "/proc",
-        "--mountinfo", str(tmp / "mountinfo"), "--kubeconfig", str(cp.kubeconfig),
-        "--metrics-port", str(_free_port()), "--metrics-address", "127.0.0.1",
-        "--kubelet-healthz", "http://127.0.0.1:9/healthz", "--state-dir", str(tmp / "state"),
-        "--restart-kubelet-command", f"sleep {marker}",
-    ]  # fmt: skip
+    argv = agent_argv(cp, world, marker)
     first = AgentProcess(argv, tmp / "agent.log")
     try:
         batch = _remediation(cp, world, "web-0", "restart-kubelet")
@@ -228,11 +241,7 @@ def terminating(cp: ControlPlane, w: JSON, *names: str) -> Iterator[None]:
     pods = f"/api/v1/namespaces/{w['ns']}/pods"
     try:
         for name in names:
-            body = {
-                "metadata": {"name": name, "finalizers": [HOLD],
-                             "annotations": {"unstick.dev/remediate": w["policy"]}},
-                "spec": {"nodeName": w["node"], "containers": [{"name": "app", "image": "app:1"}]},
-            }  # fmt: skip
+            body = held_pod(name, w["node"], w["policy"])
             w["uids"][name] = cp.request("POST", pods, body)["metadata"]["uid"]
             cp.request("DELETE", f"{pods}/{name}", {"gracePeriodSeconds": 1})
         for name in names:
@@ -271,15 +280,7 @@ def _killed_mid_act_then_settled(cp: ControlPlane, world: JSON, stale: Path) -> 
     tmp = world["tmp"]
     (tmp / "mountinfo").write_text("")
     marker = f"{86000 + uuid.uuid4().int % 399}"
-    argv = [
-        sys.executable, "-m", "unstick", "agent",
-        "--node-name", world["node"], "--kubelet-root", str(tmp / "kubelet"),
-        "--host-proc", "/proc", "--mountinfo", str(tmp / "mountinfo"),
-        "--kubeconfig", str(cp.kubeconfig),
-        "--metrics-port", str(_free_port()), "--metrics-address", "127.0.0.1",
-        "--kubelet-healthz", "http://127.0.0.1:9/healthz", "--state-dir", str(tmp / "state"),
-        "--restart-kubelet-command", f"sleep {marker}",
-    ]  # fmt: skip
+    argv = agent_argv(cp, world, marker)
     actions = ["rmdir-stale", "restart-kubelet"]
     first = AgentProcess(argv, tmp / "agent.log")
     try:
