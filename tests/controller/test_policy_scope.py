@@ -118,29 +118,12 @@ def test_match_labels_is_a_subset_test(wanted: dict[str, str], have: dict[str, s
 
 
 def _detector(namespace_labels: dict[str, str]) -> Any:
-    from unstick.controller.deciding.caches import ObjectCache
-    from unstick.controller.deciding.detector import Detector
-    from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
+    from tests.support.detectors import node_gone_detector
 
-    book = PolicyBook()
     spec = {"dryRun": False, "actions": ["force-delete"], "nodeLostAfterSeconds": 1}
-    assert book.update("default", {"spec": spec}) is None
-    assert book.update("fast", {"spec": spec}) is None  # no namespaceSelector: serves none
-    assert (
-        book.update(
-            "batch", {"spec": {**spec, "namespaceSelector": {"matchLabels": {"tier": "batch"}}}}
-        )
-        is None
-    )
-    gone = ObjectCache(lambda name: None)  # the pod's Node is gone: NodeGone
-    return Detector(
-        None,  # type: ignore[arg-type]  # no PVCs: the decision makes no API request
-        book,
-        NamespaceLabels(lambda ns: dict(namespace_labels)),
-        nodes=gone,
-        csi_nodes=gone,
-        has_remediation=lambda uid: False,
-    )
+    batch = {**spec, "namespaceSelector": {"matchLabels": {"tier": "batch"}}}
+    # `fast` has no namespaceSelector: it serves none
+    return node_gone_detector({"default": spec, "fast": spec, "batch": batch}, namespace_labels)
 
 
 def _refusals() -> float:

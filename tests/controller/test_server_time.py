@@ -12,9 +12,7 @@ from email.utils import formatdate
 import pytest
 
 from tests.support import bundles
-from unstick.controller.deciding.caches import ObjectCache
-from unstick.controller.deciding.detector import Detector
-from unstick.controller.deciding.policies import NamespaceLabels, PolicyBook
+from tests.support.detectors import node_gone_detector
 from unstick.core.remediation import parse_time
 from unstick.kube.podwatch import terminating_record
 from unstick.kube.server_clock import ServerClock
@@ -32,25 +30,10 @@ def clock_off_by(ahead_s: float) -> ServerClock:
     return clock
 
 
-def node_gone_detector(server_clock: ServerClock) -> Detector:
-    book = PolicyBook()
-    spec = {"actions": ["force-delete"], "slackSeconds": SLACK_S, "nodeLostAfterSeconds": 1}
-    assert book.update("default", {"spec": spec}) is None
-    gone = ObjectCache(lambda name: None)  # the pod's Node is gone
-    return Detector(
-        None,  # type: ignore[arg-type]  # the decision makes no API request
-        book,
-        NamespaceLabels(lambda ns: {}),
-        nodes=gone,
-        csi_nodes=gone,
-        has_remediation=lambda uid: False,
-        server_clock=server_clock,
-    )
-
-
 @pytest.mark.parametrize("ahead_s", [20.0, -20.0, 0.0])
 def test_the_slack_ends_by_the_servers_clock(ahead_s: float) -> None:
-    detector = node_gone_detector(clock_off_by(ahead_s))
+    spec = {"actions": ["force-delete"], "slackSeconds": SLACK_S, "nodeLostAfterSeconds": 1}
+    detector = node_gone_detector({"default": spec}, server_clock=clock_off_by(ahead_s))
     pod = bundles.pod(opt_in="true")
     record = terminating_record(pod)
     assert record is not None
