@@ -71,14 +71,16 @@ def pod_on(kind: Kind, namespaces: list[str], ns: str, node: str) -> str:
     return uid
 
 
-def record(kind: Kind, ns: str, cause: str) -> dict[str, Any] | None:
+def record(kind: Kind, ns: str, cause: str, incident: bool = False) -> dict[str, Any] | None:
     """The status of the record of pod `p` once it says `cause`: the pod's own Remediation,
-    or its node's incident (docs/incidents.md) once that has p's result."""
+    or its node's incident (docs/incidents.md) once that has p's result — only the
+    incident with `incident` (the pod may have its own record too, listed first or not)."""
     for rem in kind.remediations(ns):
         status: dict[str, Any] = rem.get("status") or {}
         # (an incident's entry says "deleting" until the DELETE's result replaces it)
         pods = [q for q in status.get("pods", []) if q.get("name") == "p" and q.get("goneAt")]
-        if status.get("cause") == cause and (rem["spec"].get("podName") == "p" or pods):
+        own = rem["spec"].get("podName") == "p" and not incident
+        if status.get("cause") == cause and (own or pods):
             return status
     return None
 
@@ -200,7 +202,9 @@ def test_powered_off_worker_is_proven_off_by_the_cloud(
         )
         log.info("pod force-deleted %.1f s after the taint", time.monotonic() - tainted)
         status = wait_until(
-            lambda: record(kind, ns, "NodeUnreachable"), timeout=60, what="the pod's result"
+            lambda: record(kind, ns, "NodeUnreachable", incident=True),
+            timeout=60,
+            what="the pod's result in its node's incident",
         )
         assert status is not None  # (wait_until returns the first true answer)
         log.info("powered-off worker, record: %s", status)
