@@ -92,7 +92,7 @@ for v in $versions; do
     cd "$src"
     bash hack/build-tools.sh
     bash hack/build-images.sh
-    PATH="$src/bin:$PATH" PYTHONPATH="$src/operator:$src" \
+    PATH="$src/bin:$root/.venv/bin:$PATH" PYTHONPATH="$src/operator:$src" \
       "$root/.venv/bin/pytest" -p no:cacheprovider -m kind tests/machines/kind
   ) || result=failed
   [ "$result" = passed ] || failed=1
