@@ -188,6 +188,12 @@ def phase(kind: Kind, subject: Subject, other: str) -> dict[str, Any]:
     out["up"] = up.report(CAP_S)
     out["up_reads"] = up.reads
     say(f"up: {json.dumps(out['up'])}")
+    if not down.done("ready"):  # the rest of the chain once the worker is back
+        rest = follow(read, lambda items: down_facts(items, subject), Timeline.of(DOWN),
+                      last="ready", cap_s=CAP_S, clock=lambda: time.monotonic() - back,
+                      load=load1)  # fmt: skip
+        out["down_after_power_on"] = rest.report(CAP_S)
+        say(f"after power-on: {json.dumps(out['down_after_power_on'])}")
     wait_until(lambda: test_fencing.unstick_back(kind), timeout=300, what="unstick back")
     return out
 
