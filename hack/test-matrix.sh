@@ -10,7 +10,7 @@
 #   2. its tools/kubernetes/go.mod requiring k8s.io/kubernetes at that version, the staging
 #      modules replaced as that version's own go.mod names them (k8s.io/X => k8s.io/X
 #      v0.<minor>.<patch>), `go mod tidy` through the Go module proxy; cached per version;
-#   3. its bin/ from hack/build-tools.sh (the tools cache is keyed by tool and version: a
+#   3. its bin/ from hack/build-tools.sh and hack/build-thirdparty.sh (the tools cache is keyed by tool and version: a
 #      second run only relinks) and bin/node-images.json from hack/build-images.sh;
 #   4. the kind suite, whose node image hack/build-kind-node-image.sh builds from that
 #      version's kubeadm/kubelet (cached by its inputs).
@@ -22,6 +22,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 versions=${MATRIX_VERSIONS:-v1.32.13 v1.35.4 v1.37.2}
 work=${UNSTICK_MATRIX_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/unstick/matrix}
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+# the vendored release sources (CSI driver, sidecars, medik8s) beside this repository, not
+# beside the copy (hack/build-thirdparty.sh, the tests that read them)
+export UNSTICK_THIRDPARTY=${UNSTICK_THIRDPARTY:-$root/../shared/thirdparty}
 say() { echo "test-matrix: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -91,6 +94,7 @@ for v in $versions; do
   (
     cd "$src"
     bash hack/build-tools.sh
+    bash hack/build-thirdparty.sh
     bash hack/build-images.sh
     PATH="$src/bin:$root/.venv/bin:$PATH" PYTHONPATH="$src/operator:$src" \
       "$root/.venv/bin/pytest" -p no:cacheprovider -m kind tests/machines/kind
