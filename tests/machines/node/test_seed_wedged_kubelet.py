@@ -155,13 +155,14 @@ def _tasks(node: RealNode) -> dict[str, str]:
 
 
 def _with_node_action(cp: ControlPlane, ns: str, uid: str, action: str) -> dict[str, Any] | None:
-    """The pod's Remediation once the agent has reported `action` (and the controller has
-    marked it Resolved, when the pod is gone)."""
+    """The pod's Remediation once the agent has reported `action` and the controller's pass
+    is on record (its cause: with --node-round-trip its first status write comes after the
+    agent's answer, design.md §3 "The node path in one round trip")."""
     rem = remediation_for(cp, ns, uid)
     status = (rem or {}).get("status") or {}
     if not any(a.get("action") == action for a in status.get("nodeActions") or []):
         return None
-    return rem
+    return rem if status.get("cause") else None
 
 
 def wait_node_action(
