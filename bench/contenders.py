@@ -53,6 +53,7 @@ class StartSettings:
     slack_s: int
     naive_interval_s: float = 30.0
     terminated_pod_gc_threshold: int = 12500
+    unstick_args: tuple[str, ...] = ()  # more `unstick controller` flags (bench.nodeside)
 
 
 def _python_argv(module: str) -> list[str]:
@@ -77,6 +78,7 @@ def argv_for(name: str, cp: ControlPlane, settings: StartSettings) -> list[str]:
             "--max-actions-per-minute=1000000",
             "--max-node-actions-per-minute=1000000",
             *workers,
+            *settings.unstick_args,
         ]
     if name == "naive":
         return [

@@ -76,6 +76,9 @@ class NodeSideSettings:
     peers: tuple[str, ...] = ("naive", "kubelet")  # bench/nodeside_peers.py, same points
     points: tuple[str, ...] = ("stuck_pods", "many_mounts")
     naive_interval_s: float = 1.0  # the naive script's loop period
+    #: more `unstick controller` flags, e.g. ("--node-round-trip",) (#34: the node path in
+    #: one round trip, off by default until it is the only flow)
+    controller_args: tuple[str, ...] = ()
 
 
 PRESETS = {
@@ -611,7 +614,9 @@ def run_once(settings: NodeSideSettings, extra: int, logs: Path, say: Say) -> di
         controller = contenders.start(
             "unstick",
             cp,
-            contenders.StartSettings(slack_s=settings.slack_s),
+            contenders.StartSettings(
+                slack_s=settings.slack_s, unstick_args=settings.controller_args
+            ),
             logs / "controller.log",
         )
         stack.callback(controller.stop)
@@ -720,8 +725,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--logs", type=Path, default=None, help="keep the logs in this (new) directory"
     )
+    parser.add_argument(
+        "--controller-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="one more flag for unstick's controller (repeatable), e.g. "
+        "--controller-arg=--node-round-trip",
+    )
     args = parser.parse_args(argv)
-    settings = replace(PRESETS[args.preset], logs_dir=args.logs)
+    settings = replace(
+        PRESETS[args.preset], logs_dir=args.logs, controller_args=tuple(args.controller_arg)
+    )
     t0 = time.monotonic()
 
     def say(message: str) -> None:
