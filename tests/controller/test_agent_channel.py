@@ -30,6 +30,10 @@ POLICY = "t-agent"
 
 
 POLICIES = {POLICY: spec(probeMaxAgeSeconds=30)}
+# The old flow on purpose, run with --no-node-round-trip: a probe request, then the
+# controller's spec.nodeSteps (what an agent of the previous release answers; supported
+# for one more release, docs/upgrading.md). The round trip: test_node_round_trip.py.
+CONTROLLER_ARGS = ("--no-node-round-trip",)
 KUBELET_FINISH_S = 3.0  # the test controller's --kubelet-finish-seconds (tests/support)
 
 

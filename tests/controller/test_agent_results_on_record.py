@@ -45,13 +45,19 @@ FAILPOINTS = "UNSTICK_TEST_FAILPOINTS"
 
 
 POLICIES = {POLICY: spec(probeMaxAgeSeconds=30)}
+# The old flow on purpose, run with --no-node-round-trip: a probe request, then the
+# controller's spec.nodeSteps (what an agent of the previous release answers; supported
+# for one more release, docs/upgrading.md). The round trip: test_node_round_trip.py.
+CONTROLLER_ARGS = ("--no-node-round-trip",)
 
 
 @pytest.fixture
 def controller(
     control_plane: ControlPlane, objects: Objects, tmp_path: Path
 ) -> Iterator[Controller]:
-    with controller_started(control_plane, objects, tmp_path / "ctl.log", valid=[POLICY]) as c:
+    with controller_started(
+        control_plane, objects, tmp_path / "ctl.log", valid=[POLICY], extra_args=CONTROLLER_ARGS
+    ) as c:
         yield c
 
 
@@ -218,7 +224,12 @@ def test_a_controller_killed_right_after_the_next_request_lost_no_result(
     pod, node = _stuck_pod(objects, namespace, make_node)
     kill = {FAILPOINTS: "node-steps-requested=kill@2"}
     with controller_started(
-        control_plane, objects, tmp_path / "killed.log", valid=[POLICY], env=kill
+        control_plane,
+        objects,
+        tmp_path / "killed.log",
+        valid=[POLICY],
+        env=kill,
+        extra_args=CONTROLLER_ARGS,
     ) as first:
         rem = _rem(objects, namespace, pod, "probeRequestedAt")
         _patch(objects, namespace, rem["metadata"]["name"], {"probe": node.probe()})
@@ -238,7 +249,9 @@ def test_a_controller_killed_right_after_the_next_request_lost_no_result(
     _patch(objects, namespace, rem["metadata"]["name"], node.run(rem["spec"]["nodeSteps"]))
 
     rmdir = ("rmdir-stale", node.empty, "failed")
-    with controller_started(control_plane, objects, tmp_path / "next.log", valid=[POLICY]):
+    with controller_started(
+        control_plane, objects, tmp_path / "next.log", valid=[POLICY], extra_args=CONTROLLER_ARGS
+    ):
         status = wait_until(
             lambda: rmdir in _done(s := objects.status(namespace, pod)) and s,
             timeout=60,

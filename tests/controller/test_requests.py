@@ -72,6 +72,10 @@ POLICIES = {
     POLICY: policy_spec(probeMaxAgeSeconds=60),
     QUICK: policy_spec(probeMaxAgeSeconds=2),
 }
+# The old flow on purpose, run with --no-node-round-trip: its probe request and the
+# controller's spec.nodeSteps (what an agent of the previous release answers; supported
+# for one more release, docs/upgrading.md). The round trip's writes: test_lean_record.py.
+CONTROLLER_ARGS = ("--no-node-round-trip",)
 
 
 def test_from_the_probe_to_the_node_steps_request_the_controller_makes_one_request(

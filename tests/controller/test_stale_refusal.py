@@ -34,6 +34,10 @@ POLICY = "t-stale"
 
 
 POLICIES = {POLICY: spec(probeMaxAgeSeconds=60)}
+# The old flow on purpose, run with --no-node-round-trip: a probe request, then the
+# controller's spec.nodeSteps (what an agent of the previous release answers; supported
+# for one more release, docs/upgrading.md). The round trip: test_node_round_trip.py.
+CONTROLLER_ARGS = ("--no-node-round-trip",)
 
 
 def _steps_requested(
