@@ -18,8 +18,8 @@ not follow (hostpath is node-local): what is measured is the control plane's det
 attach and the kubelet's mount, not a database's recovery.
 
 Writes bench/results/<date>-fencing-<commit>.json; prints it. Needs root, podman and the
-kind suite's tools and images (`make tools images`). Takes ~25 min (10 min of it waiting
-for Kubernetes alone).
+kind suite's tools and images (`make tools images`). Takes ~15 min (10 of them waiting
+for Kubernetes alone). unstick's part runs first: a failure there costs no 10 min wait.
 """
 
 from __future__ import annotations
@@ -119,27 +119,18 @@ def start_db(kind: Kind, node: str, other: str) -> tuple[str, str]:
         podman("cp", f"{tmp}/.", f"{node}:{csi.DATA_DIR}")
     kind.apply(_plugin(kind, f"{STATEFULSET}-node", node, controller=False))
     wait_until(lambda: registered(kind, node), timeout=300, what=f"the driver on {node}")
-    kind.kubectl("cordon", other)
-    try:
-        kind.apply(csi.statefulset(kind, NS))
-        wait_until(lambda: kind.pods(NS), timeout=60, what="db-0")
-        kind.kubectl("wait", "--for=condition=Ready", "pod/db-0", "-n", NS, "--timeout=300s")
-    finally:
-        kind.kubectl("uncordon", other)
-    pod = kind.get("pod", "db-0", "-n", NS)
-    if pod["spec"]["nodeName"] != node:
-        raise RuntimeError(f"db-0 on {pod['spec']['nodeName']}, not {node}")
+    uid = db_on(kind, node, other, lambda: kind.apply(csi.statefulset(kind, NS)))
     wait_until(lambda: csi.attached_to(kind, pv) == [node], timeout=120, what=f"{pv} attached")
-    uid: str = pod["metadata"]["uid"]
     return uid, pv
 
 
-def move_db(kind: Kind, node: str, other: str) -> str:
-    """db-0 back on `node` (deleted gracefully with `other` cordoned); its new uid."""
+def db_on(kind: Kind, node: str, other: str, make: Callable[[], object]) -> str:
+    """`make()` (db-0 made, or deleted for the StatefulSet to make again) with `other`
+    cordoned, so that db-0 lands on `node`; once Ready there, its uid."""
     kind.kubectl("cordon", other)
     try:
-        kind.kubectl("delete", "pod", "db-0", "-n", NS, "--timeout=300s")
-        wait_until(lambda: kind.pods(NS), timeout=120, what="db-0 again")
+        make()
+        wait_until(lambda: kind.pods(NS), timeout=120, what="db-0")
         kind.kubectl("wait", "--for=condition=Ready", "pod/db-0", "-n", NS, "--timeout=300s")
     finally:
         kind.kubectl("uncordon", other)
@@ -150,9 +141,15 @@ def move_db(kind: Kind, node: str, other: str) -> str:
     return uid
 
 
+def move_db(kind: Kind, node: str, other: str) -> str:
+    """db-0 back on `node` (deleted gracefully, made again there); its new uid."""
+    delete = ["delete", "pod", "db-0", "-n", NS, "--timeout=300s"]
+    return db_on(kind, node, other, lambda: kind.kubectl(*delete))
+
+
 def reader(kind: Kind) -> Callable[[], list[Mapping[str, Any]]]:
     def read() -> list[Mapping[str, Any]]:
-        time.sleep(0.3)  # (a kubectl call is ~0.3-1 s here: a read every ~1 s)
+        time.sleep(0.3)  # (with the kubectl call: a read every ~0.4 s on this machine)
         out = kind.kubectl("get", "-n", NS, "pods,volumeattachments,nodes", "-o", "json")
         items: list[Mapping[str, Any]] = json.loads(out)["items"]
         return items
