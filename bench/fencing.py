@@ -186,7 +186,8 @@ def phase(kind: Kind, subject: Subject, other: str) -> dict[str, Any]:
     out["up_reads"] = up.reads
     say(f"up: {json.dumps(out['up'])}")
     if not down.done("ready"):  # the rest of the chain once the worker is back
-        rest = follow(read, lambda items: down_facts(items, subject), Timeline.of(DOWN),
+        steps = DOWN[DOWN.index("old_pod_deleting") :]  # (the node's steps are over)
+        rest = follow(read, lambda items: down_facts(items, subject), Timeline.of(steps),
                       last="ready", cap_s=CAP_S, clock=lambda: time.monotonic() - back,
                       load=load1)  # fmt: skip
         out["down_after_power_on"] = rest.report(CAP_S)
