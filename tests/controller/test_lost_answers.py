@@ -46,8 +46,13 @@ def setup(
 ) -> Iterator[tuple[Controller, Objects, LostAnswers]]:
     proxy = LostAnswers(control_plane)
     folder = tmp_path_factory.mktemp("lost")
+    # No node actions: a stuck pod's record asks its node for a probe only. A mandate (the
+    # round trip, design.md §11) would take the node's one slot of nodePerMinute: 1 for the
+    # agent (kept while unanswered), and the per-pod force-delete would wait for it.
     spec = policy_spec(
-        rateLimits={"clusterPerMinute": 1000, "nodePerMinute": 1}, finalizerAllowlist=[KEEP]
+        actions=["observe", "force-delete", "remove-finalizer"],
+        rateLimits={"clusterPerMinute": 1000, "nodePerMinute": 1},
+        finalizerAllowlist=[KEEP],
     )
     kubeconfig = proxy.kubeconfig(folder / "kubeconfig")
     try:
