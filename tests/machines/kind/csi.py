@@ -29,6 +29,7 @@ from devcluster.csi_upstream import (
 )
 from devcluster.csi_upstream_objects import driver_objects, plugin_statefulset
 from devcluster.process import wait_until
+from unstick.controller.aftermath.watcher import MULTI_ATTACH
 
 from .support import Kind, sample
 
@@ -218,7 +219,9 @@ def statefulset_replacement_blocked(
     assert f"(PV {pv}) is still attached to node {node}" in message, message
     assert "force-detach after 6 min" in message and "unstick never detaches" in message
     refused = [e["message"] for e in kind.events(sts_ns) if e["reason"] == "FailedAttachVolume"]
-    assert any("Multi-Attach error" in m for m in refused), refused
+    # the attach/detach controller's words: "Multi-Attach error" up to 1.36, "Waiting for
+    # detach ... already exclusively attached to one node" in 1.37
+    assert any(w in m for m in refused for w in MULTI_ATTACH), refused
     metrics = kind.scrape(controller["metadata"]["name"], 9100)
     assert sample(metrics, "unstick_blocked_replacements", namespace=sts_ns) == 1
     assert [va["spec"]["nodeName"] for va in attachments(kind, pv)] == [node]

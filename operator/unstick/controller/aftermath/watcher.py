@@ -62,6 +62,13 @@ PENDING_RECHECK_S = 2.0
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
 
 
+#: How the attach/detach controller says a volume is still attached elsewhere: "Multi-Attach
+#: error for volume ..." up to Kubernetes 1.36; "Waiting for detach for volume ... Volume is
+#: already exclusively attached to one node, waiting on detach before it can be attached to
+#: another node" in 1.37 (seen in make test-matrix's kind run on v1.37.2).
+MULTI_ATTACH = ("Multi-Attach", "already exclusively attached to one node")
+
+
 @dataclass
 class Waiting:
     """A pod that waits for a volume, as this process knows it."""
@@ -151,7 +158,7 @@ class Aftermath:
             return
         first = event_time({"firstTimestamp": ev.get("firstTimestamp")}) or when
         reason = str(ev.get("reason") or "")
-        if "Multi-Attach" in str(ev.get("message") or ""):
+        if any(words in str(ev.get("message") or "") for words in MULTI_ATTACH):
             reason = "Multi-Attach"
         with self._lock:
             self._due[uid] = (ns, name, uid, first, reason)
