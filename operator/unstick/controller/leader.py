@@ -14,6 +14,11 @@ guard every write of the controller passes: "I hold the lease now".
   take the lease only `lease_duration` after it saw that renew, so the two never overlap.
 - **Release** on a clean stop (SIGTERM): holder emptied, so the standby takes over at
   its next try instead of waiting for the lease to expire.
+- **Try at the expiry**: a standby that saw another replica's record tries again every
+  `retry_period` (with jitter), or the moment that record expires on its own clock if that
+  comes first (`next_try_in`): after a leader's death the takeover comes `lease_duration`
+  after the standby last saw it renew, not up to a retry period later. When it tries is
+  all this changes; whether it may acquire is decided as above.
 
 A replica that lost the lease does not come back as a leader in the same process: the
 controller exits (as kube-controller-manager and controller-runtime do) and starts again
@@ -97,6 +102,19 @@ def _record(lease: JSON) -> tuple[Any, ...]:
     return (*(spec.get(k) for k in keys), spec.get("leaseTransitions"))
 
 
+EXPIRY_MARGIN_S = 0.05  # tried this long after the record expires on our clock
+
+
+def next_try_in(retry_s: float, until_expiry_s: float | None) -> float:
+    """How long a standby waits before its next round: `retry_s` (the retry period with
+    its jitter), or until the observed record expires if that is sooner and still ahead.
+    An expiry already past (a try that lost a race, or an API error) waits the retry
+    period, never a busy loop."""
+    if until_expiry_s is None or until_expiry_s <= 0:
+        return retry_s
+    return min(retry_s, until_expiry_s + EXPIRY_MARGIN_S)
+
+
 def _micro_time(at: float) -> str:
     """A MicroTime as the API server stores it (RFC 3339, microseconds)."""
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -125,6 +143,7 @@ class Elector:
         self._deadline = 0.0  # leading while clock() < this
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._expires_at: float | None = None  # another replica's record, on our clock
         self._lease: JSON | None = None  # the version last read or written
         self.stop = threading.Event()
         self.lost = False
@@ -168,6 +187,7 @@ class Elector:
         mine = holder == s.identity
         if holder and not mine:
             self._deadline = 0.0  # taken by another replica: ours no more, whatever the clock
+        self._expires_at = self._observed_at + duration if holder and not mine else None
         if holder and not mine and now < self._observed_at + duration:
             self._lease = lease
             return False  # held by another replica that renewed within its duration
@@ -220,7 +240,9 @@ class Elector:
         while not self.stop.is_set():
             if self._round():
                 break
-            self.stop.wait(s.retry_period_s * (1 + random.uniform(0, JITTER)))
+            retry = s.retry_period_s * (1 + random.uniform(0, JITTER))
+            until = None if self._expires_at is None else self._expires_at - self.clock()
+            self.stop.wait(next_try_in(retry, until))
         else:
             return
         log.info(
