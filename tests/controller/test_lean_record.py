@@ -40,7 +40,8 @@ POLICIES = {POLICY: spec(probeMaxAgeSeconds=60)}
 BOUNDS = {"steps": (7, 6_000), "round-trip": (4, 6_500)}
 
 
-FLOWS = {"steps": (), "round-trip": ("--node-round-trip",)}
+#: each flow named on the command line (the old one on purpose: kept for one release)
+FLOWS = {"steps": ("--no-node-round-trip",), "round-trip": ("--node-round-trip",)}
 
 
 @pytest.fixture(scope="module", params=sorted(FLOWS))
