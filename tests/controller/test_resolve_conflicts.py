@@ -152,3 +152,39 @@ def test_a_record_that_keeps_changing_is_resolved_by_a_later_call(
     # requests are forgotten), the record is found by the pod's names and marked
     assert pod_records.resolve(pod, time.time()) is True
     assert _phase(kube, rem) == "Resolved"
+
+
+class TimesOutOnce(Meddling):
+    """The controller's client whose first status PATCH is not answered (as a read timeout
+    behind an overloaded API server): raised before it is sent."""
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "PATCH" and path.endswith("/status") and self.times > self.met:
+            self.met += 1
+            raise TimeoutError(f"{method} {path}: no answer (test)")
+        return super().request(method, path, **kwargs)
+
+
+def test_a_late_answer_whose_write_fails_is_recorded_at_the_next_try(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The agent's answer lands after the pod is gone (record_late_answer): a write of it
+    that fails leaves the pod awaited, so the record's next event records it. The pod used
+    to be forgotten before the write, and the answer was then never recorded."""
+    kube = TimesOutOnce(ClientSettings(kubeconfig=str(control_plane.kubeconfig)), times=0)
+    try:
+        pod = _gone_pod(namespace)
+        pod_records, rem = _remediating(kube, pod)
+        pod_records.awaiting_agent[pod.uid] = (pod.namespace, pod.name)
+        name = rem["metadata"]["name"]
+        kube.times = 1
+        with pytest.raises(TimeoutError):
+            pod_records.record_late_answer(pod.uid, pod.namespace, name)
+        assert not _status(kube, rem).get("actions")
+        assert pod.uid in pod_records.awaiting_agent  # still awaited: tried again
+        pod_records.record_late_answer(pod.uid, pod.namespace, name)
+        recorded = [(a["action"], a["by"]) for a in _status(kube, rem).get("actions") or []]
+        assert recorded == [("unmount", "agent")], recorded
+        assert pod.uid not in pod_records.awaiting_agent
+    finally:
+        kube.close()

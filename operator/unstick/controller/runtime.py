@@ -244,7 +244,7 @@ class Runtime:
         if uid in self.reconciler.awaiting_agent and (body.get("status") or {}).get(
             NODE_STEPS_DONE_AT
         ):
-            self._spawn(asyncio.to_thread(self.reconciler.record_late_answer, uid, *key))
+            self._spawn(self._record_late_answer(uid, *key))
         if self._own_record(uid, key) is False:
             self.record_checks.maybe_check(uid, body)  # a second record: its probe is not used
             return
@@ -374,6 +374,14 @@ class Runtime:
         if record is not None:
             self._running.add(uid)
             self._spawn(self._reconcile(uid, record))
+
+    async def _record_late_answer(self, uid: str, namespace: str, name: str) -> None:
+        """The agent's late answer put on record (a thread: blocking API calls); a failure
+        is logged, and the pod stays awaited for its record's next event."""
+        try:
+            await asyncio.to_thread(self.reconciler.record_late_answer, uid, namespace, name)
+        except Exception:
+            log.exception("late answer of the agent for %s/%s not recorded yet", namespace, name)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if self._stopping:

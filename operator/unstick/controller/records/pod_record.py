@@ -285,11 +285,13 @@ class PodRecords:
         rem = self.writer.get(namespace, name)
         if rem is None or (rem.get("spec") or {}).get(POD_UID) != uid or steps_pending(rem):
             return
-        self.awaiting_agent.pop(uid, None)
         late = late_agent_actions(rem, self.clock())
         if late is not None:
             self.writer.patch_status(rem, {"actions": late.actions})
             late.count()
+        # only once recorded: a write that failed (a timeout, a newer version of the
+        # record) leaves the pod awaited, and the next event of its record tries again
+        self.awaiting_agent.pop(uid, None)
 
     def resolve(self, record: TerminatingPod, now: float) -> bool:
         """The pod is gone: its Remediation phase Resolved (kept as the audit trail), with
