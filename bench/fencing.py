@@ -207,7 +207,10 @@ def with_unstick(kind: Kind, subject: Subject, other: str) -> Any:
     result["record"] = [
         {
             "phase": r["status"].get("phase"),
-            "actions": [(a["action"], a["result"]) for a in r["status"].get("actions", [])],
+            "actions": [
+                {k: a.get(k) for k in ("action", "result", "time", "message")}
+                for a in r["status"].get("actions", [])
+            ],
         }
         for r in records
     ]
