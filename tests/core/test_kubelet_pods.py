@@ -90,7 +90,7 @@ def test_a_family_missing_is_null_and_named() -> None:
 
 def test_other_families_and_a_later_lifecycle_are_left_alone() -> None:
     text = (
-        "kubelet_working_pods_other{x=\"1\"} nonsense\n"
+        'kubelet_working_pods_other{x="1"} nonsense\n'
         "kubelet_running_pods 7\n"
         'kubelet_working_pods{config="desired",lifecycle="hibernating",static=""} 9\n'
         'kubelet_working_pods{ config = "desired" , lifecycle="sync", static="",} 2 1700000000\n'
@@ -103,17 +103,17 @@ def test_other_families_and_a_later_lifecycle_are_left_alone() -> None:
 @pytest.mark.parametrize(
     ("line", "says"),
     [
-        ("kubelet_desired_pods{static=\"\"} x", "line 2 .*value 'x' is not a number"),
-        ("kubelet_desired_pods{static=\"\"} -1", "line 2 .*not a count of pods"),
-        ("kubelet_desired_pods{static=\"\"} NaN", "line 2 .*not a count of pods"),
-        ("kubelet_desired_pods{static=\"\"} 1.5", "line 2 .*not a count of pods"),
-        ("kubelet_desired_pods{static=\"\"} 1e12", "line 2 .*not a count of pods"),
-        ("kubelet_desired_pods{static=\"} 1", "line 2 .*label static: unterminated value"),
+        ('kubelet_desired_pods{static=""} x', "line 2 .*value 'x' is not a number"),
+        ('kubelet_desired_pods{static=""} -1', "line 2 .*not a count of pods"),
+        ('kubelet_desired_pods{static=""} NaN', "line 2 .*not a count of pods"),
+        ('kubelet_desired_pods{static=""} 1.5', "line 2 .*not a count of pods"),
+        ('kubelet_desired_pods{static=""} 1e12', "line 2 .*not a count of pods"),
+        ('kubelet_desired_pods{static="} 1', "line 2 .*label static: unterminated value"),
         ("kubelet_desired_pods{static=1} 1", "line 2 .*label static: value not quoted"),
-        ("kubelet_desired_pods{static=\"\"}", "line 2 .*expected a value"),
-        ("kubelet_desired_pods{static=\"\",static=\"\"} 1", "line 2 .*label static given twice"),
-        ("kubelet_desired_pods{static=\"true\"} 1", "line 2: a second sample"),
-        ("kubelet_working_pods{static=\"\"} 1", "line 2: kubelet_working_pods without its"),
+        ('kubelet_desired_pods{static=""}', "line 2 .*expected a value"),
+        ('kubelet_desired_pods{static="",static=""} 1', "line 2 .*label static given twice"),
+        ('kubelet_desired_pods{static="true"} 1', "line 2: a second sample"),
+        ('kubelet_working_pods{static=""} 1', "line 2: kubelet_working_pods without its"),
     ],
 )
 def test_a_malformed_sample_is_named_by_its_line(line: str, says: str) -> None:
