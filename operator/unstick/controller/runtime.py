@@ -139,9 +139,17 @@ class Runtime:
             watch_timeout_s=settings.watch.watch_timeout_s,
             page_size=settings.watch.page_size,
         )
-        # taint-out-of-service / untaint-out-of-service (docs/fencing.md), a thread of its own
+        # taint-out-of-service / untaint-out-of-service (docs/fencing.md), a thread of its own.
+        # Its times are compared with server-written ones (a Node's conditions, a taint's
+        # timeAdded, an SNR's timeAssumedRebooted): judged by the API server's clock, never
+        # later than it reads (kube/server_clock.py), as the NodeGone slack is.
         self.out_of_service = OutOfService(
-            kube, policies, self.nodes.objects, self.events, clock=clock, gate=self.gate
+            kube,
+            policies,
+            self.nodes.objects,
+            self.events,
+            clock=lambda: kube.server_clock.server_now(clock()),
+            gate=self.gate,
         )
         self.object_watchers = [
             ObjectWatcher(
