@@ -188,7 +188,7 @@ class Elector:
         if holder and not mine:
             self._deadline = 0.0  # taken by another replica: ours no more, whatever the clock
         self._expires_at = self._observed_at + duration if holder and not mine else None
-        if holder and not mine and now < self._observed_at + duration:
+        if self._expires_at is not None and now < self._expires_at:
             self._lease = lease
             return False  # held by another replica that renewed within its duration
         transitions = int(spec.get("leaseTransitions") or 0)
