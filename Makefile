@@ -15,7 +15,7 @@ help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
 	@echo "                  (on a real node when root can run one, else a kubelet stand-in)"
 	@echo "make test         install everything (venv, Go-built binaries), lint, run all tests"
-	@echo "                  (four pytest runs side by side: hack/run-tests.sh)"
+	@echo "                  (five pytest runs side by side: hack/run-tests.sh)"
 	@echo "make test-serial  the same tests in one pytest process (~23 min)"
 	@echo "make test-chart   the chart tests (tests/chart)"
 	@echo "make test-matrix  (root) the kind suite on Kubernetes 1.32, 1.35 and 1.37, each from its own"
@@ -86,9 +86,8 @@ lint: venv
 	@test -x $(ACTIONLINT) || bash hack/build-tools.sh
 	$(ACTIONLINT) -no-color .github/workflows/*.yml
 
-# Every test in four pytest runs side by side (hack/run-tests.sh: the real machines, two
-# shares of the envtests, the rest with the third share); with PYTEST_ARGS one plain pytest
-# run with them.
+# Every test in five pytest runs side by side (hack/run-tests.sh: the real machines, three
+# shares of the envtests, the rest); with PYTEST_ARGS one plain pytest run with them.
 test: venv tools images lint
 	PATH="$(CURDIR)/bin:$$PATH" bash hack/run-tests.sh $(PYTEST_ARGS)
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# `make test`: every test but the benchmarks, in four pytest processes at
+# `make test`: every test but the benchmarks, in five pytest processes at
 # once, each with its own log:
 #   machines  `-m "kind or node"`: tests/machines (the demo on the real node, kind, the
 #             real node), in that order (one after the other, never at once: below)
-#   envtest1, envtest2  `-m envtest --envtest-shard K/3`: two of three shares of the tests on
-#             the real API server (the controller's, the agent's, the chart's install, ...),
-#             wherever they live in tests/<room>/ (whole modules, dealt in path order)
-#   main      everything else (pure code, mounts, chart rendering, ...) and the third share
-#             of the envtests
+#   envtest1, envtest2, envtest3  `-m envtest --envtest-shard K/3`: the three shares of the
+#             tests on the real API server (the controller's, the agent's, the chart's
+#             install, ...), wherever they live in tests/<room>/ (whole modules, or single
+#             tests of a module marked shard_by_test, dealt in path order)
+#   main      everything else (pure code, mounts, chart rendering, ...)
 # The runs are chosen by markers and shares, never by folder, so each test is in exactly
 # one of them.
 #
@@ -30,7 +30,7 @@
 #
 # Output: the main run streams; the others write to $UNSTICK_TEST_LOGS/<name>.log (default
 # .test-logs/), printed whole once all ended. The exit code is the first failed run's
-# (main, machines, envtest1, envtest2), else 0.
+# (main, machines, envtest1, envtest2, envtest3), else 0.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,15 +44,19 @@ fi
 logs=${UNSTICK_TEST_LOGS:-$root/.test-logs}
 mkdir -p "$logs"
 machines="kind or node"
-# The envtests (~26 min in one run at the last count) are dealt in three shares of whole
-# modules (tests/conftest.py --envtest-shard): two side runs take one share each, the main
-# run (~6 min of its own) the third.
+# The envtests (~38 min in one run at the last count, most of it waiting on leases, budget
+# windows and controllers started and killed) are dealt in three shares
+# (tests/conftest.py --envtest-shard), one side run each. They were two shares beside a
+# main run that took the third: the share holding test_leader_election.py (~17 min on its
+# own) ran 22 min. That module's tests are now dealt one by one (shard_by_test).
+envtests="-m 'envtest and not bench and not ($machines)' --durations=15"
 declare -A args=(
   [machines]="-m '$machines' --durations=15"
-  [envtest1]="-m 'envtest and not bench and not ($machines)' --envtest-shard 1/3 --durations=15"
-  [envtest2]="-m 'envtest and not bench and not ($machines)' --envtest-shard 2/3 --durations=15"
+  [envtest1]="$envtests --envtest-shard 1/3"
+  [envtest2]="$envtests --envtest-shard 2/3"
+  [envtest3]="$envtests --envtest-shard 3/3"
 )
-side=(machines envtest1 envtest2)
+side=(machines envtest1 envtest2 envtest3)
 declare -A pid tmp
 for name in "${side[@]}"; do
   tmp[$name]=$(mktemp -d "/tmp/unstick-$name-tests.XXXXXX")
@@ -72,7 +76,7 @@ stop_side() {
 }
 trap 'stop_side; exit 130' INT TERM
 
-"${pytest[@]}" -m "not bench and not ($machines)" --envtest-shard 3/3 --durations=25
+"${pytest[@]}" -m "not bench and not envtest and not ($machines)" --durations=25
 code=$?
 echo "================ main (everything else): exit $code ================"
 

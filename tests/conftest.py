@@ -56,9 +56,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--envtest-shard",
         metavar="K/N",
         default=None,
-        help="keep only the K-th of N shares of the envtest modules (whole modules, dealt "
-        "round-robin in path order); other tests are not affected (hack/run-tests.sh)",
+        help="keep only the K-th of N shares of the envtests (whole modules, or single tests "
+        "in a module marked shard_by_test, dealt round-robin in path order); other tests "
+        "are not affected (hack/run-tests.sh)",
     )
+
+
+def _shard_unit(item: pytest.Item) -> str:
+    """What is dealt to a share: the test's module, or the test itself in a module marked
+    `shard_by_test` (one whose tests each wait minutes on leases and budgets: whole, it
+    would be one share's time on its own)."""
+    module = item.nodeid.split("::")[0]
+    return item.nodeid if item.get_closest_marker("shard_by_test") else module
 
 
 def _envtest_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -71,12 +80,12 @@ def _envtest_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
             raise ValueError
     except ValueError:
         raise pytest.UsageError(f"--envtest-shard {shard}: expected K/N with 1 <= K <= N") from None
-    modules = sorted({i.nodeid.split("::")[0] for i in items if i.get_closest_marker("envtest")})
-    mine = {m for index, m in enumerate(modules) if index % n == k - 1}
+    units = sorted({_shard_unit(i) for i in items if i.get_closest_marker("envtest")})
+    mine = {u for index, u in enumerate(units) if index % n == k - 1}
     keep, drop = [], []
     for item in items:
         envtest = item.get_closest_marker("envtest") is not None
-        (drop if envtest and item.nodeid.split("::")[0] not in mine else keep).append(item)
+        (drop if envtest and _shard_unit(item) not in mine else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -39,7 +39,9 @@ from unstick import __version__
 from unstick.controller.leader import Elector, LeaseSettings, NotLeading
 from unstick.kube.client import ClientSettings, Kube
 
-pytestmark = pytest.mark.envtest
+# Each test waits out leases and budget windows (minutes): dealt one by one to make test's
+# envtest shares (tests/conftest.py), the module whole would be one share's time on its own.
+pytestmark = [pytest.mark.envtest, pytest.mark.shard_by_test]
 
 LEASE_NS = "default"
 A, B = "replica-a", "replica-b"
