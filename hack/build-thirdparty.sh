@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the upstream Kubernetes CSI programs the real-node suite deploys (docs/csi.md):
 #   csi-driver-host-path v1.11.0 (the OrphanedMount incident's driver) and v1.12.0 (its fix),
-#   node-driver-registrar, external-provisioner, external-attacher.
+#   node-driver-registrar, external-provisioner, external-attacher;
+# and for the kind suite's fencing test (docs/fencing.md) medik8s' fence-agents-remediation
+# (FAR) v0.7.0's manager.
 # Sources: the release archives in $UNSTICK_THIRDPARTY (default: ../shared/thirdparty next to
 # the checkout), each checked against the sha256 its README.md lists; where the directory is
 # absent, the same tags cloned from their public repositories (commit checked against the
@@ -27,6 +29,7 @@ programs=(
   "node-driver-registrar v2.17.0 github.com/kubernetes-csi/node-driver-registrar ./cmd/csi-node-driver-registrar csi-node-driver-registrar"
   "external-provisioner v6.3.0 github.com/kubernetes-csi/external-provisioner ./cmd/csi-provisioner csi-provisioner"
   "external-attacher v4.12.0 github.com/kubernetes-csi/external-attacher ./cmd/csi-attacher csi-attacher"
+  "fence-agents-remediation v0.7.0 github.com/medik8s/fence-agents-remediation . manager"
 )
 
 say() { echo "thirdparty: $*" >&2; }
@@ -102,7 +105,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     case $m in *sha256*) detail=${m#*: }; break ;; esac
   done
   why="not built: $names ($detail)"
-  say "$why; the tests with the upstream CSI driver will be skipped"
+  say "$why; the tests that need them will be skipped"
 fi
 
 WHY="$why" python3 - "$index" "${built[@]}" <<'EOF'

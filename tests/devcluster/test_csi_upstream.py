@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARCHIVES = (
     "csi-driver-host-path-v1.11.0", "csi-driver-host-path-v1.12.0",
     "node-driver-registrar-v2.17.0", "external-provisioner-v6.3.0", "external-attacher-v4.12.0",
+    "fence-agents-remediation-v0.7.0",
 )  # fmt: skip
 
 
