@@ -71,36 +71,39 @@ def pod_on(kind: Kind, namespaces: list[str], ns: str, node: str) -> str:
     return uid
 
 
-def record(kind: Kind, ns: str, cause: str) -> dict[str, Any] | None:
-    """The status of the record of pod `p` once it says `cause`: the pod's own Remediation,
-    or its node's incident (docs/incidents.md) once that has p's result."""
+def records_of_p(kind: Kind, ns: str) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The records of pod `p`, each as (its status, p's force-delete in it or None): the
+    pod's own Remediation (the force-delete among `status.actions` that succeeded or found
+    the pod gone), and its node's incident (docs/incidents.md) once that has p's result
+    (an entry of `status.pods` with `goneAt`; it says "deleting" until the DELETE's result
+    replaces it). Which of the two carries the force-delete depends on how the controller
+    met the pod (in make test-matrix's v1.37.2 run, not the incident first expected)."""
     for rem in kind.remediations(ns):
         status: dict[str, Any] = rem.get("status") or {}
-        # (an incident's entry says "deleting" until the DELETE's result replaces it)
-        pods = [q for q in status.get("pods", []) if q.get("name") == "p" and q.get("goneAt")]
-        if status.get("cause") == cause and (rem["spec"].get("podName") == "p" or pods):
-            return status
-    return None
+        for q in status.get("pods", []):
+            if q.get("name") == "p" and q.get("goneAt"):
+                yield status, q
+        if rem["spec"].get("podName") == "p":
+            done = (
+                a for a in status.get("actions", [])
+                if a.get("action") == "force-delete" and a.get("result") in ("succeeded", "gone")
+            )  # fmt: skip
+            yield status, next(done, None)
+
+
+def record(kind: Kind, ns: str, cause: str) -> dict[str, Any] | None:
+    """The status of a record of pod `p` that says `cause`."""
+    return next((s for s, _ in records_of_p(kind, ns) if s.get("cause") == cause), None)
 
 
 def force_deleted(kind: Kind, ns: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(the record's status, p's force-delete in it) once a record says unstick force-deleted
-    pod `p` and the result is known: an entry of its node's incident (`status.pods`, with
-    `goneAt`), or an action of the pod's own Remediation (`status.actions`). Which of the two
-    carries it depends on how the controller met the pod (docs/incidents.md); in the
-    v1.37.2 run of make test-matrix it was not the incident the test first expected."""
-    for rem in kind.remediations(ns):
-        status: dict[str, Any] = rem.get("status") or {}
-        if status.get("cause") != "NodeUnreachable":
-            continue
-        for q in status.get("pods", []):
-            if q.get("name") == "p" and q.get("goneAt"):
-                return status, q
-        if rem["spec"].get("podName") == "p":
-            for a in status.get("actions", []):
-                if a.get("action") == "force-delete" and a.get("result") in ("succeeded", "gone"):
-                    return status, a
-    return None
+    """(the record's status, p's force-delete in it) once a NodeUnreachable record of `p`
+    has the force-delete's result."""
+    return next(
+        ((s, done) for s, done in records_of_p(kind, ns)
+         if s.get("cause") == "NodeUnreachable" and done is not None),
+        None,
+    )  # fmt: skip
 
 
 def messages(status: dict[str, Any]) -> list[str]:
