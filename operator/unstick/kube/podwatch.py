@@ -60,6 +60,11 @@ class TerminatingPod:
     volumes: tuple[tuple[str, str | None, str | None], ...] = ()  # name, claim, CSI driver
     containers: tuple[tuple[str, str, bool], ...] = ()  # name, state, init
     ephemeral: tuple[tuple[str, str], ...] = ()  # name, state of `kubectl debug` containers
+    # metadata.generation, status.observedGeneration (0: none) and the DisruptionTarget
+    # condition (status, reason, message), evidence of the diagnosis (docs/compatibility.md)
+    generation: int = 0
+    observed_generation: int = 0
+    disruption: tuple[str, str, str] | None = None
     # The version this record was made from: a DELETE carries it as a precondition, so an
     # act decided from this record fails (409) if the pod changed since. Not compared: a
     # new version with the same facts is not a change worth a look (it is still kept:
@@ -118,8 +123,24 @@ def terminating_record(pod: JSON) -> TerminatingPod | None:
         volumes=_volumes(pod),
         containers=_containers(status),
         ephemeral=tuple((n, s) for n, s, _ in _containers(status, EPHEMERAL)),
+        generation=_count(meta.get("generation")),
+        observed_generation=_count(status.get("observedGeneration")),
+        disruption=_disruption(status),
         resource_version=str(meta.get("resourceVersion") or ""),
     )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _disruption(status: JSON) -> tuple[str, str, str] | None:
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") == "DisruptionTarget":
+            words = (str(cond.get(k) or "") for k in ("status", "reason", "message"))
+            state, reason, message = words
+            return state, reason, message
+    return None
 
 
 def _volumes(pod: JSON) -> tuple[tuple[str, str | None, str | None], ...]:
@@ -178,12 +199,22 @@ def pod_json(record: TerminatingPod) -> JSON:
     }
     if record.deletion_grace_period_s is not None:
         meta["deletionGracePeriodSeconds"] = record.deletion_grace_period_s
+    if record.generation:
+        meta["generation"] = record.generation
+    status: JSON = dict(statuses)
+    if record.observed_generation:
+        status["observedGeneration"] = record.observed_generation
+    if record.disruption is not None:
+        state, reason, message = record.disruption
+        status["conditions"] = [
+            {"type": "DisruptionTarget", "status": state, "reason": reason, "message": message}
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
         "spec": {"nodeName": record.node, "volumes": volumes},
-        "status": statuses,
+        "status": status,
     }
 
 

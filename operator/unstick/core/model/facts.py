@@ -40,6 +40,21 @@ class ContainerStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Disruption:
+    """The pod's condition `DisruptionTarget` while True: who set out to delete it, in
+    Kubernetes' own words (its reason: DeletionByTaintManager, DeletionByPodGC,
+    TerminationByKubelet, PreemptionByScheduler, EvictionByEvictionAPI,
+    DeletionByDeviceTaintManager, ...; docs/compatibility.md). Evidence only."""
+
+    reason: str
+    message: str = ""
+
+    def words(self) -> str:
+        said = f": {self.message}" if self.message else ""
+        return f"condition DisruptionTarget, reason {self.reason}{said}"
+
+
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     namespace: str
     name: str
@@ -51,10 +66,49 @@ class PodFacts:
     annotations: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[PodVolume, ...] = ()
     container_statuses: tuple[ContainerStatus, ...] = ()
+    # metadata.generation: 1 at create and +1 at the first graceful delete since 1.33 (none
+    # before); status.observedGeneration: the generation the kubelet's last status write
+    # was computed from (PodObservedGenerationTracking: beta, on, in 1.34; GA in 1.35).
+    # None: not in the object.
+    generation: int | None = None
+    observed_generation: int | None = None
+    disruption: Disruption | None = None
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def kubelet_saw_delete(self) -> bool | None:
+        """Has the kubelet written the pod's status since it saw the delete? The API server
+        raises metadata.generation at the delete (when it has one), so a status written
+        from the current generation was written by a kubelet that had the deleted pod (it
+        writes one as it starts terminating a pod: kubelet.go SyncTerminatingPod). False:
+        it writes generations, but its last write came from before the delete. None: no
+        generation or no observedGeneration (before 1.33, the gate off, an older kubelet)."""
+        if self.deletion_timestamp is None or not self.generation or not self.observed_generation:
+            return None
+        return self.observed_generation >= self.generation
+
+    def kubelet_saw_delete_words(self) -> str | None:
+        """The evidence line for `kubelet_saw_delete`, or None when it is unknown."""
+        seen = self.kubelet_saw_delete
+        if seen is None:
+            return None
+        numbers = (
+            f"status.observedGeneration {self.observed_generation}, "
+            f"metadata.generation {self.generation}"
+        )
+        if seen:
+            return (
+                f"the kubelet saw the delete ({numbers}): it wrote the pod's status after "
+                "the delete reached it"
+            )
+        return (
+            f"the kubelet has not written the pod's status since the delete ({numbers}): "
+            "the delete has not reached it, or it never began terminating the pod, or its "
+            "status writes do not reach the API server"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from unstick.core.model.facts import (
     LEASE,
     ContainerStatus,
     DeploymentFacts,
+    Disruption,
     Facts,
     FenceAgentsRemediationFacts,
     LeaseFacts,
@@ -73,6 +74,22 @@ def _statuses(status: Mapping[str, object]) -> tuple[ContainerStatus, ...]:
     return tuple(out)
 
 
+def _disruption(status: Mapping[str, object]) -> Disruption | None:
+    """The condition DisruptionTarget while True (its reason is required with it)."""
+    for i, raw in enumerate(f.opt_list(status, "conditions", "pod.status")):
+        where = f"pod.status.conditions[{i}]"
+        cond = f.as_object(raw, where)
+        if f.opt_string(cond, "type", where) != "DisruptionTarget":
+            continue
+        if f.opt_string(cond, "status", where) != "True":
+            return None
+        return Disruption(
+            reason=f.opt_string(cond, "reason", where) or "(none)",
+            message=f.opt_string(cond, "message", where) or "",
+        )
+    return None
+
+
 def parse_pod(obj: object) -> PodFacts:
     pod = f.as_object(obj, "pod")
     meta = f.as_object(f.get(pod, "metadata", "pod"), "pod.metadata")
@@ -93,6 +110,9 @@ def parse_pod(obj: object) -> PodFacts:
         annotations={k: str(v) for k, v in annotations.items()},
         volumes=_volumes(spec),
         container_statuses=_statuses(status),
+        generation=f.opt_int(meta, "generation", "pod.metadata"),
+        observed_generation=f.opt_int(status, "observedGeneration", "pod.status"),
+        disruption=_disruption(status),
     )
 
 

@@ -124,6 +124,10 @@ def diagnose(facts: Facts, settings: DiagnosisSettings | None = None) -> Diagnos
     stuck = overdue is not None and overdue > settings.slack_s
     fenced = fencing(facts, settings.fencing)
     cause, view = _decide(facts, settings, overdue, stuck, ev, fenced=fenced)
+    if stuck and pod.disruption is not None:  # who set out to delete it: evidence only
+        ev.append(
+            Evidence("deletion", f"the pod was deleted as a disruption: {pod.disruption.words()}")
+        )
     return Diagnosis(
         namespace=pod.namespace,
         name=pod.name,
@@ -214,6 +218,9 @@ def _decide(
                 for p in fenced.proofs
             )
             ev.extend(Evidence("fencing", n) for n in fenced.notes)
+            seen = pod.kubelet_saw_delete_words()  # since 1.33: evidence only
+            if seen is not None:
+                ev.append(Evidence("kubelet", seen))
             return Cause.NodeUnreachable, none
 
     # 3a (ContainerFrozen), 3b (HungMount), 4-9. What the pod's node shows

@@ -93,6 +93,9 @@ def on_the_node(facts: Facts, max_age_s: float, ev: list[Evidence]) -> tuple[Cau
     dirs = volume_dirs_of_pod(facts, probe)
     waiting = csi_dirs_waiting(facts, probe, dirs)
     cause = _node_side(probe, mounts, dirs, on_node, ev, waiting=waiting)
+    seen = pod.kubelet_saw_delete_words()  # since 1.33: evidence only
+    if cause is Cause.KubeletNotProgressing and seen is not None:
+        ev.append(Evidence("kubelet", seen))
     return cause, NodeView(
         probe_fresh=True,
         kubelet_root=probe.kubelet_root,
