@@ -6,6 +6,7 @@
 #             (--build-arg BASE=...; the Dockerfile's default stays python:3.11-slim)
 #   pause     the pods' sandbox image: a static Go program (hack/images/pause.go)
 #   busybox   the test workload: Debian's static busybox
+#   csi-*, far  the upstream programs hack/build-thirdparty.sh built (below)
 # Each is cached under ~/.cache/unstick/images, keyed by a hash of its inputs (for
 # unstick: the base, Dockerfile, .dockerignore, pyproject.toml, README.md, operator/;
 # for every image: the shell function that builds it), so a second run only checks.
@@ -119,6 +120,28 @@ build_csi() { # REF BASE BINARY...
   bah commit --quiet --rm "$c" "$ref" >/dev/null
 }
 
+# medik8s FAR's manager (hack/build-thirdparty.sh) with Debian's fence-agents (fence_docker
+# and its python3, pycurl), for the kind suite's fencing test (docs/fencing.md). Its own
+# mmdebstrap root: fence-agents pulls in what its other agents need (boto3, ...). FAR runs
+# the agent as a child process of its manager, so both are in one image; non-root, as FAR's
+# Deployment asks (runAsNonRoot).
+build_far() { # REF MANAGER
+  local tmp c mnt
+  tmp=$(mktemp -d)
+  mmdebstrap --quiet --variant=minbase --include=fence-agents \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    "$suite" "$tmp/root.tar" "${mirrors[@]}" </dev/null
+  read -r c mnt < <(scratch)
+  tar -C "$mnt" -xf "$tmp/root.tar"
+  install -m 0755 "$2" "$mnt/manager"
+  bah umount "$c" >/dev/null
+  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --user 65532:65532 --entrypoint '["/manager"]' "$c"
+  bah commit --quiet --rm "$c" "$1" >/dev/null
+  rm -rf "$tmp"
+}
+
 # archive NAME KEY BUILD-FUNCTION [ARGS...]: the cached archive of an image, built and
 # pushed only when missing; of older archives of the same name the newest 3 stay.
 declare -A refs archives
@@ -174,12 +197,14 @@ archive pause "$( { declare -f build_pause; cat "$root/hack/images/pause.go"; go
 archive busybox "$( { declare -f build_busybox; sha256sum /bin/busybox; } | key)" build_busybox
 
 # csi-hostpath-<version> (one per built version) and csi-sidecars (node-driver-registrar,
-# external-provisioner, external-attacher), when hack/build-thirdparty.sh built them.
+# external-provisioner, external-attacher), and far (FAR's manager + fence-agents), when
+# hack/build-thirdparty.sh built them.
 csi_built() { python3 -c 'import json,sys; [print(n, v, b) for n, vs in json.load(open(sys.argv[1])).items() if isinstance(vs, dict) for v, b in vs.items()]' "$root/bin/thirdparty.json" 2>/dev/null || true; }
 sidecars=()
 while read -r name version binary <&3; do
   case $name in
     csi-driver-host-path) archive "csi-hostpath-$version" "$( { declare -f build_csi; echo "$base_key"; sha256sum "$binary"; } | key)" build_csi "$base_ref" "$binary" ;;
+    fence-agents-remediation) archive far "$( { declare -f build_far; echo "$suite"; sha256sum "$binary"; } | key)" build_far "$binary" ;;
     *) sidecars+=("$binary") ;;
   esac
 done 3< <(csi_built)
