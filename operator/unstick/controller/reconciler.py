@@ -248,7 +248,9 @@ class Reconciler:
         due = self._advance(pod, record, rem, decision, now, probe=probe)
         if announces(status, rem.get("status") or {}, str(d.cause), needs_probe(record, d)):
             self._announce(pod, record, decision, now)
-        if memory is not None:
+        if memory is not None and not self.settings.node_round_trip:
+            # (with the round trip the agent reads each volume's driver itself, and the
+            # controller's decisions on its answer read them only when needed: inputs.py)
             self._read_claims(pod)
         # The node's Ready transition poked this pass; nothing pokes when it turns into
         # NodeUnreachable nodeLostAfter later: wake then, not at the slow re-check.

@@ -116,6 +116,7 @@ class Detector:
             sources or self.cached,
             with_attachments=False,
             fencing=settings.fencing,
+            claims_if_needed=True,
         )
         diagnosis = diagnose(parse_bundle(bundle), settings)
         if refused and diagnosis.stuck:

@@ -18,7 +18,14 @@ from unstick.core.remediation import API_VERSION, SNAPSHOT_KIND, rfc3339
 from unstick.core.rules.fencing import FencingSettings
 from unstick.kube.client import JSON, Kube, pod_path
 
-__all__ = ["Lookup", "NodeInputs", "build_bundle", "claims_and_volumes", "fetch_pod"]
+__all__ = [
+    "Lookup",
+    "NodeInputs",
+    "build_bundle",
+    "claims_and_volumes",
+    "drivers_needed",
+    "fetch_pod",
+]
 
 
 def _claim_names(pod: JSON) -> list[str]:
@@ -49,6 +56,27 @@ def claims_and_volumes(pod: JSON, get: Lookup) -> tuple[list[JSON], list[JSON]]:
             if pv is not None:
                 volumes.append(pv)
     return claims, volumes
+
+
+def drivers_needed(probe: Any) -> bool:
+    """Whether a diagnosis of this probe reads a CSI volume's driver — the one thing it
+    reads of the pod's claims and volumes (core/model/node_facts.py: of each of the pod's
+    mounts, and of each non-empty CSI volume dir): only a probe that shows a mount of the
+    pod or a volume dir that is not empty. No probe, or one that shows nothing of the pod
+    left (the agent's answer after its steps, as a rule), needs none: their claims and
+    volumes are not read (issue 34: 2 GETs per pod). A probe that is not an object is
+    read as before (its bundle is refused by the parser anyway)."""
+    if probe is None:
+        return False
+    if not isinstance(probe, dict):
+        return True
+    mountinfo = probe.get("mountinfo")
+    if not isinstance(mountinfo, str) or mountinfo.strip():
+        return True
+    dirs = probe.get("volumeDirs") or []
+    if not isinstance(dirs, list):
+        return True
+    return any(not isinstance(d, dict) or d.get("empty") is not True for d in dirs)
 
 
 def _not_ready(node: JSON | None) -> bool:
@@ -92,6 +120,7 @@ def build_bundle(
     *,
     with_attachments: bool = True,
     fencing: FencingSettings | None = None,
+    claims_if_needed: bool = False,
 ) -> JSON:
     """The snapshot bundle for `pod` as of `now`, with `probe` from its Remediation.
 
@@ -100,6 +129,9 @@ def build_bundle(
     of every VolumeAttachment in the cluster — too dear for each decision of the controller.
     `fencing`: the policy's fencing settings; the node's FenceAgentsRemediations and
     SelfNodeRemediations are read only for the sources they list (docs/fencing.md).
+    `claims_if_needed=True` (the controller's decisions) reads the pod's claims and volumes
+    only when the diagnosis of `probe` reads a driver (`drivers_needed`); a snapshot for
+    people (`unstick snapshot`) has them always.
     """
     meta = pod.get("metadata") or {}
     node_name = (pod.get("spec") or {}).get("nodeName") or ""
@@ -110,7 +142,10 @@ def build_bundle(
     node = get_node(node_name) if node_name else None
     csi_node = get_csi(node_name) if node_name else None
     get = sources.get or (lambda path: kube.get(path))  # noqa: PLW0108 (kube may be None)
-    claims, volumes = claims_and_volumes(pod, get)
+    claims: list[JSON] = []
+    volumes: list[JSON] = []
+    if not claims_if_needed or drivers_needed(probe):
+        claims, volumes = claims_and_volumes(pod, get)
     attachments: list[JSON] = []
     if with_attachments and volumes and node_name:
         pv_names = {(pv.get("metadata") or {}).get("name") for pv in volumes}
