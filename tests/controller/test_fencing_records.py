@@ -1,7 +1,8 @@
 """Fencing evidence from medik8s' records on a real kube-apiserver (docs/fencing.md): the
 real FenceAgentsRemediation (FAR v0.7.0) and SelfNodeRemediation (SNR v0.13.0) CRDs,
-installed from the vendored sources in ../shared/thirdparty/ (skipped without them), their
-status written through the status subresource as FAR's and SNR's managers write it.
+installed from the vendored sources in ../shared/thirdparty/ (`medik8s` of
+tests/controller/conftest.py; skipped without them), their status written through the
+status subresource as FAR's and SNR's managers write it.
 
 - A NotReady node with a FAR in a namespace the policy names, whose fence action succeeded
   after the node went NotReady: the pod's diagnosis is NodeUnreachable fenced by
@@ -17,10 +18,7 @@ status written through the status subresource as FAR's and SNR's managers write 
 
 from __future__ import annotations
 
-import os
-import tarfile
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devcluster import ControlPlane
 from tests.commands.test_snapshot import diagnose, snapshot
+from tests.controller.conftest import FAR_NS  # the fixtures: `far_namespace`, `medik8s`
 from tests.support.controller import (
     Controller,
     Objects,
@@ -45,19 +44,10 @@ from unstick.controller.deciding.fencing_records import (
     far_path,
 )
 from unstick.core.rules.fencing import FencingSettings, FencingSource
-from unstick.kube.client import ClientSettings, Kube
+from unstick.kube.client import Kube
 
 pytestmark = pytest.mark.envtest
 
-REPO = Path(__file__).resolve().parents[2]
-THIRDPARTY = Path(os.environ.get("UNSTICK_THIRDPARTY", REPO.parent / "shared" / "thirdparty"))
-ARCHIVES = {
-    "fence-agents-remediation-v0.7.0.tar.gz": "config/crd/bases/"
-    "fence-agents-remediation.medik8s.io_fenceagentsremediations.yaml",
-    "self-node-remediation-v0.13.0.tar.gz": "config/crd/bases/"
-    "self-node-remediation.medik8s.io_selfnoderemediations.yaml",
-}
-FAR_NS = f"t-far-{uuid.uuid4().hex[:6]}"  # where the FAR operator keeps its records
 FAR_POLICY = {
     "fencingEvidence": ["outOfServiceTaint", "fenceAgentsRemediation"],
     "fenceAgentsRemediationNamespaces": [FAR_NS],
@@ -72,35 +62,6 @@ POLICIES = {
 
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@pytest.fixture(scope="module")
-def medik8s(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Kube]:
-    """The real FAR and SNR CRDs (read from the vendored archives) and FAR's namespace."""
-    missing = [a for a in ARCHIVES if not (THIRDPARTY / a).is_file()]
-    if missing:
-        pytest.skip(
-            f"no medik8s sources at {THIRDPARTY} ({', '.join(missing)}): set UNSTICK_THIRDPARTY"
-        )
-    crds = tmp_path_factory.mktemp("medik8s-crds")
-    for archive, member in ARCHIVES.items():
-        with tarfile.open(THIRDPARTY / archive) as tar:
-            top = archive.removesuffix(".tar.gz")
-            data = tar.extractfile(f"{top}/{member}")
-            assert data is not None, member
-            (crds / Path(member).name).write_bytes(data.read())
-    names = control_plane.install_crds(crds)
-    kube = Kube(ClientSettings(kubeconfig=str(control_plane.kubeconfig)))
-    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": FAR_NS}})
-    try:
-        yield kube
-    finally:
-        kube.request("DELETE", f"/api/v1/namespaces/{FAR_NS}")
-        for name in names:
-            control_plane.kubectl("delete", "crd", name, "--wait=false", check=False)
-        kube.close()
 
 
 def _not_ready(objects: Objects, node: str, since: datetime) -> None:

@@ -1,9 +1,12 @@
 """taint-out-of-service / untaint-out-of-service (docs/fencing.md) on a real kube-apiserver,
 every request made with the chart's own RBAC (tests/support/chart_rbac.py: the controller's
-ServiceAccount token, the ClusterRole rendered with the policy listing both actions) and
-the real FAR v0.7.0 CRD (test_fencing_records' `medik8s`). The passes run in this process
-(`OutOfService.run_once`, one at a time: no waiting for a period), but the crash test,
-which runs the real controller and SIGKILLs it between the record and the act.
+ServiceAccount token, the ClusterRole rendered with the policy listing both actions). Only
+the test that writes FAR records needs the real FAR v0.7.0 CRD (`medik8s` of
+tests/controller/conftest.py: skipped without ../shared/thirdparty); the others run
+without it (the policy still names FAR's namespace; a CRD not installed is no record). The
+passes run in this process (`OutOfService.run_once`, one at a time: no waiting for a
+period), but the crash test, which runs the real controller and SIGKILLs it between the
+record and the act.
 
 The NotReady nodes are written as the node lifecycle controller writes them (Ready
 Unknown since ten minutes ago) and the cloud provider's proof as its node lifecycle
@@ -25,6 +28,7 @@ from kubernetes import client
 from devcluster import ControlPlane
 from devcluster.process import Process, wait_until
 from tests.controller import test_fencing_records as fencing
+from tests.controller.conftest import FAR_NS  # the fixtures: `far_namespace`, `medik8s`
 from tests.support.chart_rbac import controller_kubeconfig
 from tests.support.controller import (
     Controller,
@@ -44,8 +48,7 @@ from unstick.kube.client import ClientSettings, Kube
 
 pytestmark = pytest.mark.envtest
 
-FAR_NS, _far = fencing.FAR_NS, fencing._far
-medik8s = fencing.medik8s  # the real FAR/SNR CRDs and FAR's namespace (module-scoped)
+_far = fencing._far
 
 NS = f"t-oos-{uuid.uuid4().hex[:6]}"  # the controller's namespace: its taint records
 ACTIONS = ["observe", "taint-out-of-service", "untaint-out-of-service"]
@@ -68,10 +71,12 @@ def _iso(t: datetime) -> str:
 
 @pytest.fixture(scope="module")
 def chart_kube(
-    control_plane: ControlPlane, medik8s: Kube, tmp_path_factory: pytest.TempPathFactory
+    control_plane: ControlPlane, far_namespace: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Kube]:
-    """Unstick's client as the chart's controller ServiceAccount (release in NS)."""
-    medik8s.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
+    """Unstick's client as the chart's controller ServiceAccount (release in NS; its Role
+    to read FARs in FAR's namespace)."""
+    admin = far_namespace
+    admin.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
     path = tmp_path_factory.mktemp("rbac") / "kubeconfig"
     try:
         with controller_kubeconfig(control_plane, NS, path, *SETS) as kubeconfig:
@@ -79,7 +84,7 @@ def chart_kube(
             yield kube
             kube.close()
     finally:
-        medik8s.request("DELETE", f"/api/v1/namespaces/{NS}")
+        admin.request("DELETE", f"/api/v1/namespaces/{NS}")
 
 
 @pytest.fixture
