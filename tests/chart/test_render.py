@@ -297,8 +297,9 @@ def test_agent_cannot_change_pods_or_nodes(defaults: list[dict[str, Any]]) -> No
         assert not rule_allows(rules, "unstick.dev", "remediationpolicies", verb), verb
         assert not rule_allows(rules, "", "namespaces", verb), verb
     assert not rule_allows(rules, "", "pods/eviction", "create")
-    assert rule_allows(rules, "unstick.dev", "remediationpolicies", "get")
-    assert rule_allows(rules, "", "namespaces", "get")
+    for verb in ("get", "list", "watch"):  # GET, or its own list+watch (docs/agent.md)
+        assert rule_allows(rules, "unstick.dev", "remediationpolicies", verb), verb
+        assert rule_allows(rules, "", "namespaces", verb), verb
     assert rule_allows(rules, "unstick.dev", "remediations", "watch")
     assert rule_allows(rules, "unstick.dev", "remediations/status", "patch")
     assert rule_allows(rules, "", "pods", "get")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from devcluster import ControlPlane
 from devcluster.process import wait_until
 from tests.support.agent import agent_running, node_under, watching
-from tests.support.audit_log import WRITES, requests, status_code
+from tests.support.audit_log import WRITES, received_at, requests, status_code
 from tests.support.controller import Controller, Objects, controller_started
 from tests.support.controller import policy_spec as spec
 from unstick.controller.records.writer import action_entry, same_value
@@ -132,7 +133,10 @@ def test_a_node_side_pod_costs_few_writes_and_a_small_record(
     watch = ListWatch(kube, WatchSpec(remediation_path(namespace), "versions"), versions)
     watch.start()
     try:
-        with agent_running(settings, watching(control_plane.kubeconfig)):
+        with agent_running(settings, watching(control_plane.kubeconfig)) as agent:
+            for cache in (agent.namespaces, agent.policies):
+                wait_until(cache.live, timeout=30, what=f"the agent's {cache.watch.spec.what}")
+            struck = time.time()
             objects.core.delete_namespaced_pod(pod["name"], namespace)
             wait_until(
                 lambda: _agent_answered(objects, namespace, pod),
@@ -172,6 +176,19 @@ def test_a_node_side_pod_costs_few_writes_and_a_small_record(
     assert ("rmdir-stale", "succeeded", "agent") in {
         (a["action"], a["result"], a.get("by")) for a in rem["status"].get("actions") or []
     }
+    # the round trip's agent reads the namespace and the policy from its watches (the
+    # policy at the mandate's version: docs/agent.md); the old flow GETs them, fresh
+    reads = [
+        (e["objectRef"]["resource"], e["objectRef"].get("name"))
+        for e in requests(control_plane, by="unstick-agent/", verbs={"get"})
+        if received_at(e) >= struck - 1
+        and (e["objectRef"].get("resource"), e["objectRef"].get("name"))
+        in {("namespaces", namespace), ("remediationpolicies", POLICY)}
+    ]
+    if flow == "round-trip":
+        assert reads == [], reads
+    else:
+        assert ("remediationpolicies", POLICY) in reads, reads
     max_writes, max_bytes = BOUNDS[flow]
     assert len(writes) <= max_writes, who
     assert size <= max_bytes, parts

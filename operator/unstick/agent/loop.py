@@ -24,6 +24,7 @@ from unstick import __version__
 from unstick.agent.authority.admission import AdmissionGate, refusal_message
 from unstick.agent.authority.rederive import NodeBudget, PolicySources
 from unstick.agent.authority.scope import ScopeGate
+from unstick.agent.authority.watched import Watched, namespace_labels
 from unstick.agent.handler import JSON, Handler
 from unstick.agent.holders.scan_group import NextPass
 from unstick.agent.orphans.cleanup import OrphanPass
@@ -93,6 +94,18 @@ class Agent:
         # namespace and policy GETs shared by the checks asking at the same moment, each
         # read after its caller asked (docs/agent.md, "Namespace and policy reads shared")
         self._reads: NextPass[JSON | None] = NextPass()
+        # ... and, for a mandate, from the agent's own list+watch of them (docs/agent.md,
+        # "Namespace and policy reads from watches"; a GET where they do not answer)
+        self.stop = threading.Event()
+        self.namespaces = Watched(
+            self.kube, "/api/v1/namespaces", "namespace-watch", keep=namespace_labels,
+            stop=self.stop, watch_timeout_s=loop.watch_timeout_s,
+            backoff_max_s=loop.backoff_max_s,
+        )  # fmt: skip
+        self.policies = Watched(
+            self.kube, POLICIES, "policy-watch", stop=self.stop,
+            watch_timeout_s=loop.watch_timeout_s, backoff_max_s=loop.backoff_max_s,
+        )  # fmt: skip
         executor = Executor(settings)
         # on the host (the state dir): the window survives an agent restart, even mid-batch
         budget = NodeBudget(
@@ -105,7 +118,12 @@ class Agent:
             executor,
             self.patch_status,
             self.get_pod,
-            policies=PolicySources(namespace=self.get_namespace, policy=self.get_policy),
+            policies=PolicySources(
+                namespace=self.get_namespace,
+                policy=self.get_policy,
+                watched_namespace=self.namespaces.peek,
+                watched_policy=self.policies.peek,
+            ),
             budget=budget,
             on_probe_duration=self.metrics.probe_duration.observe,
             on_refusal=on_refusal,
@@ -126,7 +144,6 @@ class Agent:
         self.admission = AdmissionGate(settings.admission_policy)  # --admission-policy
         self.orphan_reporter = OrphanReporter(settings.node_name, self.post)
         self.stuck_uids: dict[str, str] = {}  # remediation uid -> pod uid
-        self.stop = threading.Event()
         self._started = 0.0  # time.monotonic() of run(): healthy until the first list
         self._listed: set[str] = set()  # uids of the relist in progress
         self._workers: KeyedWorkers | None = None
@@ -336,9 +353,13 @@ class Agent:
         self._started = time.monotonic()
         server = self.serve_http()
         threading.Thread(target=self.run_summary, name="summary", daemon=True).start()
+        self.namespaces.start()
+        self.policies.start()
         try:
             self.run_watch()
         finally:
+            self.namespaces.stop()
+            self.policies.stop()
             if self._workers is not None:
                 self._workers.stop()
             server.shutdown()

@@ -209,7 +209,7 @@ class RoundTrip:
             return
         m = within(
             granted,
-            read_mandate(h.policies, ns, pod),
+            read_mandate(h.policies, ns, pod, policy_version=granted.policy_version),
             pod_uid=uid,
             node=h.settings.node_name,
         )

@@ -4,10 +4,12 @@ A Remediation is a channel, not an authority: whoever wrote it, the agent reads 
 API itself that the pod is the one named, Terminating and overdue on this node (`check_pod`
 in the handler), that it opted in, and which RemediationPolicy is in force for it
 (`read_mandate`: the pod's annotation, its namespace's labels, the policy object, judged
-by the pure `unstick.core.policy.mandate`). `dryRun` and `lazyUnmount` come from that policy,
-never from the Remediation; the policy's node rate limit is kept here too
-(`NodeBudget`, on disk in the agent's state dir so that it survives an agent restart), so
-requests beyond it are refused even if the controller's budget was lost or bypassed.
+by the pure `unstick.core.policy.mandate`; for a controller's mandate the namespace and
+the policy may come from the agent's own list+watch, `authority/watched.py`). `dryRun`
+and `lazyUnmount` come from that policy, never from the Remediation; the policy's node
+rate limit is kept here too (`NodeBudget`, on disk in the agent's state dir so that it
+survives an agent restart), so requests beyond it are refused even if the controller's
+budget was lost or bypassed.
 """
 
 from __future__ import annotations
@@ -36,22 +38,45 @@ def _api_error(exc: Exception) -> str:
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {exc}"
 
 
+def _unwatched(_name: str) -> JSON | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class PolicySources:
-    """Where the agent reads a namespace and a RemediationPolicy (GET each, fresh)."""
+    """Where the agent reads a namespace and a RemediationPolicy: `namespace` and `policy`
+    GET each, fresh; `watched_namespace` and `watched_policy` answer from the agent's own
+    list+watch of them (`authority/watched.py`: None when not kept or the watch is not
+    live), read only for a mandate (`read_mandate`'s `policy_version`)."""
 
     namespace: Getter
     policy: Getter
+    watched_namespace: Getter = _unwatched
+    watched_policy: Getter = _unwatched
 
 
-def read_mandate(sources: PolicySources, namespace: str, pod: JSON) -> Mandate:
-    """The policy in force for `pod` (from the API), or why nothing may be done."""
+def _version(obj: JSON | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("resourceVersion")
+
+
+def read_mandate(
+    sources: PolicySources, namespace: str, pod: JSON, *, policy_version: str | None = None
+) -> Mandate:
+    """The policy in force for `pod` (from the API), or why nothing may be done.
+
+    `policy_version`: the resourceVersion of the policy a controller's mandate names. Then
+    the namespace and the policy come from the agent's watches where they hold them live,
+    the policy only at that very version (docs/agent.md, "Namespace and policy reads from
+    watches"); anything else is read with a GET."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     annotation = annotations.get(REMEDIATE)
     if annotation is not None and not isinstance(annotation, str):
         annotation = None
+    watched = policy_version is not None
     try:
-        ns = sources.namespace(namespace)
+        ns = (sources.watched_namespace(namespace) if watched else None) or sources.namespace(
+            namespace
+        )
     except Exception as exc:  # never act on facts that could not be read
         return Mandate(
             None, Refusal.UNSAFE, f"cannot GET namespace {namespace!r}: {_api_error(exc)}"
@@ -60,8 +85,10 @@ def read_mandate(sources: PolicySources, namespace: str, pod: JSON) -> Mandate:
     name = policy_name(annotation, labels)
     lookup = None
     if name is not None:
+        obj = sources.watched_policy(name) if watched else None
         try:
-            obj = sources.policy(name)
+            if obj is None or _version(obj) != policy_version:
+                obj = sources.policy(name)
         except Exception as exc:
             return Mandate(
                 None,
