@@ -216,6 +216,47 @@ def test_proven_off_tainted_with_its_evidence_and_untainted_only_once_nothing_is
     assert (last["action"], last["result"]) == ("untaint-out-of-service", "succeeded")
 
 
+def _deletion_asked(core: Any, namespace: str, name: str) -> datetime:
+    meta = core.read_namespaced_pod(name, namespace).metadata
+    return meta.deletion_timestamp - timedelta(seconds=meta.deletion_grace_period_seconds or 0)
+
+
+def test_a_pod_deleted_after_the_node_is_ready_again_does_not_hold_the_taint(
+    run_pass: Any, chart_kube: Kube, core_api: Any, make_node: Any, objects: Objects,
+    namespace: str,
+) -> None:  # fmt: skip
+    """Once the node is back, the NoExecute taint evicts every pod bound to it by name that
+    does not tolerate it, each time its owner makes it again (the fencing benchmark's CSI
+    node plugin): a pod of the node is nearly always Terminating. Those are its kubelet's
+    to finish; the removal waits only for the pods deleted before the node was Ready."""
+    node = _lost(core_api, make_node)
+    early = objects.stuck_pod(namespace, node)  # the incident's: deleted while down
+    run_pass()
+    [taint] = _oos(chart_kube, node)
+    ready = _deletion_asked(core_api, namespace, early["name"]) + timedelta(seconds=1)
+    core_api.patch_node_status(node, {"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test",
+         "lastHeartbeatTime": _iso(ready), "lastTransitionTime": _iso(ready)}]}})  # fmt: skip
+    core_api.patch_node(node, {"spec": {"taints": [taint.entry()]}})  # the cloud's taint off
+    wait_until(lambda: datetime.now(UTC) >= ready + timedelta(seconds=1), timeout=5,
+               what="the clock past the node's Ready")  # fmt: skip
+    later = objects.stuck_pod(namespace, node)  # evicted once the node is back
+    assert _deletion_asked(core_api, namespace, later["name"]) > ready
+    run_pass()
+    assert _oos(chart_kube, node) == [taint]
+    waiting = _records(chart_kube, node)[0]["status"]["waitingFor"]
+    assert f"pod {namespace}/{early['name']} Terminating" in waiting, waiting
+    assert later["name"] not in waiting, waiting
+    core_api.delete_namespaced_pod(early["name"], namespace, grace_period_seconds=0)
+    run_pass()
+    assert _oos(chart_kube, node) == [] and _state(chart_kube, node).applied is None
+    [record] = _records(chart_kube, node)
+    last = record["status"]["actions"][-1]
+    assert (last["action"], last["result"]) == ("untaint-out-of-service", "succeeded")
+    assert f"its kubelet's to finish: pod {namespace}/{later['name']}" in last["message"], last
+    assert core_api.read_namespaced_pod(later["name"], namespace).metadata.deletion_timestamp
+
+
 @pytest.fixture
 def node_lifecycle(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Process]:
     """kube-controller-manager (bin/, v1.36) running only its node lifecycle controller,

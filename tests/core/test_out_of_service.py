@@ -155,6 +155,27 @@ def test_untaint_only_once_ready_and_nothing_is_left() -> None:
     assert not v.act and v.too_long and "not Ready" in v.reason
 
 
+def test_pods_deleted_after_the_node_was_ready_again_do_not_hold_the_taint() -> None:
+    """The taint's own evictions once the node is back (a pod bound to it by name, made
+    again by its StatefulSet and evicted again, in the fencing benchmark) are its kubelet's
+    to finish; the pods deleted before the node was Ready again (the incident's), or when
+    that is not known, hold the taint, as a VolumeAttachment does."""
+    mine = _node(ready="True", taints=[OURS], applied=_mark())
+    ready = NOW - timedelta(minutes=10)  # the Ready condition's lastTransitionTime
+    evicted = {"csi/plugin-0": ready + timedelta(seconds=1)}
+    v = decide_untaint(mine, Leftovers(("csi/plugin-0",), (), evicted), GUARDS, permitted=True,
+                       now=NOW)  # fmt: skip
+    assert v.act and "its kubelet's to finish: pod csi/plugin-0" in v.reason, v.reason
+    for deleted in ({"shop/web-0": ready - timedelta(minutes=1)}, {"shop/web-0": ready}, {}):
+        left = Leftovers(("shop/web-0", "csi/plugin-0"), (), {**evicted, **deleted})
+        v = decide_untaint(mine, left, GUARDS, permitted=True, now=NOW)
+        assert not v.act and "pod shop/web-0 Terminating" in v.reason, deleted
+        assert "csi/plugin-0" not in v.reason
+    left = Leftovers(("csi/plugin-0",), ("csi-123",), evicted)
+    v = decide_untaint(mine, left, GUARDS, permitted=True, now=NOW)
+    assert not v.act and "VolumeAttachment csi-123" in v.reason
+
+
 def test_an_admins_taint_is_never_removed() -> None:
     theirs = {**OURS, "timeAdded": "2026-11-20T09:40:00Z"}  # re-applied by someone
     for node in (

@@ -8,14 +8,14 @@ trusted its cache removed a taint whose node still held volumes).
   names, SelfNodeRemediations of the cluster — as proof (core/rules/fencing.py) and as
   "FAR or SNR manage this node" (they taint or delete its pods themselves: unstick does
   not race them); a CRD not installed (404) or no RBAC (403) is no record;
-- what is left of a node before its taint is removed: its pods that are Terminating, and
-  the VolumeAttachments that name it.
+- what is left of a node before its taint is removed: its pods that are Terminating (and
+  when their deletion was asked for), and the VolumeAttachments that name it.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import quote
 
 from kubernetes.client.exceptions import ApiException
@@ -99,17 +99,35 @@ def medik8s_of(fars: list[JSON], snrs: list[JSON], name: str) -> Medik8s:
     return far_facts, snr_facts, managers
 
 
+def _deletion_asked(meta: JSON) -> datetime | None:
+    """When a pod's deletion was asked for: its deletionTimestamp less its grace period
+    (both the API server's); None when unreadable."""
+    stamp, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds") or 0
+    try:
+        at = parse_datetime(stamp) if isinstance(stamp, str) and stamp else None
+    except ValueError:
+        return None
+    if at is None or not isinstance(grace, int):
+        return None
+    return at - timedelta(seconds=grace)
+
+
 def leftovers(kube: Kube, name: str) -> Leftovers:
-    """The node's Terminating pods and its VolumeAttachments, read live."""
-    pods = kube.list_all(PODS, {"fieldSelector": f"spec.nodeName={name}"})
-    terminating = tuple(
-        f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}"
-        for p in pods
-        if (p.get("metadata") or {}).get("deletionTimestamp")
-    )
+    """The node's Terminating pods (with when their deletion was asked for) and its
+    VolumeAttachments, read live."""
+    terminating, deleted_at = [], {}
+    for pod in kube.list_all(PODS, {"fieldSelector": f"spec.nodeName={name}"}):
+        meta = pod.get("metadata") or {}
+        if not meta.get("deletionTimestamp"):
+            continue
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        terminating.append(key)
+        asked = _deletion_asked(meta)
+        if asked is not None:
+            deleted_at[key] = asked
     attachments = tuple(
         str((va.get("metadata") or {}).get("name"))
         for va in kube.list_all(VOLUME_ATTACHMENTS)
         if (va.get("spec") or {}).get("nodeName") == name
     )
-    return Leftovers(terminating, attachments)
+    return Leftovers(tuple(terminating), attachments, deleted_at)

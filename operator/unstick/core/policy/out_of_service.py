@@ -21,7 +21,8 @@ came back, it evicts whatever lands there. So:
 - **untaint** only unstick's own taint — the NoExecute out-of-service taint whose
   `timeAdded` is the one unstick's annotation on the Node names; any other (an admin's, or
   one re-applied by anyone) is never removed — and only once the node is Ready and a live
-  read shows no pod of it Terminating and no VolumeAttachment of it. A taint held longer
+  read shows no pod of it Terminating (but those deleted after it was Ready again: its
+  kubelet's) and no VolumeAttachment of it. A taint held longer
   than `fencedTaintMaxSeconds` is reported (the alert `UnstickNodeFencedTooLong`), never
   removed on a timer.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from unstick.core.model.facts import OUT_OF_SERVICE_TAINT, NodeFacts
@@ -303,14 +304,25 @@ def decide_taint(
 @dataclass(frozen=True, slots=True)
 class Leftovers:
     """What a live read (never a cache) finds of the node: its pods that are Terminating
-    and the VolumeAttachments that name it."""
+    and the VolumeAttachments that name it; `deleted_at`: when each pod's deletion was
+    asked for (its deletionTimestamp less its grace period; absent: not known)."""
 
     terminating_pods: tuple[str, ...] = ()
     attachments: tuple[str, ...] = ()
+    deleted_at: Mapping[str, datetime] = field(default_factory=dict)
 
-    @property
-    def clear(self) -> bool:
-        return not self.terminating_pods and not self.attachments
+    def holding(self, ready_since: datetime | None) -> tuple[str, ...]:
+        """The Terminating pods the taint waits for: all but those deleted after the node
+        was Ready again (`ready_since`). A pod deleted while its kubelet runs is the
+        kubelet's to finish; the taint has nothing left to clear for it. Those are mostly
+        the taint's own work: a pod bound to the node by name (a StatefulSet's or a static
+        pod's, no toleration) is evicted by the NoExecute taint each time it is made again,
+        so some pod of the node is nearly always Terminating until the taint goes."""
+        return tuple(
+            p
+            for p in self.terminating_pods
+            if ready_since is None or p not in self.deleted_at or self.deleted_at[p] <= ready_since
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,14 +378,22 @@ def decide_untaint(
         return keep(f"node {name} is not Ready: the taint stays")
     if leftovers is None:
         return keep(f"node {name}'s pods and attachments were not read")
-    if not leftovers.clear:
-        left = [f"pod {p} Terminating" for p in leftovers.terminating_pods[:5]]
+    ready_since = node.facts.last_ready_transition
+    holding = leftovers.holding(ready_since)
+    if holding or leftovers.attachments:
+        left = [f"pod {p} Terminating" for p in holding[:5]]
         left += [f"VolumeAttachment {a}" for a in leftovers.attachments[:5]]
         return keep(f"node {name} is Ready but still has {', '.join(left)}")
-    return UntaintVerdict(
-        True,
+    reason = (
         f"node {name} is Ready again, and a live read shows no pod of it Terminating and "
-        "no VolumeAttachment of it",
-        too_long=too_long,
-        held_s=held,
+        "no VolumeAttachment of it"
     )
+    later = [p for p in leftovers.terminating_pods if p not in holding]
+    if later:
+        since = ready_since.strftime("%Y-%m-%dT%H:%M:%SZ") if ready_since else "?"
+        reason = (
+            f"node {name} is Ready again (since {since}), and a live read shows no pod of it "
+            f"Terminating from before that and no VolumeAttachment of it (deleted since, its "
+            f"kubelet's to finish: {', '.join(f'pod {p}' for p in later[:5])})"
+        )
+    return UntaintVerdict(True, reason, too_long=too_long, held_s=held)
