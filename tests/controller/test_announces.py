@@ -38,9 +38,19 @@ def test_unknown_once_when_the_first_wait_ends_without_a_probe() -> None:
 
 
 def test_kubelet_not_progressing_only_once_the_kubelets_window_is_over() -> None:
+    # in the window the record keeps the cause the steps were for (steps_diagnosis)
     steps = {"cause": "OrphanedMount", "phase": "Remediating"}
-    window = {"cause": "KubeletNotProgressing", "waitingFor": KUBELET_FINISHING}
+    window = {"cause": "OrphanedMount", "waitingFor": KUBELET_FINISHING}
     assert not announces(steps, window, "KubeletNotProgressing", waiting=False)
     assert not announces(window, window, "KubeletNotProgressing", waiting=False)
     acting = {"cause": "KubeletNotProgressing", "waitingFor": None}
     assert announces(window, acting, "KubeletNotProgressing", waiting=False)
+
+
+def test_a_mandates_cause_first_seen_in_the_kubelets_window() -> None:
+    """The round trip: no pass saw the agent's plan before its results (the record said
+    only WaitingForAgent); the window's record names the agent's cause: announced once."""
+    asked = {"cause": "Unknown", "phase": WAITING}
+    window = {"cause": "StaleVolumeDirs", "phase": "Remediating", "waitingFor": KUBELET_FINISHING}
+    assert announces(asked, window, "KubeletNotProgressing", waiting=False)
+    assert not announces(window, window, "KubeletNotProgressing", waiting=False)

@@ -36,6 +36,7 @@ from unstick.controller.agent_channel import trust
 from unstick.controller.agent_channel.node_steps import (
     NodeSide,
     NodeSideSettings,
+    handed_steps,
 )
 from unstick.controller.deciding.decision import (
     KUBELET_FINISHING,
@@ -53,6 +54,7 @@ from unstick.controller.incidents.path import IncidentPath, IncidentPathSettings
 from unstick.controller.incidents.record import takes_incident_path
 from unstick.controller.incidents.registry import Incidents
 from unstick.controller.records import identity
+from unstick.controller.records.agent_answers import steps_diagnosis
 from unstick.controller.records.events import EventQueue
 from unstick.controller.records.pod_record import PodRecords, log_resolved
 from unstick.controller.records.writer import RecordWriter, Stale
@@ -247,7 +249,7 @@ class Reconciler:
         self.detector.stuck.set(record.uid, record.namespace, str(d.cause))
         due = self._advance(pod, record, rem, decision, now, probe=probe)
         if announces(status, rem.get("status") or {}, str(d.cause), needs_probe(record, d)):
-            self._announce(pod, record, decision, now)
+            self._announce(pod, record, decision, now, rem)
         if memory is not None and not self.settings.node_round_trip:
             # (with the round trip the agent reads each volume's driver itself, and the
             # controller's decisions on its answer read them only when needed: inputs.py)
@@ -271,22 +273,33 @@ class Reconciler:
                 "claims of %s not read ahead: %s", (pod.get("metadata") or {}).get("name"), exc
             )
 
-    def _announce(self, pod: JSON, record: TerminatingPod, dec: Decision, now: float) -> None:
+    def _announce(
+        self, pod: JSON, record: TerminatingPod, dec: Decision, now: float, rem: JSON
+    ) -> None:
         d = dec.diagnosis
+        cause = str(d.cause)
         planned = ", ".join(str(s.action) for s in dec.steps) or "observe"
         evidence = "; ".join(e.message for e in d.evidence[:3])
+        status = rem.get("status") or {}
+        if status.get("waitingFor") == KUBELET_FINISHING:
+            # the kubelet's window after node steps: what they were for (steps_diagnosis),
+            # never announced yet (a mandate's plan whose pass this process did not make)
+            cause = str(status.get("cause"))
+            steps = [s for s in handed_steps(rem) or [] if isinstance(s, dict)]
+            planned = ", ".join(str(s.get("action")) for s in steps)
+            evidence = "; ".join(str(e.get("message")) for e in (status.get("evidence") or [])[:3])
         mode = (
             "dry run"
             if dec.policy.dry_run and dec.opted_in
             else ("remediating" if dec.opted_in else f"observing ({dec.why})")
         )
-        message = f"stuck in Terminating: {d.cause}. {evidence}. Plan: {planned} — {mode}."
-        self.inputs.events.post(pod, f"Stuck{d.cause}", message, rfc3339(now))
+        message = f"stuck in Terminating: {cause}. {evidence}. Plan: {planned} — {mode}."
+        self.inputs.events.post(pod, f"Stuck{cause}", message, rfc3339(now))
         log.info(
             "pod=%s uid=%s cause=%s action=diagnose result=%s plan=%s",
             record.key,
             record.uid,
-            d.cause,
+            cause,
             mode,
             planned,
         )
@@ -333,6 +346,11 @@ class Reconciler:
             # finish the pod itself, whatever is planned after it (force-delete, observe).
             finish_by = self._kubelet_finish_by(p)
             if finish_by > now:
+                # Not KubeletNotProgressing yet: the record (its cause, the stuck gauge)
+                # says what the steps were for — a mandate's: the agent's own diagnosis.
+                p.summary.update(steps_diagnosis(rem))
+                cause = str(p.summary["cause"])
+                self.detector.stuck.set(record.uid, record.namespace, cause)
                 phase = Phase.Remediating if changing else Phase.Observing
                 # progress only: carried by the next write (the pod's Resolved, most often)
                 self.writer.write(p, phase, waitingFor=KUBELET_FINISHING, defer=True)

@@ -31,7 +31,11 @@ from unstick.controller import failpoints
 from unstick.controller.agent_channel.trust import ProbeRequests
 from unstick.controller.deciding.decision import RATE_LIMITED, Decision, Pass
 from unstick.controller.deciding.policies import Policy
-from unstick.controller.records.agent_answers import agent_results, answered_results
+from unstick.controller.records.agent_answers import (
+    agent_results,
+    answered_results,
+    steps_cause,
+)
 from unstick.controller.records.writer import RecordWriter, Stale
 from unstick.core.remediation import (
     MANDATE,
@@ -359,7 +363,7 @@ class NodeSide:
                 result,
                 message,
                 by="agent",
-                cause=(p.rem.get("status") or {}).get("cause"),  # what the steps were for
+                cause=steps_cause(p.rem),  # what the steps were for (a mandate's: the agent's)
             )
 
     def _ask_probe(self, p: Pass) -> None:

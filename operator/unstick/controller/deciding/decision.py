@@ -128,7 +128,9 @@ def announces(before: JSON, after: JSON, cause: str, waiting: bool) -> bool:
     diagnosis, and not while the diagnosis waits for the node — for its probe (the cause
     is not known yet) or, after node steps, for the kubelet to finish the pod itself
     (KubeletNotProgressing is not shown yet): posted when that wait ends, with the cause
-    it ended on (Unknown once, the first time a wait ends without a probe)."""
+    it ended on (Unknown once, the first time a wait ends without a probe). In that
+    window the record's cause is the one the steps were for (a mandate's: the agent's
+    plan, agent_answers.steps_diagnosis), posted there when no pass announced it yet."""
     if waiting:
         observed = any(
             isinstance(a, dict) and a.get("action") == str(Action.OBSERVE)
@@ -137,7 +139,7 @@ def announces(before: JSON, after: JSON, cause: str, waiting: bool) -> bool:
         begins = after.get("phase") == Phase.Observing and before.get("phase") != Phase.Observing
         return begins and not observed
     if after.get("waitingFor") == KUBELET_FINISHING:
-        return False
+        return before.get("cause") != after.get("cause")
     held = (
         before.get("phase") == Phase.WaitingForAgent
         or before.get("waitingFor") == KUBELET_FINISHING
