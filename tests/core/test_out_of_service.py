@@ -48,6 +48,7 @@ def _node(
     taints: list[dict[str, Any]] | None = None,
     applied: Applied | str | None = None,
     name: str = "w1",
+    transition: datetime | None = NOW - timedelta(minutes=10),
 ) -> NodeState:
     annotations = {}
     if applied is not None:
@@ -66,7 +67,7 @@ def _node(
                     {
                         "type": "Ready",
                         "status": ready,
-                        "lastTransitionTime": _iso(NOW - timedelta(minutes=10)),
+                        **({"lastTransitionTime": _iso(transition)} if transition else {}),
                     }
                 ]
             },
@@ -155,11 +156,12 @@ def test_untaint_only_once_ready_and_nothing_is_left() -> None:
     assert not v.act and v.too_long and "not Ready" in v.reason
 
 
-def test_pods_deleted_after_the_node_was_ready_again_do_not_hold_the_taint() -> None:
+def test_the_taints_own_evictions_after_the_node_was_ready_again_do_not_hold_it() -> None:
     """The taint's own evictions once the node is back (a pod bound to it by name, made
     again by its StatefulSet and evicted again, in the fencing benchmark) are its kubelet's
-    to finish; the pods deleted before the node was Ready again (the incident's), or when
-    that is not known, hold the taint, as a VolumeAttachment does."""
+    to finish; any other Terminating pod holds the taint: the incident's (evicted before the
+    node was Ready again, or at that second), one deleted by anybody else since (not in
+    `evicted_at`), one whose time is not known — as a VolumeAttachment does."""
     mine = _node(ready="True", taints=[OURS], applied=_mark())
     ready = NOW - timedelta(minutes=10)  # the Ready condition's lastTransitionTime
     evicted = {"csi/plugin-0": ready + timedelta(seconds=1)}
@@ -174,6 +176,10 @@ def test_pods_deleted_after_the_node_was_ready_again_do_not_hold_the_taint() -> 
     left = Leftovers(("csi/plugin-0",), ("csi-123",), evicted)
     v = decide_untaint(mine, left, GUARDS, permitted=True, now=NOW)
     assert not v.act and "VolumeAttachment csi-123" in v.reason
+    unknown_ready = _node(ready="True", taints=[OURS], applied=_mark(), transition=None)
+    v = decide_untaint(unknown_ready, Leftovers(("csi/plugin-0",), (), evicted), GUARDS,
+                       permitted=True, now=NOW)  # fmt: skip
+    assert not v.act and "pod csi/plugin-0 Terminating" in v.reason, v.reason
 
 
 def test_an_admins_taint_is_never_removed() -> None:

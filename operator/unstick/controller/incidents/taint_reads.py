@@ -8,8 +8,8 @@ trusted its cache removed a taint whose node still held volumes).
   names, SelfNodeRemediations of the cluster — as proof (core/rules/fencing.py) and as
   "FAR or SNR manage this node" (they taint or delete its pods themselves: unstick does
   not race them); a CRD not installed (404) or no RBAC (403) is no record;
-- what is left of a node before its taint is removed: its pods that are Terminating (and
-  when their deletion was asked for), and the VolumeAttachments that name it.
+- what is left of a node before its taint is removed: its pods that are Terminating (and,
+  for those the taint manager evicted, when), and the VolumeAttachments that name it.
 """
 
 from __future__ import annotations
@@ -112,22 +112,34 @@ def _deletion_asked(meta: JSON) -> datetime | None:
     return at - timedelta(seconds=grace)
 
 
+def _evicted_by_taint(pod: JSON) -> bool:
+    """The taint manager's eviction: it sets a True DisruptionTarget condition with reason
+    DeletionByTaintManager before it deletes the pod."""
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == "DeletionByTaintManager"
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    )
+
+
 def leftovers(kube: Kube, name: str) -> Leftovers:
-    """The node's Terminating pods (with when their deletion was asked for) and its
-    VolumeAttachments, read live."""
-    terminating, deleted_at = [], {}
+    """The node's Terminating pods (with when the taint manager evicted those it did)
+    and its VolumeAttachments, read live."""
+    terminating, evicted_at = [], {}
     for pod in kube.list_all(PODS, {"fieldSelector": f"spec.nodeName={name}"}):
         meta = pod.get("metadata") or {}
         if not meta.get("deletionTimestamp"):
             continue
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         terminating.append(key)
-        asked = _deletion_asked(meta)
+        asked = _deletion_asked(meta) if _evicted_by_taint(pod) else None
         if asked is not None:
-            deleted_at[key] = asked
+            evicted_at[key] = asked
     attachments = tuple(
         str((va.get("metadata") or {}).get("name"))
         for va in kube.list_all(VOLUME_ATTACHMENTS)
         if (va.get("spec") or {}).get("nodeName") == name
     )
-    return Leftovers(tuple(terminating), attachments, deleted_at)
+    return Leftovers(tuple(terminating), attachments, evicted_at)

@@ -21,8 +21,8 @@ came back, it evicts whatever lands there. So:
 - **untaint** only unstick's own taint — the NoExecute out-of-service taint whose
   `timeAdded` is the one unstick's annotation on the Node names; any other (an admin's, or
   one re-applied by anyone) is never removed — and only once the node is Ready and a live
-  read shows no pod of it Terminating (but those deleted after it was Ready again: its
-  kubelet's) and no VolumeAttachment of it. A taint held longer
+  read shows no pod of it Terminating (but the taint's own evictions since it was Ready
+  again: its kubelet's) and no VolumeAttachment of it. A taint held longer
   than `fencedTaintMaxSeconds` is reported (the alert `UnstickNodeFencedTooLong`), never
   removed on a timer.
 """
@@ -304,24 +304,27 @@ def decide_taint(
 @dataclass(frozen=True, slots=True)
 class Leftovers:
     """What a live read (never a cache) finds of the node: its pods that are Terminating
-    and the VolumeAttachments that name it; `deleted_at`: when each pod's deletion was
-    asked for (its deletionTimestamp less its grace period; absent: not known)."""
+    and the VolumeAttachments that name it; `evicted_at`: of those, the ones the taint
+    manager evicted (a True `DisruptionTarget` condition, reason `DeletionByTaintManager`),
+    with when their deletion was asked for (deletionTimestamp less its grace period)."""
 
     terminating_pods: tuple[str, ...] = ()
     attachments: tuple[str, ...] = ()
-    deleted_at: Mapping[str, datetime] = field(default_factory=dict)
+    evicted_at: Mapping[str, datetime] = field(default_factory=dict)
 
     def holding(self, ready_since: datetime | None) -> tuple[str, ...]:
-        """The Terminating pods the taint waits for: all but those deleted after the node
-        was Ready again (`ready_since`). A pod deleted while its kubelet runs is the
-        kubelet's to finish; the taint has nothing left to clear for it. Those are mostly
-        the taint's own work: a pod bound to the node by name (a StatefulSet's or a static
-        pod's, no toleration) is evicted by the NoExecute taint each time it is made again,
-        so some pod of the node is nearly always Terminating until the taint goes."""
+        """The Terminating pods the taint waits for: all but the taint's own evictions
+        since the node was Ready again (`ready_since`). A pod bound to the node by name (a
+        StatefulSet's or a static pod's, with no toleration) is evicted by the NoExecute
+        taint each time it is made again: waiting for none of them to be Terminating would
+        wait on the taint itself, for ever. Such a pod is its running kubelet's to finish,
+        and the taint clears nothing for it (PodGC force-deletes only on a NotReady node).
+        Any other Terminating pod — the incident's, one deleted by anybody else, one whose
+        time is not known — holds the taint."""
         return tuple(
             p
             for p in self.terminating_pods
-            if ready_since is None or p not in self.deleted_at or self.deleted_at[p] <= ready_since
+            if ready_since is None or p not in self.evicted_at or self.evicted_at[p] <= ready_since
         )
 
 
@@ -378,7 +381,10 @@ def decide_untaint(
         return keep(f"node {name} is not Ready: the taint stays")
     if leftovers is None:
         return keep(f"node {name}'s pods and attachments were not read")
-    ready_since = node.facts.last_ready_transition
+    # The Ready condition's own time, not last_ready_transition's fallback to the Node's
+    # creation: a condition without one excuses no pod.
+    ready = node.facts.ready
+    ready_since = ready.last_transition if ready is not None else None
     holding = leftovers.holding(ready_since)
     if holding or leftovers.attachments:
         left = [f"pod {p} Terminating" for p in holding[:5]]
@@ -393,7 +399,7 @@ def decide_untaint(
         since = ready_since.strftime("%Y-%m-%dT%H:%M:%SZ") if ready_since else "?"
         reason = (
             f"node {name} is Ready again (since {since}), and a live read shows no pod of it "
-            f"Terminating from before that and no VolumeAttachment of it (deleted since, its "
-            f"kubelet's to finish: {', '.join(f'pod {p}' for p in later[:5])})"
+            f"Terminating but the taint's own evictions since, and no VolumeAttachment of it "
+            f"(its kubelet's to finish: {', '.join(f'pod {p}' for p in later[:5])})"
         )
     return UntaintVerdict(True, reason, too_long=too_long, held_s=held)
