@@ -8,7 +8,9 @@ unstick, running as the chart's pods, diagnoses KubeletNotProgressing from a fre
 policy, patched for the test, permits `restart-kubelet` (and not `force-delete`, which the
 plan puts first and which would end the pod without fixing the node) and has a long
 nodeLostAfter, so NodeUnreachable (rule 3) cannot win while the stopped kubelet lets the
-Node go NotReady. The agent runs the chart's restart command, which asks the node's
+Node go NotReady. The evidence says what the kubelet itself reports: nothing on its
+/metrics (it is stopped), and no status of the pod since the delete (observedGeneration).
+The agent runs the chart's restart command, which asks the node's
 kubelet supervisor (devcluster.node: the "service manager") to restart the
 kubelet; the restarted kubelet finalises the pod and the Node is Ready again. A second
 wedge within the hour: restart-kubelet is refused ("at most once per hour") and the
@@ -218,6 +220,25 @@ def controller_metrics(release: Release) -> str:
     return text
 
 
+def kubelet_says(status: dict[str, Any], probe: dict[str, Any]) -> None:
+    """The evidence says what the kubelet itself reports (docs/compatibility.md): the
+    stopped kubelet answers nothing on its /metrics (the probe's kubeletPods, read with the
+    agent's token, has no counts and says why), and it never wrote the deleted pod's status
+    (the 1.37 kubelet's status.observedGeneration is still the pod's generation before the
+    delete, which raised it from 1 to 2)."""
+    said = [e["message"] for e in status.get("evidence") or [] if e.get("kind") == "kubelet"]
+    print("the kubelet's evidence:", *said, sep="\n  ")
+    counts = probe.get("kubeletPods") or {}
+    assert counts.get("working") is None and "did not answer" in counts.get("unread", ""), counts
+    unknown = "the kubelet's own pod-worker counts are unknown: the kubelet's https://"
+    assert any(m.startswith(unknown) and "/metrics did not answer" in m for m in said), said
+    unseen = (
+        "the kubelet has not written the pod's status since the delete "
+        "(status.observedGeneration 1, metadata.generation 2)"
+    )
+    assert any(m.startswith(unseen) for m in said), said
+
+
 def _restarts(metrics: str, result: str) -> float:
     return counter(
         metrics, "unstick_remediations_total", action="restart-kubelet", cause=CAUSE, result=result
@@ -262,6 +283,7 @@ def test_wedged_kubelet_restarted_once_an_hour(
     probe = status["probe"]
     print("probe:", {k: probe.get(k) for k in ("runtime", "holderScan", "kubeletHealthy")})
     assert probe.get("podUID") == uid and probe.get("nodeName") == name, probe
+    kubelet_says(status, probe)
 
     # The kubelet came back (a new process), the Node is Ready, the pod finalised.
     wait_until(lambda: node.kubelet_pid() not in (None, stopped), timeout=30, what="new kubelet")
