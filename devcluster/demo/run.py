@@ -75,7 +75,11 @@ class History:
         cause = status.get("cause")
         if not cause or status.get("phase") == "WaitingForAgent":  # Unknown until the probe
             return
-        plan = _plan_text([step["action"] for step in status.get("plan", [])])
+        steps = status.get("plan") or []
+        agents = status.get("nodePlan") or {}  # the round trip: the agent planned the steps
+        if not steps and agents.get("cause") == cause:
+            steps = agents.get("steps") or []
+        plan = _plan_text([step["action"] for step in steps])
         seen = self.diagnoses.setdefault(pod, [])
         if not seen or seen[-1][0] != cause:
             seen.append((cause, plan))

@@ -142,7 +142,7 @@ def test_controller_probes_hit_the_kopf_liveness_endpoint(defaults: list[dict[st
         "--leader-elect-retry-period=2s",
         f"--health-port={ports['health']}",
         f"--metrics-port={ports['metrics']}",
-        "--no-node-round-trip",  # controller.nodeRoundTrip, always explicit
+        "--node-round-trip",  # controller.nodeRoundTrip, always explicit
     ]
     for probe in (c["livenessProbe"], c["readinessProbe"]):
         assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -177,7 +177,7 @@ def test_controller_flags_from_values(helm: str) -> None:
         "--namespace-scope=a",
         "--namespace-scope=b",
         "--verbose",
-        "--no-node-round-trip",
+        "--node-round-trip",
         "--workers=16",
     ]
     assert one(objects, "Role", "unstick-controller-leader-election")["rules"][1][

@@ -171,7 +171,10 @@ def in_process(control_plane: ControlPlane, kube: Kube) -> Iterator[tuple[InProc
     """The reconciler in this process: no Remediation watch, so the test decides which
     versions of the record its copies hold."""
     with policies_in_place(control_plane, {}) as objects:
-        ctl = InProcess(kube, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 2})
+        # the old flow too (CONTROLLER_ARGS): a probe request, then spec.nodeSteps
+        ctl = InProcess(
+            kube, round_trip=False, rateLimits={"clusterPerMinute": 10, "nodePerMinute": 2}
+        )
         try:
             yield ctl, objects
         finally:

@@ -26,9 +26,10 @@ class InProcess:
     policy_spec with no slack and these overrides (`rateLimits=...`). The namespace's
     labels and the Node are read from the API server; `on_node_read` runs when the Node
     is read fresh right before an action; `has_remediation` holds the UIDs of the pods
-    whose Remediation the test says exists. `close()` stops what it started."""
+    whose Remediation the test says exists; `round_trip=False`: the controller's
+    --no-node-round-trip. `close()` stops what it started."""
 
-    def __init__(self, kube: Kube, **policy: Any) -> None:
+    def __init__(self, kube: Kube, *, round_trip: bool = True, **policy: Any) -> None:
         self.kube = kube
         self.on_node_read: Callable[[], None] = lambda: None
         self.events = EventQueue(kube)
@@ -52,7 +53,8 @@ class InProcess:
             fresh=NodeInputs(node=self._fresh_node, csi_node=csi_nodes.get),
             incidents=self.incidents,
         )
-        self.reconciler = Reconciler(kube, detector, ReconcileSettings(), time.time, inputs)
+        settings = ReconcileSettings(node_round_trip=round_trip)  # False: --no-node-round-trip
+        self.reconciler = Reconciler(kube, detector, settings, time.time, inputs)
 
     def _labels(self, ns: str) -> dict[str, str]:
         found = self.kube.get(f"/api/v1/namespaces/{ns}") or {}

@@ -139,11 +139,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--node-round-trip",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=True,
         help="ask a stuck pod's node agent once, with a mandate (the node actions the "
         "policy permits): the agent probes, plans with the same core and acts in one round "
-        "trip (design.md §11); without it the controller asks for a probe, then for the "
-        "steps it planned (default: off)",
+        "trip (design.md §11; default: on). --no-node-round-trip: the previous release's "
+        "flow, for one release (the controller asks for a probe, then for the steps it "
+        "planned), e.g. while agents older than this controller still run",
     )
     p.add_argument(
         "--max-actions-per-minute",

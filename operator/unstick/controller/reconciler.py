@@ -89,7 +89,7 @@ class ReconcileSettings:
     max_cluster_per_minute: int = DEFAULT_CLUSTER_CAP
     max_node_per_minute: int = DEFAULT_NODE_CAP
     # --node-round-trip: ask the agent once, with a mandate (design.md §11; node_steps.py)
-    node_round_trip: bool = False
+    node_round_trip: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ NODE_STEPS = "node-steps"  # status.nodeRefusals[].action of a request refused a
 class NodeSideSettings:
     recheck_s: float = 300.0  # slow re-check; also the ceiling of the re-ask backoff
     reprobe_s: float = 600.0  # ask the agent again after an unanswered probe request
-    round_trip: bool = False  # --node-round-trip: a mandate in place of probe + steps (§11)
+    round_trip: bool = True  # --node-round-trip: a mandate in place of probe + steps (§11)
 
 
 def _word(entry: dict[str, Any]) -> str:
