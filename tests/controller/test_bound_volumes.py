@@ -1,11 +1,21 @@
 """The controller keeps a stuck pod's bound claims and volumes for a minute (caches.py
-BoundVolumes): the passes over one pod read each once a minute, not once per pass."""
+BoundVolumes): the passes over one pod read each once a minute, not once per pass; those
+its list+watch of claims and volumes holds (WatchedVolumes) not at all."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstick.controller.deciding.caches import BoundVolumes
+from unstick.controller.deciding.caches import (
+    CLAIMS,
+    VOLUMES,
+    BoundVolumes,
+    WatchedVolumes,
+    volume_fact,
+    volume_object,
+    volume_path,
+)
+from unstick.core.model.snapshot import _claims, _pv_drivers
 
 CLAIM = "/api/v1/namespaces/ns/persistentvolumeclaims/data"
 VOLUME = "/api/v1/persistentvolumes/pv-1"
@@ -73,3 +83,57 @@ def test_a_claims_volume_name_and_a_volumes_driver_are_kept_whatever_the_phase()
         assert cache.get(bare)["spec"]["volumeName"] == "pv-1"
         assert cache.get(VOLUME)["spec"]["csi"]["driver"] == "d"
     assert api.reads == [lost, bare, VOLUME]
+
+
+# --- claims and volumes kept by a list+watch (caches.WatchedVolumes, issue 34) ---------------
+
+
+def _watched_claim(volume: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": "data", "namespace": "ns", "managedFields": [{}]},
+            **_claim("Bound", volume)}  # fmt: skip
+
+
+def _watched_volume() -> dict[str, Any]:
+    return {"metadata": {"name": "pv-1", "uid": "u"}, **_volume("Bound")}
+
+
+def test_watched_claims_and_volumes_cost_no_request() -> None:
+    """A bound claim and any volume the watches delivered: read from them, only their
+    volumeName and driver kept; a claim without a volumeName is not kept (read every
+    time); a deleted one is forgotten; a relist replaces everything."""
+    claims = WatchedVolumes(None, CLAIMS, "claims")
+    volumes = WatchedVolumes(None, VOLUMES, "volumes")
+    claims.relist_begin()
+    claims.listed(_watched_claim("pv-1"))
+    claims.listed({**_watched_claim(None), "metadata": {"name": "new", "namespace": "ns"}})
+    claims.relist_end()
+    volumes.changed("ADDED", _watched_volume())
+    api = Api({CLAIM: _claim("Bound", "pv-1"), VOLUME: _volume("Bound")})
+    cache = BoundVolumes(api.get, watched=lambda p: claims.peek(p) or volumes.peek(p))
+    assert cache.get(CLAIM) == {
+        "metadata": {"name": "data", "namespace": "ns"},
+        "spec": {"volumeName": "pv-1"},
+    }
+    assert cache.peek(VOLUME) == {"metadata": {"name": "pv-1"}, "spec": {"csi": {"driver": "d"}}}
+    assert api.reads == [] and len(claims) == 1
+    cache.get("/api/v1/namespaces/ns/persistentvolumeclaims/new")
+    assert api.reads == ["/api/v1/namespaces/ns/persistentvolumeclaims/new"]
+    volumes.changed("DELETED", _watched_volume())
+    claims.relist_begin()
+    claims.relist_end()  # the claim is gone too
+    assert claims.peek(CLAIM) is None and volumes.peek(VOLUME) is None
+    cache.get(VOLUME)
+    assert api.reads[-1] == VOLUME
+
+
+def test_what_the_diagnosis_reads_of_a_watched_claim_and_volume_is_what_a_get_gives() -> None:
+    """The bundle parser finds the same driver in the kept facts as in the objects."""
+    full = {"persistentVolumeClaims": [_watched_claim("pv-1")],
+            "persistentVolumes": [_watched_volume()]}  # fmt: skip
+    kept = {
+        key: [volume_object(str(volume_path(o)), str(volume_fact(o))) for o in objs]
+        for key, objs in full.items()
+    }
+    assert _claims(kept, "ns") == _claims(full, "ns") == {"data": "pv-1"}
+    assert _pv_drivers(kept) == _pv_drivers(full) == {"pv-1": "d"}
+    assert volume_path(_watched_claim("pv-1")) == CLAIM and volume_path(_watched_volume()) == VOLUME

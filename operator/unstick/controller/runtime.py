@@ -94,6 +94,7 @@ class Runtime:
         self.events, self.incidents = parts.events, parts.incidents
         self.detector, self.reconciler = parts.detector, parts.reconciler
         self.kill_events = parts.kill_events
+        self.volume_watches = parts.volume_watches  # bound claims and volumes (caches.py)
         self.scheduler = Scheduler()
         self.pods: dict[str, TerminatingPod] = {}
         self._running: set[str] = set()
@@ -292,6 +293,8 @@ class Runtime:
         self.remediation_watch.start()
         for object_watcher in self.object_watchers:
             object_watcher.start()
+        for volume_watch in self.volume_watches:
+            volume_watch.start()
         self.aftermath.start()
         self.incidents.start()
         self.kill_events.start()  # the kubelet's FailedKillPod Events, for the bundles
@@ -347,6 +350,7 @@ class Runtime:
             self._stopping = True
             stops: list[Callable[[], None]] = [w.stop for w in self.watchers]
             stops += [w.stop for w in self.object_watchers]
+            stops += [w.stop for w in self.volume_watches]
             stops.append(self.remediation_watch.stop)
             stops.append(self.aftermath.stop)
             stops.append(self.reconciler.incident_path.stop)  # its senders need the writer

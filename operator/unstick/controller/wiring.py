@@ -1,7 +1,8 @@
 """The controller's parts and how they are wired: the watch-fed Node and CSINode caches,
-the claims and volumes read on demand, the Remediation index (fed by the Remediation watch), the
-Event queue, the node incidents, the detector and the reconciler with its inputs. The
-runtime (controller/runtime.py) builds them once with `wire` and drives them."""
+the claims and volumes (watched, else read on demand), the Remediation index (fed by the
+Remediation watch), the Event queue, the node incidents, the detector and the reconciler
+with its inputs. The runtime (controller/runtime.py) builds them once with `wire` and
+drives them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from unstick.controller.deciding.caches import (
+    CLAIMS,
+    VOLUMES,
     BoundVolumes,
     FreshNodes,
     ObjectCache,
+    WatchedVolumes,
     csi_node_path,
     node_path,
 )
@@ -38,6 +42,7 @@ class Parts:
     detector: Detector
     reconciler: Reconciler
     kill_events: KillPodEvents  # the kubelet's FailedKillPod Events per pod (CNI teardown)
+    volume_watches: tuple[WatchedVolumes, ...]  # bound claims and volumes (caches.py)
 
 
 def wire(
@@ -49,7 +54,11 @@ def wire(
 
     nodes = ObjectCache(lambda name: kube.get(node_path(name)))
     csi_nodes = ObjectCache(lambda name: kube.get(csi_node_path(name)))
-    bound = BoundVolumes(kube.get)  # a stuck pod's claims and volumes
+    claims = WatchedVolumes(kube, CLAIMS, "claim watch")
+    volumes = WatchedVolumes(kube, VOLUMES, "volume watch")
+    bound = BoundVolumes(  # a stuck pod's claims and volumes: watched, else kept, else GET
+        kube.get, watched=lambda path: claims.peek(path) or volumes.peek(path)
+    )
     remediations: set[str] = set()
     events = EventQueue(kube)
     incidents = Incidents(kube, events, clock)
@@ -100,5 +109,13 @@ def wire(
         ),
     )
     return Parts(
-        nodes, csi_nodes, remediations, events, incidents, detector, reconciler, kill_events
+        nodes,
+        csi_nodes,
+        remediations,
+        events,
+        incidents,
+        detector,
+        reconciler,
+        kill_events,
+        (claims, volumes),
     )
