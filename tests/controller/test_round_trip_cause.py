@@ -13,9 +13,20 @@ from typing import Any
 
 import pytest
 
+from devcluster import ControlPlane
 from devcluster.process import wait_until
-from tests.support.controller import Controller, Objects, agent_probe, utc_now, write_as_agent
+from tests.support.controller import (
+    Controller,
+    Objects,
+    agent_probe,
+    policies_in_place,
+    utc_now,
+    write_as_agent,
+)
 from tests.support.controller import policy_spec as spec
+from tests.support.reconciler import InProcess, overdue_record
+from unstick.controller.metrics import REMEDIATIONS
+from unstick.kube.client import Kube
 
 pytestmark = pytest.mark.envtest
 
@@ -28,13 +39,12 @@ CONTROLLER_ARGS = ("--node-round-trip", "--kubelet-finish-seconds", "120")
 COUNTED = {"action": "rmdir-stale", "result": "succeeded"}
 
 
-def _round_trip(
-    controller: Controller, objects: Objects, namespace: str, node: str, *, one_write: bool
-) -> dict[str, Any]:
-    """A stuck pod, its mandate answered by the test as the agent (the plan of cause
-    StaleVolumeDirs, its step done, a probe after it: nothing left), then the pod finished
-    by the test as the kubelet within its window; the record once Resolved."""
-    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
+def _answer(
+    objects: Objects, namespace: str, node: str, pod: dict[str, Any], *, one_write: bool
+) -> None:
+    """The test as the agent: its mandate answered with a plan of cause StaleVolumeDirs
+    (one rmdir-stale), the step done, a probe after it that shows nothing left — in the
+    agent's two writes, or in one (as a controller that missed the first sees it)."""
     rem = objects.remediation_when(
         namespace, pod, timeout=60, what="the mandate", spec_has="mandate"
     )
@@ -47,12 +57,49 @@ def _round_trip(
         write_as_agent(objects, namespace, rem, {"probe": probe, "nodePlan": plan})
     done = utc_now()
     result = {**step, "result": "succeeded", "message": "removed", "time": done}
-    answer = {
-        "nodeActions": [result],
-        "nodeStepsDoneAt": done,
-        "probe": agent_probe(node, [], pod["uid"]),
-    }
+    after = agent_probe(node, [], pod["uid"])
+    answer = {"nodeActions": [result], "nodeStepsDoneAt": done, "probe": after}
     write_as_agent(objects, namespace, rem, {"nodePlan": plan, **answer} if one_write else answer)
+
+
+def test_a_pod_gone_before_any_pass_read_the_agents_answer(
+    control_plane: ControlPlane, kube: Kube, namespace: str, make_node: Any
+) -> None:
+    """The kubelet removed the pod before a pass read the agent's answer (the reconciler
+    in this process, so that no pass runs in between): the Resolved write says the plan's
+    cause and counts the agent's result under it. First in the module: the module's
+    controller, started by the tests below, must not run beside this reconciler."""
+    with policies_in_place(control_plane, {}) as objects:
+        ctl = InProcess(kube)
+        try:
+            node = objects.ready_node(make_node)
+            pod = objects.stuck_pod(namespace, node, remediate="true")
+            record = overdue_record(kube, namespace, pod["name"])
+            ctl.reconciler.reconcile(record)  # the record, created with the mandate
+            _answer(objects, namespace, node, pod, one_write=False)
+            answered = objects.remediation(namespace, pod)
+            assert answered is not None
+            ctl.reconciler.writer.offer(answered)  # as the Remediation watch delivers it
+            objects.core.delete_namespaced_pod(pod["name"], namespace, grace_period_seconds=0)
+            objects.pod_gone(namespace, pod, timeout=30, what="the pod finished by the kubelet")
+            counter = REMEDIATIONS.labels("rmdir-stale", "StaleVolumeDirs", "succeeded")
+            before = counter._value.get()
+            assert ctl.reconciler.resolve(record)
+            status = objects.status(namespace, pod)
+            assert (status["phase"], status["cause"]) == ("Resolved", "StaleVolumeDirs"), status
+            assert [(a["action"], a["by"]) for a in status["actions"]] == [("rmdir-stale", "agent")]
+            assert counter._value.get() == before + 1
+        finally:
+            ctl.close()
+
+
+def _round_trip(
+    controller: Controller, objects: Objects, namespace: str, node: str, *, one_write: bool
+) -> dict[str, Any]:
+    """A stuck pod, its mandate answered (`_answer`), then the pod finished by the test as
+    the kubelet within its window; the record once Resolved."""
+    pod = objects.stuck_pod(namespace, node, remediate=POLICY)
+    _answer(objects, namespace, node, pod, one_write=one_write)
     # The controller counts the agent's result on the pass that reads it, then gives the
     # kubelet its window (nothing of the pod is left on the node) ...
     wait_until(

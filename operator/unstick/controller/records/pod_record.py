@@ -23,7 +23,10 @@ from unstick.controller import metrics
 from unstick.controller.records import identity
 from unstick.controller.records.agent_answers import (
     LateActions,
+    answered_plan,
     late_agent_actions,
+    steps_cause,
+    steps_diagnosis,
     steps_pending,
 )
 from unstick.controller.records.writer import (
@@ -76,6 +79,10 @@ def resolved_status(rem: JSON, now: float) -> tuple[dict[str, Any], LateActions 
     late = late_agent_actions(rem, now)
     if late is not None:
         final["actions"] = late.actions
+    # gone before a pass read the agent's answer to a mandate: the cause its plan names
+    cause = steps_cause(rem)
+    if answered_plan(rem) is not None and (rem.get("status") or {}).get("cause") != cause:
+        final.update(steps_diagnosis(rem))
     return final, late
 
 
