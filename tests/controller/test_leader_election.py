@@ -620,8 +620,9 @@ def test_the_guard_is_checked_again_on_the_connection(
     control_plane: ControlPlane, objects: Objects
 ) -> None:
     """The guard runs in `Kube._call` and once more inside the connection, right before the
-    request is written (after the pool, the connect and the TLS handshake): a lease lost in
-    between (a process stopped there) sends nothing. GETs are not guarded."""
+    request line and headers are written (after the pool, the connect, the TLS handshake and
+    urllib3's framing): a lease lost in between (a process stopped there) sends nothing.
+    GETs are not guarded."""
     agent = "unstick-guard-test/1"
     kube = Kube(
         ClientSettings(kubeconfig=str(control_plane.kubeconfig), user_agent=agent, retry_attempts=1)

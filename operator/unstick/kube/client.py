@@ -321,18 +321,26 @@ class _WaitRetryAfter(tenacity.wait.wait_base):
 
 def _guard_connections(pools: urllib3.PoolManager, guard: Callable[[], Any]) -> None:
     """Call `guard()`'s check once more inside the connection, right before a request that
-    is not a GET is written to it: after the pool handed the connection out and after its
-    TCP connect and TLS handshake, the slowest steps between `Kube._call`'s check and the
-    send. A process stopped there (SIGSTOP) and resumed after it lost the lease would
-    otherwise send a write it checked before the stop."""
+    is not a GET is written to it: in `endheaders`, the call that puts the request line and
+    headers on the socket — after the pool handed the connection out, after its TCP connect
+    and TLS handshake, after urllib3 framed the request — the slowest steps between
+    `Kube._call`'s check and the send. A process stopped there (SIGSTOP) and resumed after
+    it lost the lease would otherwise send a write it checked before the stop."""
 
     def checked(base: type[urllib3.connection.HTTPConnection]) -> type[Any]:
         class Guarded(base):  # type: ignore[valid-type,misc]
+            _sending: tuple[str, str] = ("GET", "")
+
             def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+                self._sending = (method, url)
+                super().request(method, url, *args, **kwargs)
+
+            def endheaders(self, *args: Any, **kwargs: Any) -> None:
+                method, url = self._sending
                 check = guard()
                 if method != "GET" and check is not None:
                     check(method, url)
-                super().request(method, url, *args, **kwargs)
+                super().endheaders(*args, **kwargs)
 
         return Guarded
 
