@@ -25,10 +25,10 @@ from devcluster.demo.table import Row, render
 from unstick.core.remediation import (
     GROUP,
     INTENTS,
-    NODE_ACTIONS_FIELD,
     NODE_STEPS_REQUESTED_AT,
     PLURAL,
     VERSION,
+    node_results,
     steps_answered,
 )
 
@@ -118,7 +118,8 @@ def per_pod(rem: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def answer_recorded(rem: dict[str, Any]) -> bool:
     """The agent's answer to the pod's latest node steps (when it was asked any) is on the
     record and recorded by the controller: answered (`status.nodeStepsDoneAt` at or after
-    the request) and each `status.nodeActions` entry in `status.actions`. The kubelet may
+    the request) and each `status.nodeActions` entry (with its plan step's target) in
+    `status.actions`. The kubelet may
     remove the pod right after the agent's unmount, before the agent writes its answer:
     the controller marks the record Resolved first and records the late answer when it
     lands (controller/records/pod_record.py), so a read in between sees the pod gone and
@@ -127,10 +128,11 @@ def answer_recorded(rem: dict[str, Any]) -> bool:
     if spec.get(NODE_STEPS_REQUESTED_AT) and not steps_answered(spec, status):
         return False
 
-    def entries(key: str) -> set[tuple[Any, Any, Any]]:
-        return {(a.get("action"), a.get("target"), a.get("result")) for a in status.get(key) or []}
+    def entries(items: list[Any]) -> set[tuple[Any, Any, Any]]:
+        return {(a.get("action"), a.get("target"), a.get("result")) for a in items}
 
-    return entries(NODE_ACTIONS_FIELD) <= entries("actions")
+    # a mandate's results name the plan's step, not its target (node_results reads it)
+    return entries(node_results(status)) <= entries(status.get("actions") or [])
 
 
 def _compact(items: list[str]) -> list[str]:

@@ -10,6 +10,7 @@ results, leaves a plan on record that the next agent settles by looking, never b
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from tests.agent.test_agent_trust import NOW, UID, Node, pod, policy, stamp
 from unstick.agent.handler import Handler
 from unstick.agent.round_trip import SETTLED_DONE, SETTLED_LEFT
+from unstick.core.remediation import node_results
 
 
 class Killed(BaseException):
@@ -196,3 +198,28 @@ def test_killed_between_its_act_and_its_results_is_settled_by_looking(tmp_path: 
     (_, answer) = agent.serve(obj, _restarted(agent))
     assert {a["result"] for a in answer["nodeActions"]} == {"succeeded"}
     assert {a["message"] for a in answer["nodeActions"]} == {SETTLED_DONE}
+
+
+def test_each_result_names_its_plan_step_and_the_target_is_on_record_once(
+    tmp_path: Path,
+) -> None:
+    """A result of a plan step names the step (its index) instead of repeating its target
+    (issue 34, a lean record); read back with it by `node_results`. A new plan is never
+    written under results that name the old one's steps: they go with it."""
+    agent = Agent(tmp_path)
+    intent, answer = agent.serve(agent.remediation())
+    assert [set(a) for a in answer["nodeActions"]] == [
+        {"action", "step", "result", "message", "time"}
+    ] * 2
+    assert [a["step"] for a in answer["nodeActions"]] == [0, 1]
+    status = {**intent, **answer}
+    targets = [s["target"] for s in intent["nodePlan"]["steps"]]
+    assert [r["target"] for r in node_results(status)] == targets
+    assert json.dumps(status).count(targets[0]) == 1  # the plan only (the probe: none left)
+    # asked again (a later request) over that answer: the new plan clears those results
+    agent.patches.clear()
+    agent.stale.mkdir(parents=True)
+    status["nodeStepsDoneAt"] = stamp(NOW - timedelta(seconds=1.5))  # answered, then ...
+    again = agent.remediation(status, at=NOW - timedelta(seconds=1))  # ... asked again
+    intent, _ = agent.serve(again)
+    assert "nodeActions" in intent and intent["nodeActions"] is None

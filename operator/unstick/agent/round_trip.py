@@ -289,17 +289,20 @@ class RoundTrip:
             h.patch_status(r.ns, r.name, patch)
             return
         # record before act (design.md §3 invariant 10): the probe and the plan first
-        h.patch_status(r.ns, r.name, {rem.PROBE: probe, rem.NODE_PLAN: node_plan.to_json()})
+        intent: JSON = {rem.PROBE: probe, rem.NODE_PLAN: node_plan.to_json()}
+        if _refers_to_a_plan(r.status):  # an older plan's results go with that plan
+            intent[rem.NODE_ACTIONS_FIELD] = None
+        h.patch_status(r.ns, r.name, intent)
         lazy = m.policy.lazy_unmount
-        results += h.act(r.uid, [(str(s.action), s.target) for s in steps], lazy=lazy)
-        self._answer(r, results)
+        acted = h.act(r.uid, [(str(s.action), s.target) for s in steps], lazy=lazy)
+        self._answer(r, [x.to_json() for x in results] + _of_plan(acted))
 
-    def _answer(self, r: _Request, results: list[StepResult]) -> None:
+    def _answer(self, r: _Request, results: list[JSON]) -> None:
         """The results and a probe taken after them, in one write."""
         h = self.h
         done = max(h.clock(), r.at)  # never earlier than the request (clock skew)
         patch: JSON = {
-            rem.NODE_ACTIONS_FIELD: [r.to_json() for r in results],
+            rem.NODE_ACTIONS_FIELD: results,
             rem.NODE_STEPS_DONE_AT: rfc3339(done),
         }
         try:
@@ -321,7 +324,7 @@ class RoundTrip:
                 ns,
                 name,
                 {
-                    rem.NODE_ACTIONS_FIELD: [r.to_json() for r in results],
+                    rem.NODE_ACTIONS_FIELD: _of_plan(results),
                     rem.NODE_STEPS_DONE_AT: rfc3339(max(h.clock(), recorded.requested_at)),
                 },
             )
@@ -347,7 +350,7 @@ class RoundTrip:
             name,
             {
                 rem.PROBE: probe,
-                rem.NODE_ACTIONS_FIELD: [r.to_json() for r in results],
+                rem.NODE_ACTIONS_FIELD: _of_plan(results),
                 rem.NODE_STEPS_DONE_AT: rfc3339(max(h.clock(), recorded.requested_at)),
             },
         )
@@ -383,6 +386,24 @@ class RoundTrip:
 
     def _refused(self, step: Step, refusal: Refusal, message: str) -> StepResult:
         return self._result(step, DRY_RUN if refusal is Refusal.DRY_RUN else REFUSED, message)
+
+
+def _of_plan(results: list[StepResult]) -> list[JSON]:
+    """The results of the plan's steps, in its order, as `status.nodeActions` entries that
+    name the step (`step`: its index in `status.nodePlan.steps`) instead of repeating its
+    target: the target is on record once, in the plan (issue 34, a lean record;
+    `unstick.core.remediation.node_results` reads them back with their targets)."""
+    return [
+        {"action": x.action, rem.STEP: i, "result": x.result, "message": x.message, "time": x.time}
+        for i, x in enumerate(results)
+    ]
+
+
+def _refers_to_a_plan(status: JSON) -> bool:
+    """`status.nodeActions` holds results that name a step of the plan on record: a new
+    plan must not be written under them (they would name its steps)."""
+    entries = status.get(rem.NODE_ACTIONS_FIELD)
+    return isinstance(entries, list) and any(isinstance(e, dict) and rem.STEP in e for e in entries)
 
 
 __all__ = ["BundleError", "OwnPlan", "RoundTrip", "bundle", "csi_drivers", "own_plan"]

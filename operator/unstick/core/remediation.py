@@ -349,6 +349,34 @@ def steps_answered(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     return requested is not None and done is not None and done >= requested
 
 
+#: In a `status.nodeActions` entry of a mandate's answer: the index of the step of
+#: `status.nodePlan.steps` it is the result of, in place of its target (the target is on
+#: record once, in the plan: issue 34, a lean record).
+STEP = "step"
+
+
+def node_results(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`status.nodeActions` as results with their target: an entry that refers to a step of
+    `status.nodePlan` (`step`: its index) gets that step's action and target; an entry
+    that does not resolve (no plan, an index out of range, not an object) keeps what it
+    says (its target then empty). Entries that are not objects are left out."""
+    plan = status.get(NODE_PLAN)
+    steps = plan.get("steps") if isinstance(plan, Mapping) else None
+    steps = steps if isinstance(steps, list) else []
+    out = []
+    for item in status.get(NODE_ACTIONS_FIELD) or []:
+        if not isinstance(item, Mapping):
+            continue
+        entry = dict(item)
+        i = entry.get(STEP)
+        if isinstance(i, int) and not isinstance(i, bool) and "target" not in entry:
+            step = steps[i] if 0 <= i < len(steps) and isinstance(steps[i], Mapping) else {}
+            entry["target"] = str(step.get("target", ""))
+            entry.setdefault("action", step.get("action"))
+        out.append(entry)
+    return out
+
+
 # --- the probe (agent → controller, `status.probe`) ---------------------------------------
 
 

@@ -12,7 +12,7 @@ from devcluster import ControlPlane
 from devcluster.csi_seed import pod_exists
 from devcluster.node import RealNode
 from devcluster.process import wait_until
-from unstick.core.remediation import steps_answered
+from unstick.core.remediation import node_results, steps_answered
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "unstick"
@@ -197,10 +197,12 @@ def resolved_with_answer(cp: ControlPlane, namespace: str, uid: str) -> dict[str
     if status.get("phase") != "Resolved" or not steps_answered(spec, status):
         return None
 
-    def entries(key: str) -> set[tuple[Any, Any, Any]]:
-        return {(a.get("action"), a.get("target"), a.get("result")) for a in status.get(key) or []}
+    def entries(items: list[Any]) -> set[tuple[Any, Any, Any]]:
+        return {(a.get("action"), a.get("target"), a.get("result")) for a in items}
 
-    return rem if entries("nodeActions") <= entries("actions") else None
+    # a mandate's results name the plan's step, not its target (node_results reads it)
+    done = entries(status.get("actions") or [])
+    return rem if entries(node_results(status)) <= done else None
 
 
 def await_resolved_with_answer(

@@ -149,7 +149,7 @@ def replay_volume(
     if any(m.mount_id == mount.mount_id for m in table.mounts):
         return (
             f"{driver} NodeUnpublishVolume({handle}): driver answered OK but the mount is "
-            f"still there ({target}); the unmount step removes it"
+            "still there (the step's target); the unmount step removes it"
         )
     message = f"{driver} NodeUnpublishVolume({handle}): unmounted {target}"
     if not os.path.lexists(target):  # the driver removed its target, as the CSI spec asks

@@ -15,6 +15,7 @@ from unstick.core.remediation import (
     NODE_PLAN,
     NODE_STEPS_DONE_AT,
     NODE_STEPS_REQUESTED_AT,
+    node_results,
     rfc3339,
     steps_answered,
     time_or_none,
@@ -49,10 +50,10 @@ def answered_results(rem: JSON) -> list[tuple[str, str, str, str]]:
 
 
 def _node_actions(status: JSON) -> list[tuple[str, str, str, str]]:
+    """Each result with its target — a mandate's results name the plan's step instead
+    (`core.remediation.node_results`)."""
     out = []
-    for item in status.get("nodeActions") or []:
-        if not isinstance(item, dict):
-            continue
+    for item in node_results(status):
         action, result = item.get("action"), item.get("result")
         out.append(
             (
