@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 HELM ?= bin/helm
 ACTIONLINT ?= bin/actionlint
 
-.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes test-chart version krew test-matrix kind-up kind-down
+.PHONY: all venv tools node-deps images kind-image lint test test-serial test-fast demo bench bench-quick manifests chart-readme proto clean help image chart dist release-notes test-chart version krew test-matrix test-envtest kind-up kind-down
 
 help:
 	@echo "make demo         local control plane + stuck pods + unstick fixing them, live"
@@ -20,6 +20,8 @@ help:
 	@echo "make test-chart   the chart tests (tests/chart)"
 	@echo "make test-matrix  (root) the kind suite on Kubernetes 1.32, 1.35 and 1.37, each from its own"
 	@echo "                  pinned module (hack/test-matrix.sh; ~25 min warm, not in make test)"
+	@echo "make test-envtest KUBE_VERSION=v1.32.13  the envtests (ENVTEST_PATHS, default tests/) against"
+	@echo "                  that version's kube-apiserver, kubectl, kube-controller-manager (hack/envtest-bin.sh)"
 	@echo "make lint         ruff, mypy (strict on the core), import contract, actionlint (workflows)"
 	@echo "make tools        build kube-apiserver, etcd, kubectl, kwok, helm, kube-controller-manager,"
 	@echo "                  kube-scheduler, kubelet into bin/"
@@ -142,6 +144,18 @@ test-chart: venv tools
 # not part of make test (its time).
 test-matrix: venv node-deps
 	bash hack/test-matrix.sh
+
+# The envtests (marker envtest) against another Kubernetes version's kube-apiserver, kubectl
+# and kube-controller-manager, built into the tools cache (hack/envtest-bin.sh says how when
+# they are not): `make test-envtest KUBE_VERSION=v1.32.13 ENVTEST_PATHS=tests/controller`.
+# Run here on 1.32.13 and 1.35.4 (docs/compatibility.md); not part of make test.
+KUBE_VERSION ?=
+ENVTEST_PATHS ?= tests
+test-envtest: venv
+	@test -n "$(KUBE_VERSION)" || { echo "make test-envtest: set KUBE_VERSION (e.g. v1.32.13)"; exit 2; }
+	dir=$$(bash hack/envtest-bin.sh $(KUBE_VERSION)) && \
+	UNSTICK_BIN_DIR="$$dir" UNSTICK_KUBE_VERSION=$(KUBE_VERSION) PATH="$$dir:$$PATH" \
+	  $(VENV)/bin/pytest -p no:cacheprovider -m envtest $(ENVTEST_PATHS) $(PYTEST_ARGS)
 
 # The version in pyproject.toml (= the chart's appVersion; the release tag is v<version>)
 version:

@@ -3,6 +3,7 @@ the suite relies on (a pod on a kubelet-less node stays Terminating; kwok finali
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import uuid
@@ -21,7 +22,11 @@ pytestmark = pytest.mark.envtest
 
 def _pinned_minor() -> str:
     """'v1.<minor>.' of the k8s.io/kubernetes tools/kubernetes/go.mod pins (what make tools
-    built; make test-matrix pins another version in its own copy)."""
+    built; make test-matrix pins another version in its own copy), or of
+    $UNSTICK_KUBE_VERSION (make test-envtest KUBE_VERSION=...: another version's binaries)."""
+    other = re.match(r"v1\.\d+\.", os.environ.get("UNSTICK_KUBE_VERSION", ""))
+    if other:
+        return other.group(0)
     gomod = Path(__file__).parents[2] / "tools" / "kubernetes" / "go.mod"
     match = re.search(r"^require k8s\.io/kubernetes (v1\.\d+\.)", gomod.read_text(), re.M)
     assert match, f"{gomod}: no 'require k8s.io/kubernetes v1.N.P' line"
