@@ -98,9 +98,11 @@ def far_proof(kind: Kind) -> Iterator[None]:
         kind.kubectl("delete", "rolebinding,role", name, "-n", farmod.NAMESPACE, check=False)
 
 
-def far_kept_out(namespace: str) -> list[dict[str, Any]]:
+@pytest.fixture
+def far_kept_out(kind: Kind) -> Iterator[None]:
     """A ValidatingAdmissionPolicy (and its binding) refusing FAR's service account the
-    deletion of pods in `namespace`."""
+    deletion of pods in STUCK_NS; deleted afterwards."""
+    namespace = STUCK_NS
     name = f"{namespace}-no-far-cleanup"
     sa = f"system:serviceaccount:{farmod.NAMESPACE}:{farmod.PREFIX}controller-manager"
     policy = {
@@ -134,7 +136,14 @@ def far_kept_out(namespace: str) -> list[dict[str, Any]]:
         "metadata": {"name": name},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
-    return [policy, binding]
+    kind.apply(policy, binding)
+    try:
+        yield
+    finally:
+        kind.kubectl(
+            "delete", f"validatingadmissionpolicybinding/{name}",
+            f"validatingadmissionpolicy/{name}", "--ignore-not-found", check=False,
+        )  # fmt: skip
 
 
 def statefulset(kind: Kind, namespace: str, node: str) -> dict[str, Any]:
@@ -224,13 +233,13 @@ def test_far_powers_a_worker_off_and_unstick_force_deletes_on_its_proof(
     quick_policy: None,
     far: farmod.Far,
     far_proof: None,
+    far_kept_out: None,
     namespaces: list[str],
 ) -> None:
     node = kind.worker_without_controller()
     namespaces.append(STUCK_NS)
     kind.apply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STUCK_NS, "labels": OPT_IN}},
-        *far_kept_out(STUCK_NS),
         statefulset(kind, STUCK_NS, node),
     )
     first = wait_until(lambda: db0_running(kind, STUCK_NS), timeout=120, what="db-0 running")
@@ -309,11 +318,11 @@ def test_far_powers_a_worker_off_and_unstick_force_deletes_on_its_proof(
         assert new["spec"]["nodeName"] != node, new["spec"]
         log.info("replacement running %.1f s after the force-delete", time.monotonic() - acted)
     finally:
+        record_now = far.get(node) or {}
+        log.info("FAR's record at the end: %s", (record_now.get("status") or {}).get("conditions"))
         # FAR's record deleted first (FAR takes its NoSchedule taint off the node, or the
         # node's pods could not come back), then the worker started again
         far.delete_all()
-        kept_out = [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in far_kept_out(STUCK_NS)]
-        kind.kubectl("delete", *kept_out, "--ignore-not-found", check=False)
         started = time.monotonic()
         if podman("inspect", "--format", "{{.State.Status}}", node).strip() == "running":
             podman("exec", node, "systemctl", "start", "kubelet")  # (not fenced: failed before)
