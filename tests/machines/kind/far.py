@@ -59,12 +59,16 @@ TAINT = "remediation.medik8s.io/fence-agents-remediation"  # FAR's NoSchedule wh
 CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # controller-runtime's default
 
 
-def unavailable(images: dict[str, dict[str, str]]) -> str:
-    """Why FAR cannot be deployed here: '' when it can, a reason to skip when FAR's sources
-    are absent. With the sources there the image must have been built (`make tools
-    images`): its absence is an error, not a skip."""
+def sources_missing() -> str:
+    """Why FAR cannot be deployed here ('' when its sources are there): the test skips."""
     if not (THIRDPARTY / ARCHIVE).is_file():
         return f"FAR's sources: no {ARCHIVE} in {THIRDPARTY} (set UNSTICK_THIRDPARTY)"
+    return ""
+
+
+def require_image(images: dict[str, dict[str, str]]) -> None:
+    """With FAR's sources there its image must have been built (`make tools images`): its
+    absence is an error, not a skip."""
     if "far" not in images:
         why = ""
         with contextlib.suppress(OSError, ValueError):
@@ -73,7 +77,6 @@ def unavailable(images: dict[str, dict[str, str]]) -> str:
             "bin/node-images.json has no 'far' image: run `make tools images` "
             f"(hack/build-thirdparty.sh builds FAR's manager, hack/build-images.sh its image) {why}"
         )
-    return ""
 
 
 def certificate(work: Path) -> tuple[Path, Path]:

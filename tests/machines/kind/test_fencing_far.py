@@ -35,7 +35,12 @@ from . import far as farmod
 from .support import NAMESPACE, Kind, podman
 from .test_fencing import OPT_IN, messages, power_on, ready
 
-pytestmark = [pytest.mark.kind, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.kind,
+    pytest.mark.timeout(900),
+    # (before the suite's cluster is made for it)
+    pytest.mark.skipif(bool(farmod.sources_missing()), reason=farmod.sources_missing()),
+]
 log = logging.getLogger(__name__)
 
 STUCK_NS = "kind-far-off"  # sorts before kube-system: FAR's cleanup stops at it, refused
@@ -43,11 +48,8 @@ STUCK_NS = "kind-far-off"  # sorts before kube-system: FAR's cleanup stops at it
 
 @pytest.fixture(scope="module")
 def far(kind: Kind) -> Iterator[farmod.Far]:
-    """FAR in the cluster, fencing through podman's API (skipped, saying why, without
-    FAR's sources in ../shared/thirdparty)."""
-    missing = farmod.unavailable(kind.images)
-    if missing:
-        pytest.skip(missing)
+    """FAR in the cluster, fencing through podman's API (the image missing: an error)."""
+    farmod.require_image(kind.images)
     with farmod.deployed(kind) as deployed:
         yield deployed
 
