@@ -33,6 +33,7 @@ from tests.support.controller import (
     Controller,
     Objects,
     controller_pod_writes,
+    controller_started,
     node_unknown,
     policy_spec,
 )
@@ -136,6 +137,29 @@ def test_a_far_success_after_notready_fences_the_node_and_the_pod_is_force_delet
     assert "fenced by fenceAgentsRemediation" in text, text
     assert f"FenceAgentsRemediation {FAR_NS}/{far['metadata']['name']}" in text, text
     assert _iso(lost + timedelta(minutes=2)) in text, text
+
+
+def test_a_far_success_after_the_pod_was_observed_is_acted_on_without_another_change(
+    medik8s: Kube, control_plane: ControlPlane, objects: Objects, namespace: str,
+    make_node: Any, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A FAR record changes neither the pod nor its Node: with a slow re-check of 300 s
+    (the default), the pod observed as NodeUnreachable, NOT fenced, is looked at again
+    every 10 s while its policy reads FAR records, and force-deleted once one proves the
+    node off — not at the re-check."""
+    node, lost = _lost_node(objects, make_node)
+    with controller_started(
+        control_plane, objects, tmp_path / "controller.log", valid=POLICIES,
+        extra_args=("--recheck-seconds", "300"),
+    ):  # fmt: skip
+        pod = objects.stuck_pod(namespace, node, remediate="t-far")
+        status = objects.remediation_when(
+            namespace, pod, timeout=60, what="observing, not fenced", phase="Observing",
+            cause="NodeUnreachable",
+        )["status"]  # fmt: skip
+        assert "NOT fenced" in _evidence(status), _evidence(status)
+        _far(medik8s, node, lost + timedelta(minutes=2))
+        objects.pod_gone(namespace, pod, timeout=60, what="force-delete on FAR's proof")
 
 
 def test_a_policy_that_does_not_list_far_observes(

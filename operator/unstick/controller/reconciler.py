@@ -75,6 +75,21 @@ STALE_RETRIES = 3  # passes made in a row when each met a newer version of the r
 
 __all__ = ["RECHECK_AFTER_CONFLICT_S", "ActionInputs", "ReconcileSettings", "Reconciler"]
 
+#: How often a pod on a lost node that no trusted source has proven off is looked at again
+#: while the policy trusts a medik8s record (fencing_records.py): a FenceAgentsRemediation
+#: or SelfNodeRemediation that proves the node off changes neither the pod nor its Node, so
+#: no watch event would bring the pod back before the slow re-check.
+FENCING_PROOF_POLL_S = 10.0
+
+
+def _waits_for_a_medik8s_proof(decision: Decision) -> bool:
+    """NodeUnreachable and not fenced, under a policy that reads FAR or SNR records."""
+    d = decision.diagnosis
+    if d.cause is not Cause.NodeUnreachable or d.fenced:
+        return False
+    fencing = decision.policy.diagnosis_settings.fencing
+    return fencing.reads_far or fencing.reads_snr
+
 
 @dataclass(frozen=True, slots=True)
 class ReconcileSettings:
@@ -258,6 +273,8 @@ class Reconciler:
         # NodeUnreachable nodeLostAfter later: wake then, not at the slow re-check.
         if due is not None and d.node_lost_at is not None:
             due = min(due, d.node_lost_at.timestamp())
+        if due is not None and _waits_for_a_medik8s_proof(decision):
+            due = min(due, now + FENCING_PROOF_POLL_S)
         return due
 
     def _read_claims(self, pod: JSON) -> None:
