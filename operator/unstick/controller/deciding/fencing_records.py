@@ -10,7 +10,9 @@ SelfNodeRemediations, read only when the pod's policy lists that source in
   re-check right before an act, uses a read older than that — a record kept longer would
   hide a proof that appeared meanwhile until the pod's next decision.
 - A record that appears after a pod was observed is seen at its next decision: a change of
-  the pod or its Node, or the slow re-check (docs/fencing.md).
+  the pod or its Node, the 10 s look at an unproven NodeUnreachable pod whose policy reads
+  these records (controller/reconciler.py FENCING_PROOF_POLL_S), or the slow re-check
+  (docs/fencing.md).
 - The group's CRD missing (404), no RBAC to read (403) or any other API error: no records,
   which is no evidence — never an error of the decision, never proof.
 - Only what the diagnosis reads is kept: name, namespace, the node-name annotation, the
