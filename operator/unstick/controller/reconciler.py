@@ -364,10 +364,12 @@ class Reconciler:
             finish_by = self._kubelet_finish_by(p)
             if finish_by > now:
                 # Not KubeletNotProgressing yet: the record (its cause, the stuck gauge)
-                # says what the steps were for — a mandate's: the agent's own diagnosis.
-                p.summary.update(steps_diagnosis(rem))
-                cause = str(p.summary["cause"])
-                self.detector.stuck.set(record.uid, record.namespace, cause)
+                # says what the steps were for — a mandate's: the agent's own diagnosis
+                # (the same cause, e.g. a kubelet restarted: this pass's diagnosis says it).
+                steps = steps_diagnosis(rem)
+                if steps and steps["cause"] != str(d.cause):
+                    p.summary.update(steps)
+                    self.detector.stuck.set(record.uid, record.namespace, str(steps["cause"]))
                 phase = Phase.Remediating if changing else Phase.Observing
                 # progress only: carried by the next write (the pod's Resolved, most often)
                 self.writer.write(p, phase, waitingFor=KUBELET_FINISHING, defer=True)

@@ -79,9 +79,11 @@ def resolved_status(rem: JSON, now: float) -> tuple[dict[str, Any], LateActions 
     late = late_agent_actions(rem, now)
     if late is not None:
         final["actions"] = late.actions
-    # gone before a pass read the agent's answer to a mandate: the cause its plan names
+    # gone before a pass read the agent's answer to a mandate (its results not recorded
+    # yet): the cause its plan names, not the one the record had before the answer
     cause = steps_cause(rem)
-    if answered_plan(rem) is not None and (rem.get("status") or {}).get("cause") != cause:
+    recorded = (rem.get("status") or {}).get("cause")
+    if late is not None and answered_plan(rem) is not None and recorded != cause:
         final.update(steps_diagnosis(rem))
     return final, late
 
