@@ -112,8 +112,7 @@ def steps_diagnosis(rem: JSON) -> dict[str, Any]:
         return {"cause": cause, "plan": [], **kept}
     said = (
         f"diagnosed by the node agent on its own probe before its steps (status.{NODE_PLAN}, "
-        f"for the request of {plan.get('for')}); its probe after them shows nothing of the "
-        "pod left on the node"
+        f"for the request of {plan.get('for')})"
     )
     return {"cause": cause, "evidence": [{"kind": "agent", "message": said}], "plan": []}
 
