@@ -100,7 +100,10 @@ def test_driver_uninstalled_under_a_mounted_volume(
     assert "force-delete" not in str(final["status"].get("actions", "")), final["status"]
     log = real_node.log_text("kubelet")[log_start:]
     assert "vol_data.json: no such file" not in log, log[-3000:]
-    seed.wait_running(other_than=uid, timeout=180)
+    # The replacement's mount may have failed while the driver was away ("must be staged
+    # before publishing"): the kubelet's retry backs off up to 2 min 2 s between tries, and
+    # 180 s was once not enough after two such failures.
+    seed.wait_running(other_than=uid, timeout=300)
     wait_until(lambda: "found: written" in seed.logs(), timeout=30, what="the file read back")
     wait_until(
         lambda: attached_to(seed) == [real_node.settings.name] and len(seed.attachments()) == 1,
