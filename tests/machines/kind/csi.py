@@ -96,10 +96,14 @@ def uninstall(kind: Kind) -> None:
             )
 
 
-def statefulset(kind: Kind, namespace: str) -> dict[str, Any]:
-    """`db`: one replica, a ReadWriteOnce claim `data` from the driver's StorageClass."""
+def statefulset(
+    kind: Kind, namespace: str, *, claim: bool = True, prefer: str | None = None
+) -> dict[str, Any]:
+    """`db`: one replica of busybox with a ReadWriteOnce claim `data` from the driver's
+    StorageClass (`claim=False`: none); `prefer`: a node it prefers (the first pod lands
+    there, its replacement goes where it can)."""
     labels = {"app": "db"}
-    return {
+    sts: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": {"name": "db", "namespace": namespace},
@@ -134,6 +138,14 @@ def statefulset(kind: Kind, namespace: str) -> dict[str, Any]:
             ],
         },
     }
+    pod = sts["spec"]["template"]["spec"]
+    if not claim:
+        del sts["spec"]["volumeClaimTemplates"], pod["containers"][0]["volumeMounts"]
+    if prefer is not None:
+        term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [prefer]}
+        pod["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [term]}}]}}  # fmt: skip
+    return sts
 
 
 def attachments(kind: Kind, pv: str) -> list[dict[str, Any]]:

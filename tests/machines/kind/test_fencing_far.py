@@ -31,6 +31,7 @@ import pytest
 
 from devcluster.process import wait_until
 
+from . import csi
 from . import far as farmod
 from .support import NAMESPACE, Kind, podman
 from .test_fencing import OPT_IN, messages, power_on, ready
@@ -148,49 +149,6 @@ def far_kept_out(kind: Kind) -> Iterator[None]:
         )  # fmt: skip
 
 
-def statefulset(kind: Kind, namespace: str, node: str) -> dict[str, Any]:
-    """`db`: one replica of busybox, preferring `node` (the first pod lands there; its
-    replacement goes where it can)."""
-    labels = {"app": "db"}
-    prefer = {
-        "weight": 100,
-        "preference": {
-            "matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
-            ]
-        },
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": namespace},
-        "spec": {
-            "serviceName": "db",
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "affinity": {
-                        "nodeAffinity": {
-                            "preferredDuringSchedulingIgnoredDuringExecution": [prefer]
-                        }
-                    },
-                    "containers": [
-                        {
-                            "name": "db",
-                            "image": kind.images["busybox"]["ref"],
-                            "imagePullPolicy": "Never",
-                            "command": ["sleep", "3600"],
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
 def db0_running(kind: Kind, namespace: str, other_than: str = "") -> dict[str, Any] | None:
     """Pod db-0 once it runs (and its uid is not `other_than`)."""
     for pod in kind.pods(namespace):
@@ -242,7 +200,7 @@ def test_far_powers_a_worker_off_and_unstick_force_deletes_on_its_proof(
     namespaces.append(STUCK_NS)
     kind.apply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STUCK_NS, "labels": OPT_IN}},
-        statefulset(kind, STUCK_NS, node),
+        csi.statefulset(kind, STUCK_NS, claim=False, prefer=node),
     )
     first = wait_until(lambda: db0_running(kind, STUCK_NS), timeout=120, what="db-0 running")
     assert first is not None  # (wait_until returns the first true answer)
