@@ -199,7 +199,7 @@ def test_silent_node_is_observed_until_fenced_then_force_deleted(
         return last["status"] if ok and last["status"].get("phase") == "Observing" else None
 
     try:
-        status = wait_until(unreachable, timeout=short_node_lost + 30, what="NodeUnreachable")
+        status = wait_until(unreachable, timeout=short_node_lost + 90, what="NodeUnreachable")
     except TimeoutError as e:
         raise AssertionError(f"{e}: the Remediation's status is {last.get('status')}") from None
     diagnosed_after = time.monotonic() - silenced
